@@ -1,0 +1,63 @@
+package v1alpha1
+
+// Condition types. Each is a metav1.Condition in a list keyed by type.
+const (
+	// ConditionScheduled: a Sandbox has a node, or a Snapshot/PausedSandbox
+	// has the node that must act on it (controller).
+	ConditionScheduled = "Scheduled"
+	// ConditionReady: the controller's summary of a Sandbox (its Pod runs)
+	// or of a Snapshot/PausedSandbox (its data is persisted, agent).
+	ConditionReady = "Ready"
+	// ConditionVMReady: the VM answers (owned by the node agent through
+	// server-side apply with field manager "sandlot-agent"). Clients treat
+	// VMReady=True as "usable".
+	ConditionVMReady = "VMReady"
+	// ConditionAccepted: a Template passed validation (controller).
+	ConditionAccepted = "Accepted"
+	// ConditionBaseSnapshotReady: a Template's base snapshot is built.
+	ConditionBaseSnapshotReady = "BaseSnapshotReady"
+	// ConditionDeletionHeld: a deleted Snapshot waits for the Sandboxes
+	// restored from it to go.
+	ConditionDeletionHeld = "DeletionHeld"
+	// ConditionRemoteReady: the data may be restored on another node.
+	ConditionRemoteReady = "RemoteReady"
+)
+
+// Reasons of ConditionScheduled.
+const (
+	ReasonPlaced               = "Placed"
+	ReasonNoEligibleNode       = "NoEligibleNode"
+	ReasonInsufficientCapacity = "InsufficientCapacity"
+	ReasonSourceNotFound       = "SourceNotFound"
+	ReasonSourceNotReady       = "SourceNotReady"
+	ReasonTemplateNotAccepted  = "TemplateNotAccepted"
+	ReasonSandboxNotRunning    = "SandboxNotRunning"
+	ReasonNodeAssigned         = "NodeAssigned"
+)
+
+// Reasons of ConditionReady and of a Sandbox's terminal states.
+const (
+	ReasonPodPending           = "PodPending"
+	ReasonPodRunning           = "PodRunning"
+	ReasonPodFailed            = "PodFailed"
+	ReasonPodSucceeded         = "PodSucceeded"
+	ReasonPodLost              = "PodLost"
+	ReasonPausing              = "Pausing"
+	ReasonPaused               = "Paused"
+	ReasonResuming             = "Resuming"
+	ReasonExpired              = "Expired"
+	ReasonPausedStateDiscarded = "PausedStateDiscarded"
+	ReasonPauseFailed          = "PauseFailed"
+	ReasonWaitingForAgent      = "WaitingForAgent"
+	ReasonSourceFailed         = "SourceFailed"
+	ReasonInvalidSpec          = "InvalidSpec"
+	ReasonPodCreateFailed      = "PodCreateFailed"
+	ReasonInUse                = "InUse"
+)
+
+// Reasons of the Template conditions.
+const (
+	ReasonValid          = "Valid"
+	ReasonInvalidImage   = "InvalidImage"
+	ReasonNotImplemented = "NotImplemented"
+)

@@ -1,0 +1,175 @@
+package v1alpha1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// SandboxSource names what a sandbox starts from: exactly one of a
+// Template (restore its base snapshot, or boot it) or a Snapshot (clone).
+// +kubebuilder:validation:XValidation:rule="has(self.template) != has(self.snapshot)",message="source needs exactly one of template and snapshot"
+type SandboxSource struct {
+	// Template is the name of a Template in the Sandbox's namespace.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	Template string `json:"template,omitempty"`
+	// Snapshot is the name of a Snapshot in the Sandbox's namespace.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	Snapshot string `json:"snapshot,omitempty"`
+}
+
+// TimeoutAction is what happens when a sandbox's timeout passes.
+// +kubebuilder:validation:Enum=Delete;Pause
+type TimeoutAction string
+
+const (
+	TimeoutDelete TimeoutAction = "Delete"
+	TimeoutPause  TimeoutAction = "Pause"
+)
+
+// RollbackRequest asks the node agent to restore the sandbox in place from
+// one of its own snapshots; a new requestID asks again.
+type RollbackRequest struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Snapshot string `json:"snapshot"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	RequestID string `json:"requestID"`
+}
+
+// SandboxSpec is the desired state of one sandbox VM.
+type SandboxSpec struct {
+	// Source is what the sandbox starts from; immutable.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="source is immutable"
+	Source SandboxSource `json:"source"`
+
+	// Resources override the template's; a restore from a snapshot must
+	// match the snapshot's.
+	// +optional
+	Resources *Resources `json:"resources,omitempty"`
+
+	// Env adds to (and overrides) the template's env.
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Env []EnvVar `json:"env,omitempty"`
+
+	// Metadata is free-form user data (E2B metadata), filterable by clients.
+	// +kubebuilder:validation:MaxProperties=64
+	// +optional
+	Metadata map[string]string `json:"metadata,omitempty"`
+
+	// TimeoutSeconds is the sandbox's lifetime counted from its creation;
+	// raise it to extend a running sandbox. Defaults to the template's.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2592000
+	// +optional
+	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
+
+	// OnTimeout deletes (default) or pauses the sandbox when it expires.
+	// +kubebuilder:default=Delete
+	// +optional
+	OnTimeout TimeoutAction `json:"onTimeout,omitempty"`
+
+	// Paused is the desired pause state; the VM's state is kept in a
+	// PausedSandbox of the same name while true.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+
+	// Rollback restores the sandbox in place from one of its snapshots.
+	// +optional
+	Rollback *RollbackRequest `json:"rollback,omitempty"`
+}
+
+// SandboxPhase is the observed lifecycle state of a Sandbox.
+// +kubebuilder:validation:Enum=Pending;Starting;Running;Pausing;Paused;Resuming;Failed;Terminated
+type SandboxPhase string
+
+const (
+	SandboxPending    SandboxPhase = "Pending"
+	SandboxStarting   SandboxPhase = "Starting"
+	SandboxRunning    SandboxPhase = "Running"
+	SandboxPausing    SandboxPhase = "Pausing"
+	SandboxPaused     SandboxPhase = "Paused"
+	SandboxResuming   SandboxPhase = "Resuming"
+	SandboxFailed     SandboxPhase = "Failed"
+	SandboxTerminated SandboxPhase = "Terminated"
+)
+
+// Terminal reports whether nothing will be started for the sandbox again.
+func (p SandboxPhase) Terminal() bool { return p == SandboxFailed || p == SandboxTerminated }
+
+// SandboxStatus is the observed state of a Sandbox.
+type SandboxStatus struct {
+	// +optional
+	Phase SandboxPhase `json:"phase,omitempty"`
+	// Reason is a CamelCase word saying why the sandbox is in its phase
+	// when that phase is terminal or waiting (PodFailed's pod reason,
+	// PausedStateDiscarded, InsufficientCapacity, ...).
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// SandboxID is the E2B-style ID: 20 chars of [a-z0-9], stable across
+	// pause and resume.
+	// +optional
+	SandboxID string `json:"sandboxID,omitempty"`
+	// Source is "template/<name>" or "snapshot/<name>", for display.
+	// +optional
+	Source string `json:"source,omitempty"`
+	// Resources are the VM's, resolved from the spec and its source.
+	// +optional
+	Resources *Resources `json:"resources,omitempty"`
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+	// +optional
+	PodName string `json:"podName,omitempty"`
+	// +optional
+	PodIP string `json:"podIP,omitempty"`
+	// StartedAt is when the current VM's pod started running.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// ExpiresAt is creation time plus the timeout.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+	// LastRollbackRequestID is the last rollback the agent carried out.
+	// +optional
+	LastRollbackRequestID string `json:"lastRollbackRequestID,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Sandbox is one AI-agent code sandbox: a microVM in a pod.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=sbx,categories=sandlot
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="ID",type=string,JSONPath=`.status.sandboxID`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
+// +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.status.source`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
+// +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.status.podIP`,priority=1
+// +kubebuilder:printcolumn:name="Expires",type=date,JSONPath=`.status.expiresAt`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label: at most 63 lowercase letters, digits and '-'"
+type Sandbox struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SandboxSpec   `json:"spec"`
+	Status SandboxStatus `json:"status,omitempty"`
+}
+
+// SandboxList is a list of Sandboxes.
+// +kubebuilder:object:root=true
+type SandboxList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Sandbox `json:"items"`
+}

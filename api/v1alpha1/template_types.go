@@ -1,0 +1,118 @@
+package v1alpha1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// TemplateSpec describes the VM every Sandbox of this template starts as.
+type TemplateSpec struct {
+	// Image is an OCI image reference present in the nodes' containerd.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9._/:@-]*$`
+	Image string `json:"image"`
+
+	// Resources of each VM; vcpu defaults to 1, memoryMiB to 512.
+	// +kubebuilder:default={vcpu: 1, memoryMiB: 512}
+	// +optional
+	Resources Resources `json:"resources,omitempty"`
+
+	// WritableLayerMiB is the size of each sandbox's writable disk layer.
+	// +kubebuilder:validation:Minimum=16
+	// +kubebuilder:validation:Maximum=1048576
+	// +kubebuilder:default=1024
+	// +optional
+	WritableLayerMiB int32 `json:"writableLayerMiB,omitempty"`
+
+	// Ports the sandbox serves (informational; the proxy routes any port).
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=set
+	// +optional
+	Ports []int32 `json:"ports,omitempty"`
+
+	// ReadinessProbe decides when a booted VM is ready to be snapshotted.
+	// +optional
+	ReadinessProbe *ReadinessProbe `json:"readinessProbe,omitempty"`
+
+	// Env is set in every sandbox of this template; a Sandbox's env wins.
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Env []EnvVar `json:"env,omitempty"`
+
+	// TimeoutSeconds is the default lifetime of a sandbox of this template.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2592000
+	// +kubebuilder:default=300
+	// +optional
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+}
+
+// ReadinessProbe checks the guest: exactly one of httpGet and tcpSocket.
+// +kubebuilder:validation:XValidation:rule="has(self.httpGet) != has(self.tcpSocket)",message="readinessProbe needs exactly one of httpGet and tcpSocket"
+type ReadinessProbe struct {
+	// +optional
+	HTTPGet *HTTPGetProbe `json:"httpGet,omitempty"`
+	// +optional
+	TCPSocket *TCPSocketProbe `json:"tcpSocket,omitempty"`
+	// TimeoutSeconds bounds the wait for the probe to pass after boot.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	// +kubebuilder:default=120
+	// +optional
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+}
+
+// HTTPGetProbe passes on a 2xx/3xx answer to GET path on port.
+type HTTPGetProbe struct {
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:default="/"
+	// +optional
+	Path string `json:"path,omitempty"`
+}
+
+// TCPSocketProbe passes when port accepts a connection.
+type TCPSocketProbe struct {
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+}
+
+// TemplateStatus reports validation and the base snapshot.
+type TemplateStatus struct {
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Template is a sandbox image with its VM shape: the E2B template.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tpl,categories=sandlot
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`
+// +kubebuilder:printcolumn:name="vCPU",type=integer,JSONPath=`.spec.resources.vcpu`
+// +kubebuilder:printcolumn:name="Memory",type=integer,JSONPath=`.spec.resources.memoryMiB`,priority=1
+// +kubebuilder:printcolumn:name="Accepted",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].status`
+// +kubebuilder:printcolumn:name="Base",type=string,JSONPath=`.status.conditions[?(@.type=="BaseSnapshotReady")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label: at most 63 lowercase letters, digits and '-'"
+type Template struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   TemplateSpec   `json:"spec"`
+	Status TemplateStatus `json:"status,omitempty"`
+}
+
+// TemplateList is a list of Templates.
+// +kubebuilder:object:root=true
+type TemplateList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Template `json:"items"`
+}

@@ -1,0 +1,81 @@
+package v1alpha1
+
+// Labels.
+const (
+	// LabelNode marks a per-node object (Snapshot, PausedSandbox, pool pod)
+	// with the node whose agent must act on it.
+	LabelNode = "sandlot.dev/node"
+	// LabelRuntime marks nodes that can run sandlot sandboxes ("true").
+	LabelRuntime = "sandlot.dev/runtime"
+	// LabelSandbox names the Sandbox that owns a Pod or Secret.
+	LabelSandbox = "sandlot.dev/sandbox"
+	// LabelSandboxID carries the E2B-style sandbox ID on a Sandbox's Pod.
+	LabelSandboxID = "sandlot.dev/sandbox-id"
+	// LabelFingerprint is set on a node (by its agent) to the CPU/kernel
+	// fingerprint a snapshot must match to be restored there.
+	LabelFingerprint = "sandlot.dev/fingerprint"
+)
+
+// Pod annotations: they tell the shim what to boot or restore.
+const (
+	// AnnotationSandboxID is the sandbox ID the guest takes as its identity.
+	AnnotationSandboxID = "sandlot.dev/sandbox-id"
+	// AnnotationBoot is BootCold or BootRestore.
+	AnnotationBoot = "sandlot.dev/boot"
+	// AnnotationRestoreKind is "Snapshot" or "PausedSandbox" when restoring.
+	AnnotationRestoreKind = "sandlot.dev/restore-kind"
+	// AnnotationRestoreName names the Snapshot or PausedSandbox restored.
+	AnnotationRestoreName = "sandlot.dev/restore-name"
+	// AnnotationRestoreUID is the UID of the Snapshot or PausedSandbox
+	// restored, so a resumed pod is told apart from a later pause's.
+	AnnotationRestoreUID = "sandlot.dev/restore-uid"
+	// AnnotationRestoreLocation is the store location of the data restored.
+	AnnotationRestoreLocation = "sandlot.dev/restore-location"
+	// AnnotationVCPU is the VM's vCPU count.
+	AnnotationVCPU = "sandlot.dev/vcpu"
+	// AnnotationMemoryMiB is the VM's memory in MiB.
+	AnnotationMemoryMiB = "sandlot.dev/memory-mib"
+	// AnnotationWritableLayerMiB is the size of the VM's writable disk layer.
+	AnnotationWritableLayerMiB = "sandlot.dev/writable-layer-mib"
+)
+
+// Values of AnnotationBoot.
+const (
+	BootCold    = "cold"
+	BootRestore = "restore"
+)
+
+// Finalizers.
+const (
+	// FinalizerSandboxVM holds a Sandbox until its Pod (and so its VM) is
+	// gone, so nothing it maps is released while it still runs.
+	FinalizerSandboxVM = "sandlot.dev/vm"
+	// FinalizerInUse holds a Snapshot while any Sandbox restores from it
+	// (owned by the controller).
+	FinalizerInUse = "sandlot.dev/in-use"
+	// FinalizerData holds a Snapshot or PausedSandbox while its data exists
+	// in the store (owned by the node agent).
+	FinalizerData = "sandlot.dev/data"
+)
+
+// Names of things outside this API that sandlot components agree on.
+const (
+	// RuntimeClassName is the RuntimeClass and CRI handler of sandlot pods.
+	RuntimeClassName = "sandlot"
+	// ContainerName is the name of the app container in a sandbox Pod.
+	ContainerName = "sandbox"
+	// TokenSecretKey is the key of the envd access token in a Sandbox's Secret.
+	TokenSecretKey = "accessToken"
+	// EnvSandboxID and EnvAccessToken are set in every sandbox Pod.
+	EnvSandboxID   = "SANDLOT_SANDBOX_ID"
+	EnvAccessToken = "SANDLOT_ACCESS_TOKEN"
+	// DefaultTimeoutSeconds is a sandbox's lifetime when nothing sets one
+	// (E2B's default).
+	DefaultTimeoutSeconds = 300
+	// EnvdPort and CodeInterpreterPort are the guest's service ports.
+	EnvdPort            = 49983
+	CodeInterpreterPort = 49999
+)
+
+// TokenSecretName is the name of the Secret holding a Sandbox's envd token.
+func TokenSecretName(sandbox string) string { return sandbox + "-envd-token" }

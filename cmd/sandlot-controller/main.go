@@ -1,0 +1,85 @@
+// Command sandlot-controller runs sandlot's reconcilers: Sandbox,
+// Template, Snapshot and PausedSandbox.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/controllers"
+)
+
+func main() {
+	if err := run(ctrl.SetupSignalHandler()); err != nil {
+		fmt.Fprintln(os.Stderr, "sandlot-controller:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	var (
+		metricsAddr, probeAddr string
+		leaderElect            bool
+		leaderNamespace        string
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of the metrics endpoint (0 disables it)")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader, so that replicas can stand by")
+	flag.StringVar(&leaderNamespace, "leader-election-namespace", "", "namespace of the leader lease (defaults to the pod's)")
+	opts := zap.Options{}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+
+	scheme, err := newScheme()
+	if err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   controllers.CacheOptions(),
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:  probeAddr,
+		LeaderElection:          leaderElect,
+		LeaderElectionID:        "sandlot-controller.sandlot.dev",
+		LeaderElectionNamespace: leaderNamespace,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := controllers.SetupAll(mgr); err != nil {
+		return fmt.Errorf("set up reconcilers: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+func newScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, nodev1.AddToScheme, sandlotv1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, fmt.Errorf("build scheme: %w", err)
+		}
+	}
+	return s, nil
+}

@@ -1,0 +1,97 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// PausedSandboxReconciler starts a PausedSandbox's status (Pending, on the
+// node of its pod) and holds its deletion while a resume restores from it.
+// The Sandbox reconciler creates and releases PausedSandboxes; the agent
+// makes the package.
+type PausedSandboxReconciler struct {
+	client.Client
+}
+
+// +kubebuilder:rbac:groups=sandlot.dev,resources=pausedsandboxes,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=sandlot.dev,resources=pausedsandboxes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=sandlot.dev,resources=pausedsandboxes/finalizers,verbs=update
+
+func (r *PausedSandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	pkg := &sandlotv1.PausedSandbox{}
+	if err := r.Get(ctx, req.NamespacedName, pkg); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if pkg.DeletionTimestamp != nil {
+		return ctrl.Result{}, r.release(ctx, pkg)
+	}
+	orig := pkg.DeepCopy()
+	pkg.Status.DataStatus = pausedStatus(pkg)
+	if equality.Semantic.DeepEqual(orig.Status, pkg.Status) {
+		return ctrl.Result{}, nil
+	}
+	if err := r.Status().Patch(ctx, pkg, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return ctrl.Result{}, fmt.Errorf("patch status of paused sandbox %s: %w", req, err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// pausedStatus starts a new package's status; the agent moves it on.
+func pausedStatus(pkg *sandlotv1.PausedSandbox) sandlotv1.DataStatus {
+	st := *pkg.Status.DataStatus.DeepCopy()
+	st.ObservedGeneration = pkg.Generation
+	if st.Phase == "" {
+		st.Phase = sandlotv1.DataPending
+	}
+	if st.NodeName == "" {
+		st.NodeName = pkg.Spec.NodeName
+	}
+	setCondition(&st.Conditions, pkg.Generation, sandlotv1.ConditionScheduled, metav1.ConditionTrue,
+		sandlotv1.ReasonNodeAssigned, "the node agent on "+pkg.Spec.NodeName+" makes the pause package")
+	return st
+}
+
+// release lets a deleted package go unless its Sandbox is being resumed
+// from it right now.
+func (r *PausedSandboxReconciler) release(ctx context.Context, pkg *sandlotv1.PausedSandbox) error {
+	if !controllerutil.ContainsFinalizer(pkg, sandlotv1.FinalizerInUse) {
+		return nil
+	}
+	sbx := &sandlotv1.Sandbox{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: pkg.Namespace, Name: pkg.Name}, sbx)
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("get sandbox of paused sandbox %s: %w", pkg.Name, err)
+	}
+	if err == nil && sbx.DeletionTimestamp == nil && sbx.Status.Phase == sandlotv1.SandboxResuming {
+		return nil // the resume's pod restores from it; the Sandbox's update wakes us
+	}
+	controllerutil.RemoveFinalizer(pkg, sandlotv1.FinalizerInUse)
+	if err := r.Update(ctx, pkg); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("remove finalizer of paused sandbox %s: %w", pkg.Name, err)
+	}
+	return nil
+}
+
+// SetupWithManager watches PausedSandboxes and their Sandboxes.
+func (r *PausedSandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&sandlotv1.PausedSandbox{}).
+		Watches(&sandlotv1.Sandbox{}, handler.EnqueueRequestsFromMapFunc(
+			func(_ context.Context, o client.Object) []reconcile.Request {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}}
+			})).
+		Named("pausedsandbox").
+		Complete(r)
+}

@@ -1,0 +1,182 @@
+package controllers
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// demand is what one sandbox takes from a node: its VM plus the
+// RuntimeClass overhead.
+type demand struct {
+	MilliCPU int64
+	Memory   int64
+}
+
+func (d demand) add(o demand) demand {
+	return demand{MilliCPU: d.MilliCPU + o.MilliCPU, Memory: d.Memory + o.Memory}
+}
+
+// demandOf is what a VM of these resources requests, overhead included.
+func demandOf(r sandlotv1.Resources, overhead corev1.ResourceList) demand {
+	d := demand{MilliCPU: int64(r.VCPU) * 1000, Memory: int64(r.MemoryMiB) << 20}
+	d.MilliCPU += overhead.Cpu().MilliValue()
+	d.Memory += overhead.Memory().Value()
+	return d
+}
+
+// dataSource is where the state a sandbox restores from lives.
+type dataSource struct {
+	// Node holds the data locally; empty for a boot from a template.
+	Node string
+	// Remote says other nodes may restore it (remoteStatus Ready).
+	Remote bool
+	// Fingerprint must equal a node's fingerprint label for a remote
+	// restore; empty when none was recorded.
+	Fingerprint string
+}
+
+// placementRequest is everything placement decides from: pure data.
+type placementRequest struct {
+	Nodes  []corev1.Node
+	Used   map[string]demand // by node name
+	Demand demand
+	Source dataSource
+}
+
+// placement is the decision: a node, or why there is none.
+type placement struct {
+	Node    string
+	Reason  string
+	Message string
+}
+
+// place picks a node for a sandbox: the node holding its source data when
+// that node is eligible and has room; otherwise, when the data is remote
+// Ready (or there is no data), the compatible eligible node with the most
+// free memory.
+func place(req placementRequest) placement {
+	var (
+		candidates []string
+		free       = map[string]int64{}
+		rejected   = map[string]int{}
+		preferred  bool
+	)
+	for i := range req.Nodes {
+		n := &req.Nodes[i]
+		if why := ineligible(n); why != "" {
+			rejected[why]++
+			continue
+		}
+		if req.Source.Node != "" && n.Name != req.Source.Node {
+			if !req.Source.Remote {
+				rejected["source data is local to "+req.Source.Node]++
+				continue
+			}
+			if fp := req.Source.Fingerprint; fp != "" && n.Labels[sandlotv1.LabelFingerprint] != fp {
+				rejected["incompatible fingerprint"]++
+				continue
+			}
+		}
+		left, why := room(n, req.Used[n.Name], req.Demand)
+		if why != "" {
+			rejected[why]++
+			continue
+		}
+		if n.Name == req.Source.Node {
+			preferred = true
+		}
+		candidates = append(candidates, n.Name)
+		free[n.Name] = left
+	}
+	if preferred {
+		return placement{Node: req.Source.Node, Reason: sandlotv1.ReasonPlaced,
+			Message: "placed on " + req.Source.Node + ", which holds the source data"}
+	}
+	if len(candidates) == 0 {
+		return noPlacement(len(req.Nodes), rejected)
+	}
+	sort.Slice(candidates, func(i, j int) bool {
+		if free[candidates[i]] != free[candidates[j]] {
+			return free[candidates[i]] > free[candidates[j]]
+		}
+		return candidates[i] < candidates[j]
+	})
+	return placement{Node: candidates[0], Reason: sandlotv1.ReasonPlaced, Message: "placed on " + candidates[0]}
+}
+
+// ineligible says why a node cannot run sandboxes at all, or "".
+func ineligible(n *corev1.Node) string {
+	if n.Labels[sandlotv1.LabelRuntime] != "true" {
+		return "no " + sandlotv1.LabelRuntime + "=true label"
+	}
+	if n.Spec.Unschedulable {
+		return "unschedulable"
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			return "tainted " + t.Key
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			if c.Status == corev1.ConditionTrue {
+				return ""
+			}
+			break
+		}
+	}
+	return "not ready"
+}
+
+// room returns the memory left on n after placing want, or why it does
+// not fit.
+func room(n *corev1.Node, used, want demand) (int64, string) {
+	alloc := n.Status.Allocatable
+	cpu := alloc.Cpu().MilliValue() - used.MilliCPU
+	mem := alloc.Memory().Value() - used.Memory
+	switch {
+	case want.MilliCPU > cpu:
+		return 0, "insufficient cpu"
+	case want.Memory > mem:
+		return 0, "insufficient memory"
+	}
+	return mem - want.Memory, ""
+}
+
+// noPlacement explains, like the scheduler does, why no node fits.
+func noPlacement(total int, rejected map[string]int) placement {
+	if total == 0 {
+		return placement{Reason: sandlotv1.ReasonNoEligibleNode,
+			Message: "no node is labelled " + sandlotv1.LabelRuntime + "=true"}
+	}
+	reasons := make([]string, 0, len(rejected))
+	capacityOnly := true
+	for why, n := range rejected {
+		reasons = append(reasons, fmt.Sprintf("%d %s", n, why))
+		if !strings.HasPrefix(why, "insufficient") {
+			capacityOnly = false
+		}
+	}
+	sort.Strings(reasons)
+	reason := sandlotv1.ReasonNoEligibleNode
+	if capacityOnly {
+		reason = sandlotv1.ReasonInsufficientCapacity
+	}
+	return placement{Reason: reason,
+		Message: fmt.Sprintf("0/%d nodes are available: %s", total, strings.Join(reasons, ", "))}
+}
+
+// quantityMiB renders MiB as a resource quantity.
+func quantityMiB(mib int32) resource.Quantity {
+	return *resource.NewQuantity(int64(mib)<<20, resource.BinarySI)
+}
+
+func resourceCPU(vcpu int32) *resource.Quantity {
+	return resource.NewQuantity(int64(vcpu), resource.DecimalSI)
+}

@@ -1,0 +1,187 @@
+// Package controllers holds sandlot's reconcilers. They decide and write
+// Kubernetes objects only; node work is done by the node agent.
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// SandboxReconciler places a Sandbox, runs it as a Pod, mirrors the Pod
+// into its status, pauses and resumes it through a PausedSandbox, and
+// enforces its timeout.
+type SandboxReconciler struct {
+	client.Client
+	// APIReader reads past the cache, to confirm that something is gone
+	// before acting on its absence (a cache lags its own writes).
+	APIReader client.Reader
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+
+	assumed assumedPlacements
+}
+
+// +kubebuilder:rbac:groups=sandlot.dev,resources=sandboxes,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=sandlot.dev,resources=sandboxes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=sandlot.dev,resources=sandboxes/finalizers,verbs=update
+// +kubebuilder:rbac:groups=sandlot.dev,resources=pausedsandboxes,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
+
+// Reconcile: get, finalizer, the phase functions, one status patch.
+func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	sbx := &sandlotv1.Sandbox{}
+	if err := r.Get(ctx, req.NamespacedName, sbx); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if sbx.DeletionTimestamp != nil {
+		return r.finalize(ctx, sbx)
+	}
+	if controllerutil.AddFinalizer(sbx, sandlotv1.FinalizerSandboxVM) {
+		if err := r.Update(ctx, sbx); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer to sandbox %s: %w", req, err)
+		}
+	}
+	orig := sbx.DeepCopy()
+	res, err := r.reconcileSandbox(ctx, sbx)
+	if perr := r.patchStatus(ctx, orig, sbx); perr != nil && err == nil {
+		err = perr
+	}
+	return res, err
+}
+
+func (r *SandboxReconciler) patchStatus(ctx context.Context, orig, sbx *sandlotv1.Sandbox) error {
+	sbx.Status.ObservedGeneration = sbx.Generation
+	if equality.Semantic.DeepEqual(orig.Status, sbx.Status) {
+		return nil
+	}
+	// The optimistic lock keeps a stale copy from overwriting the agent's
+	// VMReady condition: a merge patch replaces the whole list.
+	patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
+	if err := r.Status().Patch(ctx, sbx, patch); err != nil {
+		return fmt.Errorf("patch status of sandbox %s/%s: %w", sbx.Namespace, sbx.Name, err)
+	}
+	return nil
+}
+
+func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandlotv1.Sandbox) (ctrl.Result, error) {
+	st := &sbx.Status
+	st.SandboxID = sandlotv1.SandboxIDFor(sbx.UID)
+	st.Source = sourceName(sbx.Spec.Source)
+	if st.Phase == "" {
+		st.Phase = sandlotv1.SandboxPending
+	}
+	if st.Phase.Terminal() {
+		return ctrl.Result{}, nil // nothing is started again after the end
+	}
+	src, err := r.resolveSource(ctx, sbx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	r.setExpiry(sbx, src.TimeoutSeconds)
+	if expired, err := r.enforceTimeout(ctx, sbx); expired || err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.ensureToken(ctx, sbx); err != nil {
+		return ctrl.Result{}, err
+	}
+	res, err := r.lifecycle(ctx, sbx, src)
+	return r.untilExpiry(sbx, res), err
+}
+
+// lifecycle runs the pause/resume decision, then the run flow.
+func (r *SandboxReconciler) lifecycle(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource) (ctrl.Result, error) {
+	pod, err := r.currentPod(ctx, sbx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	pkg, err := r.pausedSandbox(ctx, sbx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	d := decidePause(pauseWorld{Paused: sbx.Spec.Paused, Phase: sbx.Status.Phase, Pod: pod, Package: pkg})
+	if err := r.carryOut(ctx, sbx, d, pod, pkg); err != nil {
+		return ctrl.Result{}, err
+	}
+	if !d.Run {
+		applyDecision(&sbx.Status, sbx.Generation, d)
+		return ctrl.Result{}, nil
+	}
+	if d.Restore {
+		src = restoreFromPackage(src, pkg)
+	}
+	res, err := r.run(ctx, sbx, src, pod)
+	if d.Reason != "" && !sbx.Status.Phase.Terminal() {
+		sbx.Status.Reason, sbx.Status.Message = d.Reason, d.Message
+	}
+	return res, err
+}
+
+// finalize removes the Pod (and with it the VM), the token and any pause
+// package, and lets the Sandbox go once the Pod is really gone.
+func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandlotv1.Sandbox) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(sbx, sandlotv1.FinalizerSandboxVM) {
+		return ctrl.Result{}, nil
+	}
+	secret := &corev1.Secret{}
+	secret.Namespace, secret.Name = sbx.Namespace, sandlotv1.TokenSecretName(sbx.Name)
+	if err := r.Delete(ctx, secret); client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, fmt.Errorf("delete token of sandbox %s: %w", sbx.Name, err)
+	}
+	pkg := &sandlotv1.PausedSandbox{}
+	pkg.Namespace, pkg.Name = sbx.Namespace, sbx.Name
+	if err := r.Delete(ctx, pkg); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return ctrl.Result{}, fmt.Errorf("delete paused state of sandbox %s: %w", sbx.Name, err)
+	}
+	gone, err := r.deletePod(ctx, sbx)
+	if err != nil || !gone {
+		return ctrl.Result{RequeueAfter: 5 * time.Second}, err
+	}
+	r.assumed.forget(types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Name})
+	controllerutil.RemoveFinalizer(sbx, sandlotv1.FinalizerSandboxVM)
+	if err := r.Update(ctx, sbx); client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, fmt.Errorf("remove finalizer of sandbox %s: %w", sbx.Name, err)
+	}
+	log.FromContext(ctx).Info("sandbox deleted", "sandboxID", sbx.Status.SandboxID)
+	return ctrl.Result{}, nil
+}
+
+// deletePod deletes the sandbox's pod and reports whether it is gone. A
+// pod whose node no longer exists has no kubelet to finish it: it is
+// removed at once.
+func (r *SandboxReconciler) deletePod(ctx context.Context, sbx *sandlotv1.Sandbox) (bool, error) {
+	pod := &corev1.Pod{}
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: podNameOf(sbx)}, pod)
+	if apierrors.IsNotFound(err) || (err == nil && !metav1IsControlledBy(pod, sbx)) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("get pod of sandbox %s: %w", sbx.Name, err)
+	}
+	var opts []client.DeleteOption
+	if pod.Spec.NodeName != "" {
+		if err := r.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, &corev1.Node{}); apierrors.IsNotFound(err) {
+			opts = append(opts, client.GracePeriodSeconds(0))
+		}
+	}
+	if pod.DeletionTimestamp == nil || len(opts) > 0 {
+		if err := r.Delete(ctx, pod, opts...); client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("delete pod %s: %w", pod.Name, err)
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,204 @@
+package controllers
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+func (r *SandboxReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// setExpiry: the spec's timeout wins; otherwise the expiry fixed when the
+// sandbox was first resolved is kept, so a template edited or deleted later
+// does not move it.
+func (r *SandboxReconciler) setExpiry(sbx *sandlotv1.Sandbox, sourceTimeout int32) {
+	switch {
+	case sbx.Spec.TimeoutSeconds != nil:
+		sbx.Status.ExpiresAt = expiry(sbx.CreationTimestamp, *sbx.Spec.TimeoutSeconds)
+	case sbx.Status.ExpiresAt == nil:
+		sbx.Status.ExpiresAt = expiry(sbx.CreationTimestamp, sourceTimeout)
+	}
+}
+
+// enforceTimeout deletes (or pauses) an expired sandbox. A paused sandbox
+// does not expire: pause is how E2B keeps one beyond its timeout.
+func (r *SandboxReconciler) enforceTimeout(ctx context.Context, sbx *sandlotv1.Sandbox) (bool, error) {
+	if sbx.Spec.Paused || sbx.Status.ExpiresAt == nil || r.now().Before(sbx.Status.ExpiresAt.Time) {
+		return false, nil
+	}
+	if sbx.Spec.OnTimeout == sandlotv1.TimeoutPause {
+		log.FromContext(ctx).Info("sandbox expired: pausing", "expiresAt", sbx.Status.ExpiresAt)
+		patch := client.MergeFrom(sbx.DeepCopy())
+		sbx.Spec.Paused = true
+		if err := r.Patch(ctx, sbx, patch); err != nil {
+			return true, fmt.Errorf("pause expired sandbox %s: %w", sbx.Name, err)
+		}
+		return true, nil
+	}
+	log.FromContext(ctx).Info("sandbox expired: deleting", "expiresAt", sbx.Status.ExpiresAt)
+	sbx.Status.Reason, sbx.Status.Message = sandlotv1.ReasonExpired, "timeout passed at "+sbx.Status.ExpiresAt.UTC().Format(time.RFC3339)
+	if err := r.Delete(ctx, sbx); client.IgnoreNotFound(err) != nil {
+		return true, fmt.Errorf("delete expired sandbox %s: %w", sbx.Name, err)
+	}
+	return true, nil
+}
+
+// untilExpiry makes sure the sandbox is looked at again when it expires.
+func (r *SandboxReconciler) untilExpiry(sbx *sandlotv1.Sandbox, res ctrl.Result) ctrl.Result {
+	if sbx.Spec.Paused || sbx.Status.ExpiresAt == nil || sbx.Status.Phase.Terminal() {
+		return res
+	}
+	left := sbx.Status.ExpiresAt.Sub(r.now()) + 10*time.Millisecond
+	if res.RequeueAfter == 0 || left < res.RequeueAfter {
+		res.RequeueAfter = left
+	}
+	return res
+}
+
+// ensureToken creates the Secret holding the sandbox's envd access token.
+func (r *SandboxReconciler) ensureToken(ctx context.Context, sbx *sandlotv1.Sandbox) error {
+	key := types.NamespacedName{Namespace: sbx.Namespace, Name: sandlotv1.TokenSecretName(sbx.Name)}
+	if err := r.Get(ctx, key, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		return err
+	}
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		return fmt.Errorf("draw access token: %w", err)
+	}
+	if err := r.Create(ctx, buildTokenSecret(sbx, hex.EncodeToString(buf))); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create token secret %s: %w", key, err)
+	}
+	return nil
+}
+
+func podNameOf(sbx *sandlotv1.Sandbox) string {
+	if sbx.Status.PodName != "" {
+		return sbx.Status.PodName
+	}
+	return sbx.Name
+}
+
+// currentPod is the sandbox's pod, or nil. A pod the cache does not show
+// is looked up on the API server before it is taken to be gone.
+func (r *SandboxReconciler) currentPod(ctx context.Context, sbx *sandlotv1.Sandbox) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	key := types.NamespacedName{Namespace: sbx.Namespace, Name: podNameOf(sbx)}
+	err := r.Get(ctx, key, pod)
+	if apierrors.IsNotFound(err) && sbx.Status.PodName != "" {
+		err = r.APIReader.Get(ctx, key, pod)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get pod %s: %w", key, err)
+	case !metav1IsControlledBy(pod, sbx):
+		return nil, fmt.Errorf("pod %s exists and is not owned by sandbox %s", key, sbx.Name)
+	}
+	return pod, nil
+}
+
+// pausedSandbox is the sandbox's pause package, or nil; as for pods, an
+// absence that would end the sandbox is confirmed on the API server.
+func (r *SandboxReconciler) pausedSandbox(ctx context.Context, sbx *sandlotv1.Sandbox) (*sandlotv1.PausedSandbox, error) {
+	pkg := &sandlotv1.PausedSandbox{}
+	key := types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Name}
+	err := r.Get(ctx, key, pkg)
+	if apierrors.IsNotFound(err) && (sbx.Status.Phase == sandlotv1.SandboxPaused ||
+		sbx.Status.Phase == sandlotv1.SandboxPausing || sbx.Status.Phase == sandlotv1.SandboxResuming) {
+		err = r.APIReader.Get(ctx, key, pkg)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get paused sandbox %s: %w", key, err)
+	case !metav1IsControlledBy(pkg, sbx):
+		return nil, fmt.Errorf("paused sandbox %s exists and is not owned by sandbox %s", key, sbx.Name)
+	}
+	return pkg, nil
+}
+
+// carryOut performs the writes a pause decision asks for.
+func (r *SandboxReconciler) carryOut(ctx context.Context, sbx *sandlotv1.Sandbox, d pauseDecision,
+	pod *corev1.Pod, pkg *sandlotv1.PausedSandbox) error {
+	if d.CreatePaused {
+		if err := r.Create(ctx, buildPausedSandbox(sbx, pod)); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create paused sandbox %s: %w", sbx.Name, err)
+		}
+	}
+	if d.DeletePod {
+		if err := r.Delete(ctx, pod); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete paused pod %s: %w", pod.Name, err)
+		}
+	}
+	if d.DeletePaused {
+		if err := r.Delete(ctx, pkg, client.Preconditions{UID: &pkg.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("release paused sandbox %s: %w", pkg.Name, err)
+		}
+	}
+	return nil
+}
+
+// applyDecision writes a decision that does not run the pod flow.
+func applyDecision(st *sandlotv1.SandboxStatus, gen int64, d pauseDecision) {
+	if d.Fail {
+		setFailed(st, gen, d.Reason, d.Message)
+		return
+	}
+	st.Phase = d.Phase
+	st.Reason, st.Message = d.Reason, d.Message
+	if d.Phase == sandlotv1.SandboxPaused || d.Phase == sandlotv1.SandboxPending {
+		st.NodeName, st.PodName, st.PodIP = "", "", ""
+	}
+	setCondition(&st.Conditions, gen, sandlotv1.ConditionReady, metav1.ConditionFalse, d.Reason, d.Message)
+}
+
+// restoreFromPackage points the run flow at the pause package: same VM,
+// its data where the agent put it.
+func restoreFromPackage(src resolvedSource, pkg *sandlotv1.PausedSandbox) resolvedSource {
+	src.Wait, src.Fail = false, false
+	src.VM = pkg.Spec.VM
+	src.Data = snapshotData(pkg.Status.DataStatus)
+	src.Restore = restoreSource{Kind: "PausedSandbox", Name: pkg.Name, UID: string(pkg.UID), Location: pkg.Status.Location}
+	return src
+}
+
+func buildPausedSandbox(sbx *sandlotv1.Sandbox, pod *corev1.Pod) *sandlotv1.PausedSandbox {
+	return &sandlotv1.PausedSandbox{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            sbx.Name,
+			Namespace:       sbx.Namespace,
+			Labels:          map[string]string{sandlotv1.LabelNode: pod.Spec.NodeName, sandlotv1.LabelSandbox: sbx.Name},
+			OwnerReferences: []metav1.OwnerReference{ownerRef(sbx)},
+			Finalizers:      []string{sandlotv1.FinalizerInUse},
+		},
+		Spec: sandlotv1.PausedSandboxSpec{
+			SandboxID: sbx.Status.SandboxID,
+			NodeName:  pod.Spec.NodeName,
+			PodName:   pod.Name,
+			VM:        vmSpecOfPod(pod, sbx.Status.Resources),
+		},
+	}
+}
+
+func metav1IsControlledBy(obj metav1.Object, sbx *sandlotv1.Sandbox) bool {
+	return metav1.IsControlledBy(obj, sbx)
+}

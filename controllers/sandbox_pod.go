@@ -1,0 +1,141 @@
+package controllers
+
+import (
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// restoreSource names the state a pod's VM restores from; zero means a
+// cold boot of the image.
+type restoreSource struct {
+	Kind     string // "Snapshot" or "PausedSandbox"
+	Name     string
+	UID      string
+	Location string
+}
+
+// podPlan is everything a sandbox Pod is built from.
+type podPlan struct {
+	Name      string
+	Node      string
+	SandboxID string
+	VM        sandlotv1.VMSpec
+	Env       []sandlotv1.EnvVar
+	Restore   restoreSource
+}
+
+// buildPod renders the Pod whose VM is the sandbox. The shim reads the
+// annotations; the env carries the sandbox identity, the token by
+// reference to the Sandbox's Secret.
+func buildPod(sbx *sandlotv1.Sandbox, plan podPlan) *corev1.Pod {
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:    *resourceCPU(plan.VM.Resources.VCPU),
+		corev1.ResourceMemory: quantityMiB(plan.VM.Resources.MemoryMiB),
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      plan.Name,
+			Namespace: sbx.Namespace,
+			Labels: map[string]string{
+				sandlotv1.LabelSandbox:   sbx.Name,
+				sandlotv1.LabelSandboxID: plan.SandboxID,
+				sandlotv1.LabelNode:      plan.Node,
+			},
+			Annotations:     podAnnotations(plan),
+			OwnerReferences: []metav1.OwnerReference{ownerRef(sbx)},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:                      plan.Node,
+			RuntimeClassName:              ptr.To(sandlotv1.RuntimeClassName),
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			Hostname:                      plan.SandboxID,
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To[int64](10),
+			Containers: []corev1.Container{{
+				Name:            sandlotv1.ContainerName,
+				Image:           plan.VM.Image,
+				ImagePullPolicy: corev1.PullIfNotPresent,
+				Env:             podEnv(sbx.Name, plan),
+				Resources:       corev1.ResourceRequirements{Requests: res, Limits: res},
+				Ports: []corev1.ContainerPort{
+					{Name: "envd", ContainerPort: sandlotv1.EnvdPort, Protocol: corev1.ProtocolTCP},
+					{Name: "code", ContainerPort: sandlotv1.CodeInterpreterPort, Protocol: corev1.ProtocolTCP},
+				},
+			}},
+		},
+	}
+	return pod
+}
+
+func podAnnotations(plan podPlan) map[string]string {
+	a := map[string]string{
+		sandlotv1.AnnotationSandboxID:        plan.SandboxID,
+		sandlotv1.AnnotationBoot:             sandlotv1.BootCold,
+		sandlotv1.AnnotationVCPU:             strconv.Itoa(int(plan.VM.Resources.VCPU)),
+		sandlotv1.AnnotationMemoryMiB:        strconv.Itoa(int(plan.VM.Resources.MemoryMiB)),
+		sandlotv1.AnnotationWritableLayerMiB: strconv.Itoa(int(plan.VM.WritableLayerMiB)),
+	}
+	if plan.Restore.Kind != "" {
+		a[sandlotv1.AnnotationBoot] = sandlotv1.BootRestore
+		a[sandlotv1.AnnotationRestoreKind] = plan.Restore.Kind
+		a[sandlotv1.AnnotationRestoreName] = plan.Restore.Name
+		a[sandlotv1.AnnotationRestoreUID] = plan.Restore.UID
+		a[sandlotv1.AnnotationRestoreLocation] = plan.Restore.Location
+	}
+	return a
+}
+
+func podEnv(sandbox string, plan podPlan) []corev1.EnvVar {
+	env := make([]corev1.EnvVar, 0, len(plan.Env)+2)
+	for _, e := range plan.Env {
+		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
+	}
+	return append(env,
+		corev1.EnvVar{Name: sandlotv1.EnvSandboxID, Value: plan.SandboxID},
+		corev1.EnvVar{Name: sandlotv1.EnvAccessToken, ValueFrom: &corev1.EnvVarSource{
+			SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: sandlotv1.TokenSecretName(sandbox)},
+				Key:                  sandlotv1.TokenSecretKey,
+			},
+		}},
+	)
+}
+
+// mergeEnv overlays the sandbox's env on the template's, keeping order.
+func mergeEnv(base, over []sandlotv1.EnvVar) []sandlotv1.EnvVar {
+	idx := map[string]int{}
+	out := make([]sandlotv1.EnvVar, 0, len(base)+len(over))
+	for _, e := range append(append([]sandlotv1.EnvVar{}, base...), over...) {
+		if i, ok := idx[e.Name]; ok {
+			out[i] = e
+			continue
+		}
+		idx[e.Name] = len(out)
+		out = append(out, e)
+	}
+	return out
+}
+
+// buildTokenSecret holds the envd access token of a Sandbox.
+func buildTokenSecret(sbx *sandlotv1.Sandbox, token string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            sandlotv1.TokenSecretName(sbx.Name),
+			Namespace:       sbx.Namespace,
+			Labels:          map[string]string{sandlotv1.LabelSandbox: sbx.Name},
+			OwnerReferences: []metav1.OwnerReference{ownerRef(sbx)},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{sandlotv1.TokenSecretKey: []byte(token)},
+	}
+}
+
+func ownerRef(sbx *sandlotv1.Sandbox) metav1.OwnerReference {
+	return *metav1.NewControllerRef(sbx, sandlotv1.GroupVersion.WithKind("Sandbox"))
+}

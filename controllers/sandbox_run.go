@@ -1,0 +1,186 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// retryPlacement is how often an unplaceable sandbox is retried besides
+// the node events that wake it.
+const retryPlacement = 30 * time.Second
+
+// run mirrors the sandbox's pod, or places the sandbox and starts one.
+func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource, pod *corev1.Pod) (ctrl.Result, error) {
+	st := &sbx.Status
+	if pod != nil {
+		if st.Resources == nil && !src.Wait && !src.Fail {
+			res := src.VM.Resources
+			st.Resources = &res
+		}
+		st.PodName, st.NodeName = pod.Name, pod.Spec.NodeName
+		applyPodView(st, sbx.Generation, viewPod(pod))
+		return ctrl.Result{}, nil
+	}
+	switch {
+	case st.PodName != "" && (st.Phase == sandlotv1.SandboxStarting || st.Phase == sandlotv1.SandboxRunning ||
+		st.Phase == sandlotv1.SandboxResuming):
+		setFailed(st, sbx.Generation, sandlotv1.ReasonPodLost, "pod "+st.PodName+" disappeared")
+		return ctrl.Result{}, nil
+	case src.Fail:
+		setFailed(st, sbx.Generation, src.Reason, src.Message)
+		return ctrl.Result{}, nil
+	case src.Wait:
+		setPending(st, sbx.Generation, src.Reason, src.Message)
+		return ctrl.Result{}, nil
+	}
+	return r.startPod(ctx, sbx, src)
+}
+
+// startPod places the sandbox and creates its pod. The pod's name is the
+// sandbox's, so a restarted controller finds the pod it created instead of
+// creating another.
+func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource) (ctrl.Result, error) {
+	st := &sbx.Status
+	overhead, err := r.overhead(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	want := demandOf(src.VM.Resources, overhead)
+	nodes := &corev1.NodeList{}
+	if err := r.List(ctx, nodes, client.MatchingLabels{sandlotv1.LabelRuntime: "true"}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list nodes: %w", err)
+	}
+	key := types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Name}
+	used, err := r.usage(ctx, key, overhead)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	p := place(placementRequest{Nodes: nodes.Items, Used: used, Demand: want, Source: src.Data})
+	if p.Node == "" {
+		setPending(st, sbx.Generation, p.Reason, p.Message)
+		return ctrl.Result{RequeueAfter: retryPlacement}, nil
+	}
+	plan := podPlan{Name: sbx.Name, Node: p.Node, SandboxID: st.SandboxID, VM: src.VM, Env: src.Env, Restore: src.Restore}
+	if err := r.Create(ctx, buildPod(sbx, plan)); err != nil && !apierrors.IsAlreadyExists(err) {
+		setPending(st, sbx.Generation, sandlotv1.ReasonPodCreateFailed, err.Error())
+		return ctrl.Result{}, fmt.Errorf("create pod for sandbox %s: %w", key, err)
+	}
+	r.assumed.assume(key, p.Node, want)
+	res := src.VM.Resources
+	st.Resources = &res
+	st.NodeName, st.PodName, st.PodIP = p.Node, sbx.Name, ""
+	st.Phase = sandlotv1.SandboxStarting
+	if src.Restore.Kind == "PausedSandbox" {
+		st.Phase = sandlotv1.SandboxResuming
+	}
+	st.Reason, st.Message = "", ""
+	setCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionScheduled, metav1.ConditionTrue, p.Reason, p.Message)
+	setCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionReady, metav1.ConditionFalse,
+		sandlotv1.ReasonPodPending, "pod "+sbx.Name+" created on "+p.Node)
+	return ctrl.Result{}, nil
+}
+
+// overhead is the per-VM cost the sandlot RuntimeClass declares.
+func (r *SandboxReconciler) overhead(ctx context.Context) (corev1.ResourceList, error) {
+	rc := &nodev1.RuntimeClass{}
+	err := r.Get(ctx, types.NamespacedName{Name: sandlotv1.RuntimeClassName}, rc)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil // pod creation will say the RuntimeClass is missing
+	case err != nil:
+		return nil, fmt.Errorf("get runtimeclass %s: %w", sandlotv1.RuntimeClassName, err)
+	case rc.Overhead == nil:
+		return nil, nil
+	}
+	return rc.Overhead.PodFixed, nil
+}
+
+// usage sums, per node, what the sandboxes placed there take, including
+// placements made by this controller that its cache does not show yet.
+func (r *SandboxReconciler) usage(ctx context.Context, self types.NamespacedName, overhead corev1.ResourceList) (map[string]demand, error) {
+	list := &sandlotv1.SandboxList{}
+	if err := r.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	used := map[string]demand{}
+	placed := map[types.NamespacedName]bool{}
+	for i := range list.Items {
+		s := &list.Items[i]
+		key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+		if key == self || !occupiesNode(s) {
+			continue
+		}
+		placed[key] = true
+		used[s.Status.NodeName] = used[s.Status.NodeName].add(demandOf(*s.Status.Resources, overhead))
+	}
+	for key, a := range r.assumed.pending(placed) {
+		if key != self {
+			used[a.node] = used[a.node].add(a.demand)
+		}
+	}
+	return used, nil
+}
+
+// occupiesNode: a sandbox takes room on its node from placement until its
+// pod is gone (paused or terminal sandboxes have none running).
+func occupiesNode(s *sandlotv1.Sandbox) bool {
+	return s.Status.NodeName != "" && s.Status.Resources != nil &&
+		s.Status.Phase != sandlotv1.SandboxPaused && !s.Status.Phase.Terminal()
+}
+
+// assumedPlacements remembers placements until the cache reflects them,
+// as the scheduler's assume cache does, so two sandboxes reconciled back
+// to back do not both take the last room on a node.
+type assumedPlacements struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]assumption
+}
+
+type assumption struct {
+	node   string
+	demand demand
+	at     time.Time
+}
+
+func (a *assumedPlacements) assume(key types.NamespacedName, node string, d demand) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = map[types.NamespacedName]assumption{}
+	}
+	a.m[key] = assumption{node: node, demand: d, at: time.Now()}
+}
+
+func (a *assumedPlacements) forget(key types.NamespacedName) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.m, key)
+}
+
+// pending returns the assumptions the cache does not show yet and drops
+// the ones it does (or that are too old to matter).
+func (a *assumedPlacements) pending(inCache map[types.NamespacedName]bool) map[types.NamespacedName]assumption {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[types.NamespacedName]assumption{}
+	for key, v := range a.m {
+		if inCache[key] || time.Since(v.at) > time.Minute {
+			delete(a.m, key)
+			continue
+		}
+		out[key] = v
+	}
+	return out
+}

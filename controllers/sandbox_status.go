@@ -1,0 +1,149 @@
+package controllers
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// podView is what a Sandbox's status takes from its Pod.
+type podView struct {
+	Phase     sandlotv1.SandboxPhase
+	Ready     metav1.ConditionStatus
+	Reason    string // the condition's reason
+	Message   string
+	PodReason string // the pod's own reason when it failed (Evicted, OOMKilled, ...)
+	IP        string
+	StartedAt *metav1.Time
+}
+
+// viewPod maps a Pod onto the Sandbox lifecycle. A pod that is being
+// deleted without the controller asking is lost: the VM goes with it.
+func viewPod(pod *corev1.Pod) podView {
+	if pod.DeletionTimestamp != nil {
+		return podView{Phase: sandlotv1.SandboxFailed, Ready: metav1.ConditionFalse,
+			Reason: sandlotv1.ReasonPodLost, PodReason: sandlotv1.ReasonPodLost,
+			Message: "pod " + pod.Name + " is being deleted"}
+	}
+	switch pod.Status.Phase {
+	case corev1.PodRunning:
+		if pod.Status.PodIP == "" {
+			return podView{Phase: sandlotv1.SandboxStarting, Ready: metav1.ConditionFalse,
+				Reason: sandlotv1.ReasonPodPending, Message: "pod is running but has no IP yet"}
+		}
+		return podView{Phase: sandlotv1.SandboxRunning, Ready: metav1.ConditionTrue,
+			Reason: sandlotv1.ReasonPodRunning, Message: "pod " + pod.Name + " is running",
+			IP: pod.Status.PodIP, StartedAt: podStartedAt(pod)}
+	case corev1.PodFailed:
+		reason, msg := podFailure(pod)
+		return podView{Phase: sandlotv1.SandboxFailed, Ready: metav1.ConditionFalse,
+			Reason: sandlotv1.ReasonPodFailed, PodReason: reason, Message: msg, IP: pod.Status.PodIP}
+	case corev1.PodSucceeded:
+		return podView{Phase: sandlotv1.SandboxTerminated, Ready: metav1.ConditionFalse,
+			Reason: sandlotv1.ReasonPodSucceeded, PodReason: sandlotv1.ReasonPodSucceeded,
+			Message: "the sandbox's process exited with status 0"}
+	default:
+		return podView{Phase: sandlotv1.SandboxStarting, Ready: metav1.ConditionFalse,
+			Reason: sandlotv1.ReasonPodPending, Message: podWaiting(pod)}
+	}
+}
+
+// podFailure names why a pod failed: the pod's reason (Evicted, ...) or
+// else its container's (OOMKilled, Error, ...), with the message.
+func podFailure(pod *corev1.Pod) (string, string) {
+	reason, msg := pod.Status.Reason, pod.Status.Message
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil {
+			if reason == "" {
+				reason = t.Reason
+			}
+			if msg == "" {
+				msg = fmt.Sprintf("container %s exited with code %d: %s", cs.Name, t.ExitCode, t.Message)
+			}
+		}
+	}
+	if reason == "" {
+		reason = "Unknown"
+	}
+	if msg == "" {
+		msg = "pod " + pod.Name + " failed"
+	}
+	return reason, msg
+}
+
+// podWaiting describes a pending pod, surfacing container errors such as
+// ErrImagePull.
+func podWaiting(pod *corev1.Pod) string {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" {
+			return fmt.Sprintf("container %s waiting: %s: %s", cs.Name, w.Reason, w.Message)
+		}
+	}
+	return "pod " + pod.Name + " is pending"
+}
+
+func podStartedAt(pod *corev1.Pod) *metav1.Time {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if r := cs.State.Running; r != nil {
+			t := r.StartedAt
+			return &t
+		}
+	}
+	return pod.Status.StartTime
+}
+
+// applyPodView writes a pod's view into the Sandbox status.
+func applyPodView(st *sandlotv1.SandboxStatus, gen int64, v podView) {
+	st.Phase = v.Phase
+	st.PodIP = v.IP
+	if v.StartedAt != nil {
+		st.StartedAt = v.StartedAt
+	}
+	st.Reason, st.Message = "", ""
+	if v.Phase.Terminal() {
+		st.Reason, st.Message = v.PodReason, v.Message
+	}
+	setCondition(&st.Conditions, gen, sandlotv1.ConditionReady, v.Ready, v.Reason, v.Message)
+}
+
+// setFailed ends a Sandbox: terminal, nothing is started for it again.
+func setFailed(st *sandlotv1.SandboxStatus, gen int64, reason, msg string) {
+	st.Phase = sandlotv1.SandboxFailed
+	st.Reason, st.Message = reason, msg
+	st.PodIP = ""
+	setCondition(&st.Conditions, gen, sandlotv1.ConditionReady, metav1.ConditionFalse, reason, msg)
+}
+
+// setPending keeps a Sandbox waiting, saying why.
+func setPending(st *sandlotv1.SandboxStatus, gen int64, reason, msg string) {
+	if st.Phase == "" || st.Phase == sandlotv1.SandboxPending {
+		st.Phase = sandlotv1.SandboxPending
+	}
+	st.Reason, st.Message = reason, msg
+	setCondition(&st.Conditions, gen, sandlotv1.ConditionScheduled, metav1.ConditionFalse, reason, msg)
+	setCondition(&st.Conditions, gen, sandlotv1.ConditionReady, metav1.ConditionFalse, reason, msg)
+}
+
+// expiry is when a sandbox created at created with this timeout expires.
+func expiry(created metav1.Time, timeoutSeconds int32) *metav1.Time {
+	t := metav1.NewTime(created.Add(time.Duration(timeoutSeconds) * time.Second))
+	return &t
+}
+
+func setCondition(conds *[]metav1.Condition, gen int64, typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(conds, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: truncate(msg, 1024), ObservedGeneration: gen,
+	})
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}

@@ -1,0 +1,143 @@
+package controllers
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// Field indexes the reconcilers look things up by.
+const (
+	indexSandboxBySnapshot = "spec.source.snapshot"
+	indexSandboxByTemplate = "spec.source.template"
+	indexSnapshotBySandbox = "spec.source.sandbox"
+)
+
+// CacheOptions keeps the controller's caches to sandlot's own pods and
+// secrets: it never needs the rest of a cluster's.
+func CacheOptions() cache.Options {
+	owned, _ := labels.NewRequirement(sandlotv1.LabelSandbox, selection.Exists, nil)
+	sel := labels.NewSelector().Add(*owned)
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}:    {Label: sel},
+		&corev1.Secret{}: {Label: sel},
+	}}
+}
+
+// SetupAll registers every reconciler and index with the manager.
+func SetupAll(mgr ctrl.Manager) error {
+	if err := setupIndexes(context.Background(), mgr); err != nil {
+		return err
+	}
+	c, r := mgr.GetClient(), mgr.GetAPIReader()
+	if err := (&SandboxReconciler{Client: c, APIReader: r}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&TemplateReconciler{Client: c}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&SnapshotReconciler{Client: c}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return (&PausedSandboxReconciler{Client: c}).SetupWithManager(mgr)
+}
+
+func setupIndexes(ctx context.Context, mgr ctrl.Manager) error {
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &sandlotv1.Sandbox{}, indexSandboxBySnapshot, func(o client.Object) []string {
+		return nonEmpty(o.(*sandlotv1.Sandbox).Spec.Source.Snapshot)
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &sandlotv1.Sandbox{}, indexSandboxByTemplate, func(o client.Object) []string {
+		return nonEmpty(o.(*sandlotv1.Sandbox).Spec.Source.Template)
+	}); err != nil {
+		return err
+	}
+	return idx.IndexField(ctx, &sandlotv1.Snapshot{}, indexSnapshotBySandbox, func(o client.Object) []string {
+		return nonEmpty(o.(*sandlotv1.Snapshot).Spec.Source.Sandbox)
+	})
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
+
+// SetupWithManager watches Sandboxes and what they depend on.
+func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&sandlotv1.Sandbox{}).
+		Owns(&corev1.Pod{}).
+		Owns(&sandlotv1.PausedSandbox{}).
+		Watches(&sandlotv1.Template{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesUsing(indexSandboxByTemplate))).
+		Watches(&sandlotv1.Snapshot{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesUsing(indexSandboxBySnapshot))).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.unplacedSandboxes),
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{},
+				nodeReadyChanged()))).
+		Named("sandbox").
+		Complete(r)
+}
+
+// sandboxesUsing maps a Template or Snapshot to the Sandboxes started
+// from it.
+func (r *SandboxReconciler) sandboxesUsing(index string) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		list := &sandlotv1.SandboxList{}
+		if err := r.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{index: o.GetName()}); err != nil {
+			return nil
+		}
+		return sandboxRequests(list.Items, func(*sandlotv1.Sandbox) bool { return true })
+	}
+}
+
+// unplacedSandboxes wakes the sandboxes waiting for a node when nodes change.
+func (r *SandboxReconciler) unplacedSandboxes(ctx context.Context, _ client.Object) []reconcile.Request {
+	list := &sandlotv1.SandboxList{}
+	if err := r.List(ctx, list); err != nil {
+		return nil
+	}
+	return sandboxRequests(list.Items, func(s *sandlotv1.Sandbox) bool {
+		return s.Status.NodeName == "" && !s.Status.Phase.Terminal()
+	})
+}
+
+func sandboxRequests(items []sandlotv1.Sandbox, keep func(*sandlotv1.Sandbox) bool) []reconcile.Request {
+	var reqs []reconcile.Request
+	for i := range items {
+		if keep(&items[i]) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{
+				Namespace: items[i].Namespace, Name: items[i].Name}})
+		}
+	}
+	return reqs
+}
+
+// nodeReadyChanged passes node updates that change readiness or
+// allocatable, not the kubelet's periodic heartbeats.
+func nodeReadyChanged() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
+		return nodeReady(o) != nodeReady(n) || !o.Status.Allocatable.Cpu().Equal(*n.Status.Allocatable.Cpu()) ||
+			!o.Status.Allocatable.Memory().Equal(*n.Status.Allocatable.Memory())
+	}}
+}
+
+func nodeReady(n *corev1.Node) bool {
+	return ineligible(n) == ""
+}

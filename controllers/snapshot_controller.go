@@ -1,0 +1,250 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// SnapshotReconciler labels a Snapshot with the node whose agent must take
+// it and holds its deletion while any Sandbox restores from it. The agent
+// does the work and owns the data finalizer.
+type SnapshotReconciler struct {
+	client.Client
+}
+
+// +kubebuilder:rbac:groups=sandlot.dev,resources=snapshots,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=sandlot.dev,resources=snapshots/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=sandlot.dev,resources=snapshots/finalizers,verbs=update
+
+func (r *SnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	snap := &sandlotv1.Snapshot{}
+	if err := r.Get(ctx, req.NamespacedName, snap); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if snap.DeletionTimestamp != nil {
+		return ctrl.Result{}, r.release(ctx, snap)
+	}
+	if controllerutil.AddFinalizer(snap, sandlotv1.FinalizerInUse) {
+		if err := r.Update(ctx, snap); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer to snapshot %s: %w", req, err)
+		}
+	}
+	orig := snap.DeepCopy()
+	if snap.Status.NodeName == "" {
+		a, err := r.assignment(ctx, snap)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		applyAssignment(&snap.Status, snap.Generation, a)
+	}
+	if err := r.labelNode(ctx, snap, snap.Status.NodeName); err != nil {
+		return ctrl.Result{}, err
+	}
+	snap.Status.ObservedGeneration = snap.Generation
+	if equality.Semantic.DeepEqual(orig.Status, snap.Status) {
+		return ctrl.Result{}, nil
+	}
+	if err := r.Status().Patch(ctx, snap, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return ctrl.Result{}, fmt.Errorf("patch status of snapshot %s: %w", req, err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// snapshotAssignment is who must take a snapshot, or why nobody can yet.
+type snapshotAssignment struct {
+	Node      string
+	Phase     sandlotv1.DataPhase
+	Reason    string
+	Message   string
+	SandboxID string
+	Template  string
+	VM        sandlotv1.VMSpec
+}
+
+func (r *SnapshotReconciler) assignment(ctx context.Context, snap *sandlotv1.Snapshot) (snapshotAssignment, error) {
+	if imp := snap.Spec.Source.Import; imp != nil {
+		return r.importAssignment(ctx, imp)
+	}
+	sbx := &sandlotv1.Sandbox{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: snap.Namespace, Name: snap.Spec.Source.Sandbox}, sbx)
+	if apierrors.IsNotFound(err) {
+		return snapshotAssignment{Phase: sandlotv1.DataFailed, Reason: sandlotv1.ReasonSourceNotFound,
+			Message: fmt.Sprintf("sandbox %q not found", snap.Spec.Source.Sandbox)}, nil
+	}
+	if err != nil {
+		return snapshotAssignment{}, fmt.Errorf("get sandbox of snapshot %s: %w", snap.Name, err)
+	}
+	pod := &corev1.Pod{}
+	if sbx.Status.Phase == sandlotv1.SandboxRunning {
+		err = r.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Status.PodName}, pod)
+		if client.IgnoreNotFound(err) != nil {
+			return snapshotAssignment{}, fmt.Errorf("get pod of sandbox %s: %w", sbx.Name, err)
+		}
+	}
+	tpl := sbx.Spec.Source.Template
+	if tpl == "" {
+		src := &sandlotv1.Snapshot{}
+		if r.Get(ctx, types.NamespacedName{Namespace: snap.Namespace, Name: sbx.Spec.Source.Snapshot}, src) == nil {
+			tpl = src.Status.Template
+		}
+	}
+	return sandboxAssignment(sbx, pod, err == nil, tpl), nil
+}
+
+// sandboxAssignment: a running sandbox is snapshotted on its node; a
+// sandbox that has ended never will be; any other waits.
+func sandboxAssignment(sbx *sandlotv1.Sandbox, pod *corev1.Pod, havePod bool, template string) snapshotAssignment {
+	switch {
+	case sbx.DeletionTimestamp != nil || sbx.Status.Phase.Terminal():
+		return snapshotAssignment{Phase: sandlotv1.DataFailed, Reason: sandlotv1.ReasonSourceFailed,
+			Message: fmt.Sprintf("sandbox %q has ended (phase %s)", sbx.Name, sbx.Status.Phase)}
+	case sbx.Status.Phase != sandlotv1.SandboxRunning || sbx.Status.NodeName == "" || !havePod:
+		return snapshotAssignment{Phase: sandlotv1.DataPending, Reason: sandlotv1.ReasonSandboxNotRunning,
+			Message: fmt.Sprintf("waiting for sandbox %q to run (phase %s)", sbx.Name, sbx.Status.Phase)}
+	}
+	return snapshotAssignment{
+		Node: sbx.Status.NodeName, Phase: sandlotv1.DataPending, Reason: sandlotv1.ReasonNodeAssigned,
+		Message:   "the node agent on " + sbx.Status.NodeName + " takes this snapshot",
+		SandboxID: sbx.Status.SandboxID, Template: template, VM: vmSpecOfPod(pod, sbx.Status.Resources),
+	}
+}
+
+// importAssignment gives imported data to the named node, or to the first
+// eligible runtime node.
+func (r *SnapshotReconciler) importAssignment(ctx context.Context, imp *sandlotv1.SnapshotImport) (snapshotAssignment, error) {
+	assigned := func(node string) snapshotAssignment {
+		return snapshotAssignment{Node: node, Phase: sandlotv1.DataPending, Reason: sandlotv1.ReasonNodeAssigned,
+			Message: "the node agent on " + node + " verifies the imported data"}
+	}
+	if imp.NodeName != "" {
+		return assigned(imp.NodeName), nil
+	}
+	nodes := &corev1.NodeList{}
+	if err := r.List(ctx, nodes, client.MatchingLabels{sandlotv1.LabelRuntime: "true"}); err != nil {
+		return snapshotAssignment{}, fmt.Errorf("list nodes: %w", err)
+	}
+	sort.Slice(nodes.Items, func(i, j int) bool { return nodes.Items[i].Name < nodes.Items[j].Name })
+	for i := range nodes.Items {
+		if ineligible(&nodes.Items[i]) == "" {
+			return assigned(nodes.Items[i].Name), nil
+		}
+	}
+	return snapshotAssignment{Phase: sandlotv1.DataPending, Reason: sandlotv1.ReasonNoEligibleNode,
+		Message: "no ready node labelled " + sandlotv1.LabelRuntime + "=true to verify the imported data"}, nil
+}
+
+func applyAssignment(st *sandlotv1.SnapshotStatus, gen int64, a snapshotAssignment) {
+	st.Phase, st.NodeName = a.Phase, a.Node
+	st.SandboxID, st.Template, st.VM = a.SandboxID, a.Template, a.VM
+	scheduled := metav1.ConditionFalse
+	if a.Node != "" {
+		scheduled = metav1.ConditionTrue
+	}
+	setCondition(&st.Conditions, gen, sandlotv1.ConditionScheduled, scheduled, a.Reason, a.Message)
+	if a.Phase == sandlotv1.DataFailed {
+		setCondition(&st.Conditions, gen, sandlotv1.ConditionReady, metav1.ConditionFalse, a.Reason, a.Message)
+	}
+}
+
+// vmSpecOfPod is what runs in a sandbox pod, as a restore needs it.
+func vmSpecOfPod(pod *corev1.Pod, res *sandlotv1.Resources) sandlotv1.VMSpec {
+	vm := sandlotv1.VMSpec{}
+	if len(pod.Spec.Containers) > 0 {
+		vm.Image = pod.Spec.Containers[0].Image
+	}
+	if res != nil {
+		vm.Resources = *res
+	}
+	fmt.Sscan(pod.Annotations[sandlotv1.AnnotationWritableLayerMiB], &vm.WritableLayerMiB)
+	return vm
+}
+
+func (r *SnapshotReconciler) labelNode(ctx context.Context, snap *sandlotv1.Snapshot, node string) error {
+	if node == "" || snap.Labels[sandlotv1.LabelNode] == node {
+		return nil
+	}
+	patch := client.MergeFrom(snap.DeepCopy())
+	if snap.Labels == nil {
+		snap.Labels = map[string]string{}
+	}
+	snap.Labels[sandlotv1.LabelNode] = node
+	if err := r.Patch(ctx, snap, patch); err != nil {
+		return fmt.Errorf("label snapshot %s with node %s: %w", snap.Name, node, err)
+	}
+	return nil
+}
+
+// release lets a deleted Snapshot go once no Sandbox restores from it; the
+// agent's data finalizer then removes the data.
+func (r *SnapshotReconciler) release(ctx context.Context, snap *sandlotv1.Snapshot) error {
+	if !controllerutil.ContainsFinalizer(snap, sandlotv1.FinalizerInUse) {
+		return nil
+	}
+	users := &sandlotv1.SandboxList{}
+	if err := r.List(ctx, users, client.InNamespace(snap.Namespace), client.MatchingFields{indexSandboxBySnapshot: snap.Name}); err != nil {
+		return fmt.Errorf("list sandboxes of snapshot %s: %w", snap.Name, err)
+	}
+	if len(users.Items) > 0 {
+		names := make([]string, 0, len(users.Items))
+		for _, u := range users.Items {
+			names = append(names, u.Name)
+		}
+		sort.Strings(names)
+		orig := snap.DeepCopy()
+		setCondition(&snap.Status.Conditions, snap.Generation, sandlotv1.ConditionDeletionHeld, metav1.ConditionTrue,
+			sandlotv1.ReasonInUse, "deletion waits for the sandboxes restored from it: "+strings.Join(names, ", "))
+		if equality.Semantic.DeepEqual(orig.Status, snap.Status) {
+			return nil
+		}
+		return client.IgnoreNotFound(r.Status().Patch(ctx, snap, client.MergeFrom(orig)))
+	}
+	controllerutil.RemoveFinalizer(snap, sandlotv1.FinalizerInUse)
+	if err := r.Update(ctx, snap); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("remove finalizer of snapshot %s: %w", snap.Name, err)
+	}
+	return nil
+}
+
+// SetupWithManager watches Snapshots and the Sandboxes they depend on.
+func (r *SnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&sandlotv1.Snapshot{}).
+		Watches(&sandlotv1.Sandbox{}, handler.EnqueueRequestsFromMapFunc(r.snapshotsOf)).
+		Named("snapshot").
+		Complete(r)
+}
+
+// snapshotsOf maps a Sandbox to the Snapshots taken from it (waiting for
+// it to run) and the one it restores from (held while it exists).
+func (r *SnapshotReconciler) snapshotsOf(ctx context.Context, o client.Object) []reconcile.Request {
+	sbx := o.(*sandlotv1.Sandbox)
+	var reqs []reconcile.Request
+	if s := sbx.Spec.Source.Snapshot; s != "" {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: sbx.Namespace, Name: s}})
+	}
+	list := &sandlotv1.SnapshotList{}
+	if err := r.List(ctx, list, client.InNamespace(sbx.Namespace), client.MatchingFields{indexSnapshotBySandbox: sbx.Name}); err != nil {
+		return reqs
+	}
+	for _, s := range list.Items {
+		if s.Status.NodeName == "" {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}})
+		}
+	}
+	return reqs
+}
