@@ -1,0 +1,226 @@
+package controllers_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// TestSandboxFromTemplateBecomesPod: the Pod carries the runtime class,
+// node, resources, env (token from the Secret), annotations and owner;
+// a running pod with an IP makes the Sandbox Running.
+func TestSandboxFromTemplateBecomesPod(t *testing.T) {
+	h := newHarness(t)
+	startController(t)
+	h.addNode("tpl-node", "8", "16Gi", nil)
+	h.template("python", 1024)
+	sbx := newSandbox("hello", sandlotv1.SandboxSource{Template: "python"})
+	sbx.Spec.Resources = &sandlotv1.Resources{VCPU: 2}
+	sbx.Spec.Env = []sandlotv1.EnvVar{{Name: "SHARED", Value: "sandbox"}}
+	h.create(sbx)
+
+	s := h.waitPhase("hello", sandlotv1.SandboxStarting)
+	pod := h.pod("hello")
+	if got := ptr.Deref(pod.Spec.RuntimeClassName, ""); got != "sandlot" {
+		t.Errorf("runtimeClassName = %q", got)
+	}
+	if pod.Spec.NodeName != "tpl-node" || s.Status.NodeName != "tpl-node" {
+		t.Errorf("node: pod %q, status %q", pod.Spec.NodeName, s.Status.NodeName)
+	}
+	if !metav1.IsControlledBy(pod, s) {
+		t.Errorf("pod owners = %v", pod.OwnerReferences)
+	}
+	c := pod.Spec.Containers[0]
+	if c.Image != "docker.io/library/python:3.12" {
+		t.Errorf("image = %q", c.Image)
+	}
+	wantCPU, wantMem := resource.MustParse("2"), resource.MustParse("1Gi")
+	if !c.Resources.Limits.Cpu().Equal(wantCPU) || !c.Resources.Requests.Memory().Equal(wantMem) {
+		t.Errorf("resources = %v", c.Resources)
+	}
+	if pod.Spec.Overhead.Memory().IsZero() {
+		t.Errorf("RuntimeClass overhead not applied: %v", pod.Spec.Overhead)
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	if env["SHARED"].Value != "sandbox" || env["FROM_TEMPLATE"].Value != "t" || env[sandlotv1.EnvSandboxID].Value != s.Status.SandboxID {
+		t.Errorf("env = %v", c.Env)
+	}
+	ref := env[sandlotv1.EnvAccessToken].ValueFrom
+	if ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != sandlotv1.TokenSecretName("hello") {
+		t.Fatalf("token env = %+v", env[sandlotv1.EnvAccessToken])
+	}
+	secret := &corev1.Secret{}
+	if err := h.c.Get(context.Background(), h.key(ref.SecretKeyRef.Name), secret); err != nil {
+		t.Fatal(err)
+	}
+	if len(secret.Data[ref.SecretKeyRef.Key]) != 64 || !metav1.IsControlledBy(secret, s) {
+		t.Errorf("token secret = %v owners %v", secret.Data, secret.OwnerReferences)
+	}
+	for k, want := range map[string]string{
+		sandlotv1.AnnotationSandboxID: s.Status.SandboxID, sandlotv1.AnnotationBoot: sandlotv1.BootCold,
+		sandlotv1.AnnotationVCPU: "2", sandlotv1.AnnotationMemoryMiB: "1024", sandlotv1.AnnotationWritableLayerMiB: "1024",
+	} {
+		if got := pod.Annotations[k]; got != want {
+			t.Errorf("annotation %s = %q, want %q", k, got, want)
+		}
+	}
+	if len(s.Status.SandboxID) != 20 || s.Status.Source != "template/python" || s.Status.ExpiresAt == nil {
+		t.Errorf("status = %+v", s.Status)
+	}
+
+	h.setPod("hello", corev1.PodRunning, "10.88.0.7")
+	s = h.waitPhase("hello", sandlotv1.SandboxRunning)
+	if s.Status.PodIP != "10.88.0.7" || s.Status.StartedAt == nil || condition(s.Status.Conditions, sandlotv1.ConditionReady).Status != metav1.ConditionTrue {
+		t.Errorf("running status = %+v", s.Status)
+	}
+}
+
+// TestPodFailureFailsSandbox: the pod's reason reaches the Sandbox, and
+// nothing is started again.
+func TestPodFailureFailsSandbox(t *testing.T) {
+	h := newHarness(t)
+	startController(t)
+	h.addNode("fail-node", "8", "16Gi", nil)
+	h.template("python", 512)
+	h.create(newSandbox("doomed", sandlotv1.SandboxSource{Template: "python"}))
+	h.waitPhase("doomed", sandlotv1.SandboxStarting)
+	h.setPod("doomed", corev1.PodRunning, "10.88.0.8")
+	h.waitPhase("doomed", sandlotv1.SandboxRunning)
+	h.setPod("doomed", corev1.PodFailed, "10.88.0.8", func(st *corev1.PodStatus) {
+		st.ContainerStatuses = []corev1.ContainerStatus{{Name: "sandbox", State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137, Message: "guest out of memory"}}}}
+	})
+	s := h.waitPhase("doomed", sandlotv1.SandboxFailed)
+	if s.Status.Reason != "OOMKilled" || condition(s.Status.Conditions, sandlotv1.ConditionReady).Reason != sandlotv1.ReasonPodFailed {
+		t.Fatalf("failed status = %+v", s.Status)
+	}
+	mustContain(t, "message", s.Status.Message, "exited with code 137")
+
+	// A terminal sandbox stays so: its failed pod is kept, nothing new made.
+	h.consistently(time.Second, "no restart", func() error {
+		if p := h.pod("doomed"); p.Status.Phase != corev1.PodFailed {
+			t.Fatalf("pod replaced: %+v", p.Status)
+		}
+		return nil
+	})
+}
+
+// TestExpiryDeletesSandboxAndPod: past its timeout a sandbox goes, and so
+// do its pod and token.
+func TestExpiryDeletesSandboxAndPod(t *testing.T) {
+	h := newHarness(t)
+	h.runKubelet()
+	startController(t)
+	h.addNode("expiry-node", "8", "16Gi", nil)
+	h.template("python", 512)
+	sbx := newSandbox("brief", sandlotv1.SandboxSource{Template: "python"})
+	sbx.Spec.TimeoutSeconds = ptr.To[int32](3)
+	h.create(sbx)
+	h.waitPhase("brief", sandlotv1.SandboxStarting)
+	h.setPod("brief", corev1.PodRunning, "10.88.0.9")
+	s := h.waitPhase("brief", sandlotv1.SandboxRunning)
+	if got := s.Status.ExpiresAt.Sub(s.CreationTimestamp.Time); got != 3*time.Second {
+		t.Fatalf("expiresAt - creation = %v, want 3s", got)
+	}
+	h.gone(&sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "brief"}})
+	h.gone(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "brief"}})
+	h.gone(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sandlotv1.TokenSecretName("brief")}})
+	if since := time.Since(s.Status.ExpiresAt.Time); since < 0 {
+		t.Fatalf("deleted %v before expiry", -since)
+	}
+}
+
+// TestExtendTimeout: raising timeoutSeconds moves expiresAt and keeps the
+// sandbox alive past the original deadline.
+func TestExtendTimeout(t *testing.T) {
+	h := newHarness(t)
+	startController(t)
+	h.addNode("extend-node", "8", "16Gi", nil)
+	h.template("python", 512)
+	sbx := newSandbox("longer", sandlotv1.SandboxSource{Template: "python"})
+	sbx.Spec.TimeoutSeconds = ptr.To[int32](2)
+	h.create(sbx)
+	h.waitPhase("longer", sandlotv1.SandboxStarting)
+	s := h.sandbox("longer")
+	s.Spec.TimeoutSeconds = ptr.To[int32](600)
+	if err := h.c.Update(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	h.consistently(3*time.Second, "still there after the first deadline", func() error {
+		h.sandbox("longer")
+		return nil
+	})
+	if got := h.sandbox("longer").Status.ExpiresAt.Sub(s.CreationTimestamp.Time); got != 600*time.Second {
+		t.Fatalf("expiresAt - creation = %v", got)
+	}
+}
+
+// TestNoEligibleNodePending: without a node the sandbox waits, saying why,
+// and is placed as soon as a node appears.
+func TestNoEligibleNodePending(t *testing.T) {
+	h := newHarness(t)
+	startController(t)
+	h.template("python", 512)
+	h.create(newSandbox("waiting", sandlotv1.SandboxSource{Template: "python"}))
+	h.eventually(10*time.Second, "Scheduled=False", func() error {
+		s := h.sandbox("waiting")
+		c := condition(s.Status.Conditions, sandlotv1.ConditionScheduled)
+		if s.Status.Phase != sandlotv1.SandboxPending || c.Status != metav1.ConditionFalse || c.Reason != sandlotv1.ReasonNoEligibleNode {
+			return errorf("phase %s, Scheduled %+v", s.Status.Phase, c)
+		}
+		return nil
+	})
+	mustContain(t, "message", condition(h.sandbox("waiting").Status.Conditions, sandlotv1.ConditionScheduled).Message,
+		"no node is labelled sandlot.dev/runtime=true")
+
+	h.addNode("late-node", "8", "16Gi", nil)
+	if s := h.waitPhase("waiting", sandlotv1.SandboxStarting); s.Status.NodeName != "late-node" {
+		t.Fatalf("placed on %q", s.Status.NodeName)
+	}
+}
+
+// TestSandboxNeedsItsTemplate: a missing template keeps the sandbox Pending
+// with a reason; creating the template starts it.
+func TestSandboxNeedsItsTemplate(t *testing.T) {
+	h := newHarness(t)
+	startController(t)
+	h.addNode("tplwait-node", "8", "16Gi", nil)
+	h.create(newSandbox("early", sandlotv1.SandboxSource{Template: "later"}))
+	h.eventually(10*time.Second, "SourceNotFound", func() error {
+		if s := h.sandbox("early"); s.Status.Reason != sandlotv1.ReasonSourceNotFound {
+			return errorf("status %+v", s.Status)
+		}
+		return nil
+	})
+	h.template("later", 512)
+	h.waitPhase("early", sandlotv1.SandboxStarting)
+}
+
+// TestDeletingSandboxDeletesPodAndSecret.
+func TestDeletingSandboxDeletesPodAndSecret(t *testing.T) {
+	h := newHarness(t)
+	h.runKubelet()
+	startController(t)
+	h.addNode("del-node", "8", "16Gi", nil)
+	h.template("python", 512)
+	h.create(newSandbox("bye", sandlotv1.SandboxSource{Template: "python"}))
+	h.waitPhase("bye", sandlotv1.SandboxStarting)
+	h.setPod("bye", corev1.PodRunning, "10.88.0.10")
+	s := h.waitPhase("bye", sandlotv1.SandboxRunning)
+	if err := h.c.Delete(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	h.gone(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bye"}})
+	h.gone(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sandlotv1.TokenSecretName("bye")}})
+	h.gone(&sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "bye"}})
+}

@@ -1,0 +1,112 @@
+package controllers
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+func TestDecidePause(t *testing.T) {
+	now := metav1.Now()
+	running := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	pending := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	deleting := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	pkg := func(phase sandlotv1.DataPhase) *sandlotv1.PausedSandbox {
+		return &sandlotv1.PausedSandbox{ObjectMeta: metav1.ObjectMeta{UID: "pkg-1"},
+			Status: sandlotv1.PausedSandboxStatus{DataStatus: sandlotv1.DataStatus{Phase: phase}}}
+	}
+	gone := pkg(sandlotv1.DataReady)
+	gone.DeletionTimestamp = &now
+	resumed := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{sandlotv1.AnnotationRestoreUID: "pkg-1"}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	restoring := resumed.DeepCopy()
+	restoring.Status.Phase = corev1.PodPending
+
+	cases := []struct {
+		name string
+		w    pauseWorld
+		want pauseDecision
+	}{
+		{"running, not paused", pauseWorld{Phase: sandlotv1.SandboxRunning, Pod: running}, pauseDecision{Run: true}},
+		{"pause a running sandbox", pauseWorld{Paused: true, Phase: sandlotv1.SandboxRunning, Pod: running},
+			pauseDecision{CreatePaused: true, Phase: sandlotv1.SandboxPausing, Reason: sandlotv1.ReasonPausing}},
+		{"pause a starting sandbox waits for it to run", pauseWorld{Paused: true, Phase: sandlotv1.SandboxStarting, Pod: pending},
+			pauseDecision{Run: true}},
+		{"paused before it ever started", pauseWorld{Paused: true, Phase: sandlotv1.SandboxPending},
+			pauseDecision{Phase: sandlotv1.SandboxPending, Reason: sandlotv1.ReasonPaused}},
+		{"package being made", pauseWorld{Paused: true, Phase: sandlotv1.SandboxPausing, Pod: running, Package: pkg(sandlotv1.DataCreating)},
+			pauseDecision{Phase: sandlotv1.SandboxPausing, Reason: sandlotv1.ReasonPausing}},
+		{"package ready: remove the pod", pauseWorld{Paused: true, Phase: sandlotv1.SandboxPausing, Pod: running, Package: pkg(sandlotv1.DataReady)},
+			pauseDecision{DeletePod: true, Phase: sandlotv1.SandboxPausing, Reason: sandlotv1.ReasonPausing}},
+		{"pod going", pauseWorld{Paused: true, Phase: sandlotv1.SandboxPausing, Pod: deleting, Package: pkg(sandlotv1.DataReady)},
+			pauseDecision{Phase: sandlotv1.SandboxPausing, Reason: sandlotv1.ReasonPausing}},
+		{"paused", pauseWorld{Paused: true, Phase: sandlotv1.SandboxPausing, Package: pkg(sandlotv1.DataReady)},
+			pauseDecision{Phase: sandlotv1.SandboxPaused, Reason: sandlotv1.ReasonPaused}},
+		{"pause failed, VM still runs", pauseWorld{Paused: true, Phase: sandlotv1.SandboxPausing, Pod: running, Package: pkg(sandlotv1.DataFailed)},
+			pauseDecision{Run: true, Reason: sandlotv1.ReasonPauseFailed}},
+		{"package deleted while paused", pauseWorld{Paused: true, Phase: sandlotv1.SandboxPaused, Package: gone}, discarded},
+		{"package vanished while paused", pauseWorld{Paused: true, Phase: sandlotv1.SandboxPaused}, discarded},
+		{"resume: restore the package", pauseWorld{Phase: sandlotv1.SandboxPaused, Package: pkg(sandlotv1.DataReady)},
+			pauseDecision{Restore: true, Run: true}},
+		{"resume: pod restoring", pauseWorld{Phase: sandlotv1.SandboxResuming, Pod: restoring, Package: pkg(sandlotv1.DataReady)},
+			pauseDecision{Run: true}},
+		{"resume: pod runs, release the package", pauseWorld{Phase: sandlotv1.SandboxResuming, Pod: resumed, Package: pkg(sandlotv1.DataReady)},
+			pauseDecision{Run: true, DeletePaused: true}},
+		{"resume: package released", pauseWorld{Phase: sandlotv1.SandboxResuming, Pod: resumed, Package: gone}, pauseDecision{Run: true}},
+		{"resume: package deleted before restore", pauseWorld{Phase: sandlotv1.SandboxPaused, Package: gone}, discarded},
+		{"resume: package vanished", pauseWorld{Phase: sandlotv1.SandboxPaused}, discarded},
+		{"unpaused before the pod went: cancel", pauseWorld{Phase: sandlotv1.SandboxPausing, Pod: running, Package: pkg(sandlotv1.DataCreating)},
+			pauseDecision{Run: true, DeletePaused: true}},
+		{"unpaused while the pod goes: wait", pauseWorld{Phase: sandlotv1.SandboxPausing, Pod: deleting, Package: pkg(sandlotv1.DataReady)},
+			pauseDecision{Phase: sandlotv1.SandboxPausing, Reason: sandlotv1.ReasonPausing}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := decidePause(tc.w)
+			got.Message, tc.want.Message = "", ""
+			if got != tc.want {
+				t.Fatalf("decision = %+v\n          want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSandboxAssignment(t *testing.T) {
+	now := metav1.Now()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{sandlotv1.AnnotationWritableLayerMiB: "2048"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Image: "python:3"}}}}
+	res := &sandlotv1.Resources{VCPU: 2, MemoryMiB: 1024}
+	sbx := func(phase sandlotv1.SandboxPhase, node string) *sandlotv1.Sandbox {
+		return &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "s"},
+			Status: sandlotv1.SandboxStatus{Phase: phase, NodeName: node, SandboxID: "id", Resources: res}}
+	}
+	deleted := sbx(sandlotv1.SandboxRunning, "n1")
+	deleted.DeletionTimestamp = &now
+	cases := []struct {
+		name   string
+		sbx    *sandlotv1.Sandbox
+		node   string
+		phase  sandlotv1.DataPhase
+		reason string
+	}{
+		{"running", sbx(sandlotv1.SandboxRunning, "n1"), "n1", sandlotv1.DataPending, sandlotv1.ReasonNodeAssigned},
+		{"starting waits", sbx(sandlotv1.SandboxStarting, "n1"), "", sandlotv1.DataPending, sandlotv1.ReasonSandboxNotRunning},
+		{"paused waits", sbx(sandlotv1.SandboxPaused, ""), "", sandlotv1.DataPending, sandlotv1.ReasonSandboxNotRunning},
+		{"failed never", sbx(sandlotv1.SandboxFailed, "n1"), "", sandlotv1.DataFailed, sandlotv1.ReasonSourceFailed},
+		{"deleted never", deleted, "", sandlotv1.DataFailed, sandlotv1.ReasonSourceFailed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := sandboxAssignment(tc.sbx, pod, true, "tpl")
+			if a.Node != tc.node || a.Phase != tc.phase || a.Reason != tc.reason {
+				t.Fatalf("assignment = %+v", a)
+			}
+			if a.Node != "" && (a.VM.Image != "python:3" || a.VM.WritableLayerMiB != 2048 || a.VM.Resources != *res || a.Template != "tpl") {
+				t.Fatalf("VM = %+v, template %q", a.VM, a.Template)
+			}
+		})
+	}
+}

@@ -1,0 +1,115 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+func TestViewPod(t *testing.T) {
+	started := metav1.NewTime(time.Unix(1700000000, 0))
+	now := metav1.Now()
+	cases := []struct {
+		name      string
+		pod       corev1.Pod
+		phase     sandlotv1.SandboxPhase
+		ready     metav1.ConditionStatus
+		reason    string
+		podReason string
+		ip        string
+	}{
+		{name: "pending", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}},
+			phase: sandlotv1.SandboxStarting, ready: metav1.ConditionFalse, reason: sandlotv1.ReasonPodPending},
+		{name: "running without IP", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}},
+			phase: sandlotv1.SandboxStarting, ready: metav1.ConditionFalse, reason: sandlotv1.ReasonPodPending},
+		{name: "running", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.1.0.5",
+			ContainerStatuses: []corev1.ContainerStatus{{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}}}}}},
+			phase: sandlotv1.SandboxRunning, ready: metav1.ConditionTrue, reason: sandlotv1.ReasonPodRunning, ip: "10.1.0.5"},
+		{name: "evicted", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "low memory"}},
+			phase: sandlotv1.SandboxFailed, ready: metav1.ConditionFalse, reason: sandlotv1.ReasonPodFailed, podReason: "Evicted"},
+		{name: "container OOM", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed,
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "sandbox", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}}},
+			phase: sandlotv1.SandboxFailed, ready: metav1.ConditionFalse, reason: sandlotv1.ReasonPodFailed, podReason: "OOMKilled"},
+		{name: "succeeded", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}},
+			phase: sandlotv1.SandboxTerminated, ready: metav1.ConditionFalse, reason: sandlotv1.ReasonPodSucceeded, podReason: sandlotv1.ReasonPodSucceeded},
+		{name: "deleted under us", pod: corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: corev1.PodStatus{Phase: corev1.PodRunning}},
+			phase: sandlotv1.SandboxFailed, ready: metav1.ConditionFalse, reason: sandlotv1.ReasonPodLost, podReason: sandlotv1.ReasonPodLost},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := viewPod(&tc.pod)
+			if v.Phase != tc.phase || v.Ready != tc.ready || v.Reason != tc.reason || v.PodReason != tc.podReason || v.IP != tc.ip {
+				t.Fatalf("view = %+v; want phase %s ready %s reason %s podReason %s ip %q", v, tc.phase, tc.ready, tc.reason, tc.podReason, tc.ip)
+			}
+			if tc.phase == sandlotv1.SandboxRunning && !v.StartedAt.Equal(&started) {
+				t.Errorf("startedAt = %v, want %v", v.StartedAt, started)
+			}
+		})
+	}
+}
+
+func TestApplyPodViewSetsTerminalReason(t *testing.T) {
+	st := sandlotv1.SandboxStatus{}
+	applyPodView(&st, 3, podView{Phase: sandlotv1.SandboxFailed, Ready: metav1.ConditionFalse, Reason: sandlotv1.ReasonPodFailed,
+		PodReason: "OOMKilled", Message: "boom"})
+	if st.Reason != "OOMKilled" || st.Message != "boom" || st.Conditions[0].ObservedGeneration != 3 {
+		t.Fatalf("status = %+v", st)
+	}
+}
+
+func TestMergeEnv(t *testing.T) {
+	got := mergeEnv([]sandlotv1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "2"}},
+		[]sandlotv1.EnvVar{{Name: "B", Value: "x"}, {Name: "C", Value: "3"}})
+	want := []sandlotv1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "x"}, {Name: "C", Value: "3"}}
+	if len(got) != len(want) {
+		t.Fatalf("got %v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("got %v, want %v", got, want)
+		}
+	}
+}
+
+func TestValidateImageRef(t *testing.T) {
+	for ref, ok := range map[string]bool{
+		"python:3.12": true, "docker.io/library/python": true, "localhost:5000/a/b:v1": true,
+		"py@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef": true,
+		"python::3": false, "-python": false, "python:": false, "py@sha256:short": false, "a//b": false,
+	} {
+		if err := validateImageRef(ref); (err == nil) != ok {
+			t.Errorf("validateImageRef(%q) = %v, want ok=%v", ref, err, ok)
+		}
+	}
+}
+
+func TestTemplateStatus(t *testing.T) {
+	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Generation: 2}, Spec: sandlotv1.TemplateSpec{Image: "python:3"}}
+	st := templateStatus(tpl)
+	acc := findCondition(st.Conditions, sandlotv1.ConditionAccepted)
+	base := findCondition(st.Conditions, sandlotv1.ConditionBaseSnapshotReady)
+	if acc.Status != metav1.ConditionTrue || acc.ObservedGeneration != 2 {
+		t.Errorf("Accepted = %+v", acc)
+	}
+	if base.Status != metav1.ConditionFalse || base.Reason != sandlotv1.ReasonNotImplemented {
+		t.Errorf("BaseSnapshotReady = %+v; must not claim a base snapshot", base)
+	}
+	tpl.Spec.Image = "python::3"
+	if acc := findCondition(templateStatus(tpl).Conditions, sandlotv1.ConditionAccepted); acc.Status != metav1.ConditionFalse ||
+		acc.Reason != sandlotv1.ReasonInvalidImage {
+		t.Errorf("Accepted for a bad image = %+v", acc)
+	}
+}
+
+func findCondition(conds []metav1.Condition, typ string) metav1.Condition {
+	for _, c := range conds {
+		if c.Type == typ {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}

@@ -1,0 +1,324 @@
+package controllers_test
+
+// The envtest suite: a real kube-apiserver and etcd, the real reconcilers.
+// Nothing here runs a kubelet, so the tests play its part where needed:
+// they set pod status and finish the deletion of terminating pods
+// (runKubelet), and they fill in Snapshot/PausedSandbox status where the
+// node agent would.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"go.uber.org/zap/zapcore"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/controllers"
+	"github.com/sandlot-dev/sandlot/test/kube"
+)
+
+var (
+	envOnce sync.Once
+	env     *kube.Env
+	envErr  error
+)
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapLevel())))
+	code := m.Run()
+	if env != nil {
+		_ = env.Stop()
+	}
+	os.Exit(code)
+}
+
+// zapLevel keeps reconciler logs quiet unless SANDLOT_TEST_LOG is set.
+func zapLevel() zapcore.Level {
+	if os.Getenv("SANDLOT_TEST_LOG") != "" {
+		return -1
+	}
+	return 2
+}
+
+// cluster starts the API server once for the package.
+func cluster(t *testing.T) *kube.Env {
+	t.Helper()
+	envOnce.Do(func() { env, envErr = kube.Start() })
+	if envErr != nil {
+		t.Fatal(envErr)
+	}
+	return env
+}
+
+// startController runs the sandlot reconcilers until the test ends (or
+// the returned stop is called).
+func startController(t *testing.T) (stop func()) {
+	t.Helper()
+	e := cluster(t)
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+		Scheme:                 e.Scheme,
+		Cache:                  controllers.CacheOptions(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		// Each test runs its own manager in one process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controllers.SetupAll(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("manager: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// harness bundles a test's namespace and client.
+type harness struct {
+	t  *testing.T
+	c  client.Client
+	ns string
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	e := cluster(t)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
+	if err := e.Client.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, c: e.Client, ns: ns.Name}
+}
+
+func (h *harness) key(name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: h.ns, Name: name}
+}
+
+func (h *harness) create(obj client.Object) {
+	h.t.Helper()
+	if obj.GetNamespace() == "" {
+		obj.SetNamespace(h.ns)
+	}
+	if err := h.c.Create(context.Background(), obj); err != nil {
+		h.t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// eventually polls f until it returns nil, failing the test with f's last
+// error after timeout.
+func (h *harness) eventually(timeout time.Duration, what string, f func() error) {
+	h.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%s: not within %v: %v", what, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// consistently checks f stays nil for d.
+func (h *harness) consistently(d time.Duration, what string, f func() error) {
+	h.t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if err := f(); err != nil {
+			h.t.Fatalf("%s: %v", what, err)
+		}
+	}
+}
+
+func (h *harness) sandbox(name string) *sandlotv1.Sandbox {
+	h.t.Helper()
+	s := &sandlotv1.Sandbox{}
+	if err := h.c.Get(context.Background(), h.key(name), s); err != nil {
+		h.t.Fatalf("get sandbox %s: %v", name, err)
+	}
+	return s
+}
+
+// waitPhase waits for a sandbox phase and returns the sandbox.
+func (h *harness) waitPhase(name string, phase sandlotv1.SandboxPhase) *sandlotv1.Sandbox {
+	h.t.Helper()
+	var s *sandlotv1.Sandbox
+	h.eventually(10*time.Second, "sandbox "+name+" "+string(phase), func() error {
+		s = &sandlotv1.Sandbox{}
+		if err := h.c.Get(context.Background(), h.key(name), s); err != nil {
+			return err
+		}
+		if s.Status.Phase != phase {
+			return fmt.Errorf("phase %q (%s: %s)", s.Status.Phase, s.Status.Reason, s.Status.Message)
+		}
+		return nil
+	})
+	return s
+}
+
+func (h *harness) pod(name string) *corev1.Pod {
+	h.t.Helper()
+	var pod *corev1.Pod
+	h.eventually(10*time.Second, "pod "+name, func() error {
+		pod = &corev1.Pod{}
+		return h.c.Get(context.Background(), h.key(name), pod)
+	})
+	return pod
+}
+
+// gone waits until obj is deleted from the API server.
+func (h *harness) gone(obj client.Object) {
+	h.t.Helper()
+	h.eventually(10*time.Second, fmt.Sprintf("%T %s gone", obj, obj.GetName()), func() error {
+		err := h.c.Get(context.Background(), h.key(obj.GetName()), obj)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return errors.New("still there")
+	})
+}
+
+// setPod plays the kubelet: it writes a pod's status.
+func (h *harness) setPod(name string, phase corev1.PodPhase, ip string, mutate ...func(*corev1.PodStatus)) {
+	h.t.Helper()
+	pod := h.pod(name)
+	now := metav1.Now()
+	pod.Status.Phase, pod.Status.PodIP, pod.Status.StartTime = phase, ip, &now
+	if ip != "" {
+		pod.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+	}
+	for _, m := range mutate {
+		m(&pod.Status)
+	}
+	if err := h.c.Status().Update(context.Background(), pod); err != nil {
+		h.t.Fatalf("set pod %s %s: %v", name, phase, err)
+	}
+}
+
+// addNode registers a Ready node labelled for sandlot; it is removed when
+// the test ends.
+func (h *harness) addNode(name, cpu, mem string, labels map[string]string) {
+	h.t.Helper()
+	ctx := context.Background()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{sandlotv1.LabelRuntime: "true"}}}
+	for k, v := range labels {
+		n.Labels[k] = v
+	}
+	if err := h.c.Create(ctx, n); err != nil {
+		h.t.Fatalf("create node %s: %v", name, err)
+	}
+	h.t.Cleanup(func() { _ = h.c.Delete(context.Background(), n) })
+	n.Status = corev1.NodeStatus{
+		Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)},
+		Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)},
+		Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now()}},
+	}
+	if err := h.c.Status().Update(ctx, n); err != nil {
+		h.t.Fatalf("set node %s ready: %v", name, err)
+	}
+	// The API server taints a new node not-ready; the node lifecycle
+	// controller (not running here) lifts it once the node is Ready.
+	n.Spec.Taints = nil
+	if err := h.c.Update(ctx, n); err != nil {
+		h.t.Fatalf("untaint node %s: %v", name, err)
+	}
+}
+
+// runKubelet finishes the graceful deletion of pods, as a kubelet would
+// once their containers stopped, until the test ends.
+func (h *harness) runKubelet() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	h.t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			pods := &corev1.PodList{}
+			if err := h.c.List(ctx, pods, client.InNamespace(h.ns)); err == nil {
+				for i := range pods.Items {
+					if pods.Items[i].DeletionTimestamp != nil {
+						_ = h.c.Delete(ctx, &pods.Items[i], client.GracePeriodSeconds(0))
+					}
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+}
+
+// template creates a Template the controller accepts.
+func (h *harness) template(name string, mem int32) *sandlotv1.Template {
+	h.t.Helper()
+	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: sandlotv1.TemplateSpec{
+		Image:     "docker.io/library/python:3.12",
+		Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: mem},
+		Env:       []sandlotv1.EnvVar{{Name: "FROM_TEMPLATE", Value: "t"}, {Name: "SHARED", Value: "template"}},
+	}}
+	h.create(tpl)
+	h.eventually(10*time.Second, "template accepted", func() error {
+		got := &sandlotv1.Template{}
+		if err := h.c.Get(context.Background(), h.key(name), got); err != nil {
+			return err
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == sandlotv1.ConditionAccepted && c.Status == metav1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %v", got.Status.Conditions)
+	})
+	return tpl
+}
+
+func newSandbox(name string, src sandlotv1.SandboxSource) *sandlotv1.Sandbox {
+	return &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: sandlotv1.SandboxSpec{Source: src}}
+}
+
+func condition(conds []metav1.Condition, typ string) metav1.Condition {
+	for _, c := range conds {
+		if c.Type == typ {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}
+
+func mustContain(t *testing.T, what, got, want string) {
+	t.Helper()
+	if !strings.Contains(got, want) {
+		t.Fatalf("%s = %q, want it to contain %q", what, got, want)
+	}
+}
