@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,13 +38,7 @@ func (r *PausedSandboxReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	}
 	orig := pkg.DeepCopy()
 	pkg.Status.DataStatus = pausedStatus(pkg)
-	if equality.Semantic.DeepEqual(orig.Status, pkg.Status) {
-		return ctrl.Result{}, nil
-	}
-	if err := r.Status().Patch(ctx, pkg, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return ctrl.Result{}, fmt.Errorf("patch status of paused sandbox %s: %w", req, err)
-	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, patchStatus(ctx, r.Client, orig, pkg)
 }
 
 // pausedStatus starts a new package's status; the agent moves it on.

@@ -27,10 +27,12 @@ func testNode(name, cpu, mem string, opts ...nodeOpt) corev1.Node {
 	return n
 }
 
-func notReady(n *corev1.Node)      { n.Status.Conditions[0].Status = corev1.ConditionFalse }
-func cordoned(n *corev1.Node)      { n.Spec.Unschedulable = true }
-func unlabelled(n *corev1.Node)    { delete(n.Labels, sandlotv1.LabelRuntime) }
-func fingerprint(fp string) nodeOpt { return func(n *corev1.Node) { n.Labels[sandlotv1.LabelFingerprint] = fp } }
+func notReady(n *corev1.Node)   { n.Status.Conditions[0].Status = corev1.ConditionFalse }
+func cordoned(n *corev1.Node)   { n.Spec.Unschedulable = true }
+func unlabelled(n *corev1.Node) { delete(n.Labels, sandlotv1.LabelRuntime) }
+func fingerprint(fp string) nodeOpt {
+	return func(n *corev1.Node) { n.Labels[sandlotv1.LabelFingerprint] = fp }
+}
 
 func TestPlace(t *testing.T) {
 	oneGiB := demand{MilliCPU: 1000, Memory: 1 << 30}

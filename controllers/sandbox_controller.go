@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -58,24 +57,11 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	orig := sbx.DeepCopy()
 	res, err := r.reconcileSandbox(ctx, sbx)
-	if perr := r.patchStatus(ctx, orig, sbx); perr != nil && err == nil {
+	sbx.Status.ObservedGeneration = sbx.Generation
+	if perr := patchStatus(ctx, r.Client, orig, sbx); perr != nil && err == nil {
 		err = perr
 	}
 	return res, err
-}
-
-func (r *SandboxReconciler) patchStatus(ctx context.Context, orig, sbx *sandlotv1.Sandbox) error {
-	sbx.Status.ObservedGeneration = sbx.Generation
-	if equality.Semantic.DeepEqual(orig.Status, sbx.Status) {
-		return nil
-	}
-	// The optimistic lock keeps a stale copy from overwriting the agent's
-	// VMReady condition: a merge patch replaces the whole list.
-	patch := client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
-	if err := r.Status().Patch(ctx, sbx, patch); err != nil {
-		return fmt.Errorf("patch status of sandbox %s/%s: %w", sbx.Namespace, sbx.Name, err)
-	}
-	return nil
 }
 
 func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandlotv1.Sandbox) (ctrl.Result, error) {
@@ -125,6 +111,9 @@ func (r *SandboxReconciler) lifecycle(ctx context.Context, sbx *sandlotv1.Sandbo
 		src = restoreFromPackage(src, pkg)
 	}
 	res, err := r.run(ctx, sbx, src, pod)
+	if d.Resuming && sbx.Status.Phase == sandlotv1.SandboxStarting {
+		sbx.Status.Phase = sandlotv1.SandboxResuming
+	}
 	if d.Reason != "" && !sbx.Status.Phase.Terminal() {
 		sbx.Status.Reason, sbx.Status.Message = d.Reason, d.Message
 	}

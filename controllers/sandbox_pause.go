@@ -23,6 +23,7 @@ type pauseDecision struct {
 	DeletePaused bool // release the package (resumed) or cancel the pause
 	Restore      bool // start a pod that restores the package
 	Run          bool
+	Resuming     bool // a starting pod restores the package: phase Resuming
 
 	Phase   sandlotv1.SandboxPhase // when not Run
 	Fail    bool                   // Phase is Failed: terminal
@@ -107,7 +108,7 @@ func decideWhileUnpaused(w pauseWorld) pauseDecision {
 	case pod != nil && pod.Annotations[sandlotv1.AnnotationRestoreUID] == string(ps.UID):
 		// The pod restores this package: release it once the pod runs.
 		running := pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning
-		return pauseDecision{Run: true, DeletePaused: running && ps.DeletionTimestamp == nil}
+		return pauseDecision{Run: true, Resuming: true, DeletePaused: running && ps.DeletionTimestamp == nil}
 	case pod != nil && pod.DeletionTimestamp == nil:
 		// Unpaused before the pod went: the VM runs on; drop the package.
 		return pauseDecision{Run: true, DeletePaused: ps.DeletionTimestamp == nil}
@@ -116,7 +117,7 @@ func decideWhileUnpaused(w pauseWorld) pauseDecision {
 	case ps.DeletionTimestamp != nil:
 		return discarded
 	case ps.Status.Phase == sandlotv1.DataReady:
-		return pauseDecision{Restore: true, Run: true}
+		return pauseDecision{Restore: true, Run: true, Resuming: true}
 	case ps.Status.Phase == sandlotv1.DataFailed:
 		return fail(sandlotv1.ReasonPauseFailed, "pausing failed: "+dataMessage(ps.Status.DataStatus))
 	}

@@ -82,9 +82,6 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 	st.Resources = &res
 	st.NodeName, st.PodName, st.PodIP = p.Node, sbx.Name, ""
 	st.Phase = sandlotv1.SandboxStarting
-	if src.Restore.Kind == "PausedSandbox" {
-		st.Phase = sandlotv1.SandboxResuming
-	}
 	st.Reason, st.Message = "", ""
 	setCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionScheduled, metav1.ConditionTrue, p.Reason, p.Message)
 	setCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionReady, metav1.ConditionFalse,

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -56,13 +55,7 @@ func (r *SnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, err
 	}
 	snap.Status.ObservedGeneration = snap.Generation
-	if equality.Semantic.DeepEqual(orig.Status, snap.Status) {
-		return ctrl.Result{}, nil
-	}
-	if err := r.Status().Patch(ctx, snap, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return ctrl.Result{}, fmt.Errorf("patch status of snapshot %s: %w", req, err)
-	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, patchStatus(ctx, r.Client, orig, snap)
 }
 
 // snapshotAssignment is who must take a snapshot, or why nobody can yet.
@@ -208,10 +201,7 @@ func (r *SnapshotReconciler) release(ctx context.Context, snap *sandlotv1.Snapsh
 		orig := snap.DeepCopy()
 		setCondition(&snap.Status.Conditions, snap.Generation, sandlotv1.ConditionDeletionHeld, metav1.ConditionTrue,
 			sandlotv1.ReasonInUse, "deletion waits for the sandboxes restored from it: "+strings.Join(names, ", "))
-		if equality.Semantic.DeepEqual(orig.Status, snap.Status) {
-			return nil
-		}
-		return client.IgnoreNotFound(r.Status().Patch(ctx, snap, client.MergeFrom(orig)))
+		return client.IgnoreNotFound(patchStatus(ctx, r.Client, orig, snap))
 	}
 	controllerutil.RemoveFinalizer(snap, sandlotv1.FinalizerInUse)
 	if err := r.Update(ctx, snap); client.IgnoreNotFound(err) != nil {

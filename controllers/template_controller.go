@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"regexp"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,13 +29,7 @@ func (r *TemplateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	orig := tpl.DeepCopy()
 	tpl.Status = templateStatus(tpl)
-	if equality.Semantic.DeepEqual(orig.Status, tpl.Status) {
-		return ctrl.Result{}, nil
-	}
-	if err := r.Status().Patch(ctx, tpl, client.MergeFrom(orig)); err != nil {
-		return ctrl.Result{}, fmt.Errorf("patch status of template %s: %w", req, err)
-	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, patchStatus(ctx, r.Client, orig, tpl)
 }
 
 // templateStatus is a Template's status, from its spec alone.
