@@ -51,3 +51,7 @@ verify: lint ## Fail if generated files drift from their sources.
 		git --no-pager diff --stat -- api config; exit 1; fi
 	@if [[ -n "$$(git ls-files --others --exclude-standard -- api config)" ]]; then \
 		echo "untracked generated files:"; git ls-files --others --exclude-standard -- api config; exit 1; fi
+
+.PHONY: bench-controller
+bench-controller: envtest-assets ## Controller orchestration latency on envtest, with the API-hop baseline.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go run ./test/bench/controller $(BENCH_ARGS)

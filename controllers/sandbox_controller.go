@@ -5,6 +5,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,10 @@ type SandboxReconciler struct {
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 
+	// Workers is how many Sandboxes are reconciled at once (default 1).
+	Workers int
+
+	placeMu sync.Mutex
 	assumed assumedPlacements
 }
 

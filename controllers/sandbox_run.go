@@ -63,21 +63,20 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 		return ctrl.Result{}, fmt.Errorf("list nodes: %w", err)
 	}
 	key := types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Name}
-	used, err := r.usage(ctx, key, overhead)
+	p, err := r.placeAndAssume(ctx, key, placementRequest{Nodes: nodes.Items, Demand: want, Source: src.Data}, overhead)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	p := place(placementRequest{Nodes: nodes.Items, Used: used, Demand: want, Source: src.Data})
 	if p.Node == "" {
 		setPending(st, sbx.Generation, p.Reason, p.Message)
 		return ctrl.Result{RequeueAfter: retryPlacement}, nil
 	}
 	plan := podPlan{Name: sbx.Name, Node: p.Node, SandboxID: st.SandboxID, VM: src.VM, Env: src.Env, Restore: src.Restore}
 	if err := r.Create(ctx, buildPod(sbx, plan)); err != nil && !apierrors.IsAlreadyExists(err) {
+		r.assumed.forget(key)
 		setPending(st, sbx.Generation, sandlotv1.ReasonPodCreateFailed, err.Error())
 		return ctrl.Result{}, fmt.Errorf("create pod for sandbox %s: %w", key, err)
 	}
-	r.assumed.assume(key, p.Node, want)
 	res := src.VM.Resources
 	st.Resources = &res
 	st.NodeName, st.PodName, st.PodIP = p.Node, sbx.Name, ""
@@ -87,6 +86,25 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 	setCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionReady, metav1.ConditionFalse,
 		sandlotv1.ReasonPodPending, "pod "+sbx.Name+" created on "+p.Node)
 	return ctrl.Result{}, nil
+}
+
+// placeAndAssume places a sandbox and records the placement before any
+// other worker reads the nodes' usage: with several workers, placements
+// are serialised here and nowhere else.
+func (r *SandboxReconciler) placeAndAssume(ctx context.Context, key types.NamespacedName, req placementRequest,
+	overhead corev1.ResourceList) (placement, error) {
+	r.placeMu.Lock()
+	defer r.placeMu.Unlock()
+	used, err := r.usage(ctx, key, overhead)
+	if err != nil {
+		return placement{}, err
+	}
+	req.Used = used
+	p := place(req)
+	if p.Node != "" {
+		r.assumed.assume(key, p.Node, req.Demand)
+	}
+	return p, nil
 }
 
 // overhead is the per-VM cost the sandlot RuntimeClass declares.

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -37,13 +38,26 @@ func CacheOptions() cache.Options {
 	}}
 }
 
+// Options tune the reconcilers.
+type Options struct {
+	// SandboxWorkers is how many Sandboxes are reconciled concurrently.
+	SandboxWorkers int
+}
+
+// DefaultSandboxWorkers: sandbox reconciles mostly wait on the API
+// server, so several run at once; placement itself is serialised.
+const DefaultSandboxWorkers = 8
+
 // SetupAll registers every reconciler and index with the manager.
-func SetupAll(mgr ctrl.Manager) error {
+func SetupAll(mgr ctrl.Manager, opts Options) error {
 	if err := setupIndexes(context.Background(), mgr); err != nil {
 		return err
 	}
+	if opts.SandboxWorkers <= 0 {
+		opts.SandboxWorkers = DefaultSandboxWorkers
+	}
 	c, r := mgr.GetClient(), mgr.GetAPIReader()
-	if err := (&SandboxReconciler{Client: c, APIReader: r}).SetupWithManager(mgr); err != nil {
+	if err := (&SandboxReconciler{Client: c, APIReader: r, Workers: opts.SandboxWorkers}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&TemplateReconciler{Client: c}).SetupWithManager(mgr); err != nil {
@@ -91,6 +105,7 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{},
 				nodeReadyChanged()))).
 		Named("sandbox").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Complete(r)
 }
 

@@ -83,7 +83,7 @@ func startController(t *testing.T) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := controllers.SetupAll(mgr); err != nil {
+	if err := controllers.SetupAll(mgr, controllers.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -32,15 +32,17 @@ func run(ctx context.Context) error {
 		metricsAddr, probeAddr string
 		leaderElect            bool
 		leaderNamespace        string
+		opts                   controllers.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of the metrics endpoint (0 disables it)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader, so that replicas can stand by")
 	flag.StringVar(&leaderNamespace, "leader-election-namespace", "", "namespace of the leader lease (defaults to the pod's)")
-	opts := zap.Options{}
-	opts.BindFlags(flag.CommandLine)
+	flag.IntVar(&opts.SandboxWorkers, "sandbox-workers", controllers.DefaultSandboxWorkers, "Sandboxes reconciled concurrently")
+	logOpts := zap.Options{}
+	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
 
 	scheme, err := newScheme()
 	if err != nil {
@@ -62,7 +64,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := controllers.SetupAll(mgr); err != nil {
+	if err := controllers.SetupAll(mgr, opts); err != nil {
 		return fmt.Errorf("set up reconcilers: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
