@@ -44,7 +44,8 @@ lint: ## gofmt and go vet.
 	go vet ./...
 
 .PHONY: verify
-verify: lint ## Fail if generated files drift from their sources.
+verify: lint ## Fail if generated files or go.mod drift from their sources.
+	go mod tidy -diff
 	$(MAKE) generate manifests
 	@if ! git diff --quiet -- api config; then \
 		echo "generated files drifted; run 'make generate manifests' and commit:"; \

@@ -96,15 +96,8 @@ func TestPlacementPrefersSnapshotNodeAndRespectsCapacity(t *testing.T) {
 // gone → Paused; unpaused → a pod restoring the package → Running with
 // the same ID, package released.
 func TestPauseAndResume(t *testing.T) {
-	h := newHarness(t)
-	h.runKubelet()
-	startController(t)
-	h.addNode("pause-node", "8", "16Gi", nil)
-	h.template("python", 512)
-	h.create(newSandbox("nap", sandlotv1.SandboxSource{Template: "python"}))
-	h.waitPhase("nap", sandlotv1.SandboxStarting)
-	h.setPod("nap", corev1.PodRunning, "10.88.1.1")
-	before := h.waitPhase("nap", sandlotv1.SandboxRunning)
+	h := withController(t, "pause-node", 512)
+	before := h.running(newSandbox("nap", sandlotv1.SandboxSource{Template: "python"}), "10.88.1.1")
 
 	pkg := h.pause("nap")
 	if !metav1.IsControlledBy(pkg, before) || pkg.Spec.SandboxID != before.Status.SandboxID ||
@@ -179,15 +172,8 @@ func (h *harness) finishPause(name string) {
 
 // TestDeletingPausedSandboxFailsSandbox: the paused state is discarded.
 func TestDeletingPausedSandboxFailsSandbox(t *testing.T) {
-	h := newHarness(t)
-	h.runKubelet()
-	startController(t)
-	h.addNode("discard-node", "8", "16Gi", nil)
-	h.template("python", 512)
-	h.create(newSandbox("lost", sandlotv1.SandboxSource{Template: "python"}))
-	h.waitPhase("lost", sandlotv1.SandboxStarting)
-	h.setPod("lost", corev1.PodRunning, "10.88.2.1")
-	h.waitPhase("lost", sandlotv1.SandboxRunning)
+	h := withController(t, "discard-node", 512)
+	h.running(newSandbox("lost", sandlotv1.SandboxSource{Template: "python"}), "10.88.2.1")
 	pkg := h.pause("lost")
 	h.finishPause("lost")
 	h.waitPhase("lost", sandlotv1.SandboxPaused)

@@ -88,14 +88,8 @@ func TestSandboxFromTemplateBecomesPod(t *testing.T) {
 // TestPodFailureFailsSandbox: the pod's reason reaches the Sandbox, and
 // nothing is started again.
 func TestPodFailureFailsSandbox(t *testing.T) {
-	h := newHarness(t)
-	startController(t)
-	h.addNode("fail-node", "8", "16Gi", nil)
-	h.template("python", 512)
-	h.create(newSandbox("doomed", sandlotv1.SandboxSource{Template: "python"}))
-	h.waitPhase("doomed", sandlotv1.SandboxStarting)
-	h.setPod("doomed", corev1.PodRunning, "10.88.0.8")
-	h.waitPhase("doomed", sandlotv1.SandboxRunning)
+	h := withController(t, "fail-node", 512)
+	h.running(newSandbox("doomed", sandlotv1.SandboxSource{Template: "python"}), "10.88.0.8")
 	h.setPod("doomed", corev1.PodFailed, "10.88.0.8", func(st *corev1.PodStatus) {
 		st.ContainerStatuses = []corev1.ContainerStatus{{Name: "sandbox", State: corev1.ContainerState{
 			Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137, Message: "guest out of memory"}}}}
@@ -118,17 +112,10 @@ func TestPodFailureFailsSandbox(t *testing.T) {
 // TestExpiryDeletesSandboxAndPod: past its timeout a sandbox goes, and so
 // do its pod and token.
 func TestExpiryDeletesSandboxAndPod(t *testing.T) {
-	h := newHarness(t)
-	h.runKubelet()
-	startController(t)
-	h.addNode("expiry-node", "8", "16Gi", nil)
-	h.template("python", 512)
+	h := withController(t, "expiry-node", 512)
 	sbx := newSandbox("brief", sandlotv1.SandboxSource{Template: "python"})
 	sbx.Spec.TimeoutSeconds = ptr.To[int32](3)
-	h.create(sbx)
-	h.waitPhase("brief", sandlotv1.SandboxStarting)
-	h.setPod("brief", corev1.PodRunning, "10.88.0.9")
-	s := h.waitPhase("brief", sandlotv1.SandboxRunning)
+	s := h.running(sbx, "10.88.0.9")
 	if got := s.Status.ExpiresAt.Sub(s.CreationTimestamp.Time); got != 3*time.Second {
 		t.Fatalf("expiresAt - creation = %v, want 3s", got)
 	}
@@ -143,10 +130,7 @@ func TestExpiryDeletesSandboxAndPod(t *testing.T) {
 // TestExtendTimeout: raising timeoutSeconds moves expiresAt and keeps the
 // sandbox alive past the original deadline.
 func TestExtendTimeout(t *testing.T) {
-	h := newHarness(t)
-	startController(t)
-	h.addNode("extend-node", "8", "16Gi", nil)
-	h.template("python", 512)
+	h := withController(t, "extend-node", 512)
 	sbx := newSandbox("longer", sandlotv1.SandboxSource{Template: "python"})
 	sbx.Spec.TimeoutSeconds = ptr.To[int32](2)
 	h.create(sbx)
@@ -208,15 +192,8 @@ func TestSandboxNeedsItsTemplate(t *testing.T) {
 
 // TestDeletingSandboxDeletesPodAndSecret.
 func TestDeletingSandboxDeletesPodAndSecret(t *testing.T) {
-	h := newHarness(t)
-	h.runKubelet()
-	startController(t)
-	h.addNode("del-node", "8", "16Gi", nil)
-	h.template("python", 512)
-	h.create(newSandbox("bye", sandlotv1.SandboxSource{Template: "python"}))
-	h.waitPhase("bye", sandlotv1.SandboxStarting)
-	h.setPod("bye", corev1.PodRunning, "10.88.0.10")
-	s := h.waitPhase("bye", sandlotv1.SandboxRunning)
+	h := withController(t, "del-node", 512)
+	s := h.running(newSandbox("bye", sandlotv1.SandboxSource{Template: "python"}), "10.88.0.10")
 	if err := h.c.Delete(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}

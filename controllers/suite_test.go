@@ -322,3 +322,25 @@ func mustContain(t *testing.T, what, got, want string) {
 		t.Fatalf("%s = %q, want it to contain %q", what, got, want)
 	}
 }
+
+// withController is the usual start of a test: a namespace, the kubelet
+// stand-in, the controller, one roomy node and an accepted "python" template.
+func withController(t *testing.T, node string, memMiB int32) *harness {
+	t.Helper()
+	h := newHarness(t)
+	h.runKubelet()
+	startController(t)
+	h.addNode(node, "8", "16Gi", nil)
+	h.template("python", memMiB)
+	return h
+}
+
+// running creates a sandbox, plays the kubelet starting its pod with ip,
+// and returns it once Running.
+func (h *harness) running(sbx *sandlotv1.Sandbox, ip string) *sandlotv1.Sandbox {
+	h.t.Helper()
+	h.create(sbx)
+	h.waitPhase(sbx.Name, sandlotv1.SandboxStarting)
+	h.setPod(sbx.Name, corev1.PodRunning, ip)
+	return h.waitPhase(sbx.Name, sandlotv1.SandboxRunning)
+}
