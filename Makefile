@@ -10,14 +10,16 @@ K8S_VERSION ?= v1.37.2
 ENVTEST_ASSETS := $(SANDLOT_CACHE)/k8s/$(K8S_VERSION)
 CONTROLLER_GEN := go tool controller-gen
 BINARIES := sandlot-controller
+GENERATED := api config guest/envdpb
 
 .PHONY: help
 help: ## Show the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: generate
-generate: ## Generate deepcopy code for api/.
+generate: ## Generate deepcopy code for api/ and the envd Connect code for guest/.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+	hack/protoc.sh
 
 .PHONY: manifests
 manifests: ## Generate CRDs and RBAC into config/.
@@ -47,11 +49,11 @@ lint: ## gofmt and go vet.
 verify: lint ## Fail if generated files or go.mod drift from their sources.
 	go mod tidy -diff
 	$(MAKE) generate manifests
-	@if ! git diff --quiet -- api config; then \
+	@if ! git diff --quiet -- $(GENERATED); then \
 		echo "generated files drifted; run 'make generate manifests' and commit:"; \
-		git --no-pager diff --stat -- api config; exit 1; fi
-	@if [[ -n "$$(git ls-files --others --exclude-standard -- api config)" ]]; then \
-		echo "untracked generated files:"; git ls-files --others --exclude-standard -- api config; exit 1; fi
+		git --no-pager diff --stat -- $(GENERATED); exit 1; fi
+	@if [[ -n "$$(git ls-files --others --exclude-standard -- $(GENERATED))" ]]; then \
+		echo "untracked generated files:"; git ls-files --others --exclude-standard -- $(GENERATED); exit 1; fi
 
 .PHONY: bench-controller
 bench-controller: envtest-assets ## Controller orchestration latency on envtest, with the API-hop baseline.
