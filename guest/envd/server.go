@@ -1,0 +1,118 @@
+// Package envd composes the envd-compatible API the E2B SDK talks to on
+// port 49983: the Connect process and filesystem services, /files,
+// /health and /envs, behind the access-token check and user resolution.
+package envd
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/sandlot-dev/sandlot/guest/envdpb/filesystempb/filesystempbconnect"
+	"github.com/sandlot-dev/sandlot/guest/envdpb/processpb/processpbconnect"
+	"github.com/sandlot-dev/sandlot/guest/identity"
+	"github.com/sandlot-dev/sandlot/guest/sandboxfs"
+)
+
+// Version is the envd version the agent reports; the SDK gates features
+// on it (>= 0.5.7 for octet-stream uploads, >= 0.6.2 for file metadata).
+const Version = "0.6.2"
+
+// Config is what the server is composed of.
+type Config struct {
+	Root        sandboxfs.Root
+	Identity    *identity.Store
+	DefaultUser string
+	Process     processpbconnect.ProcessHandler
+	Filesystem  filesystempbconnect.FilesystemHandler
+	Files       http.Handler
+}
+
+// NewHandler returns the envd HTTP handler.
+func NewHandler(cfg Config) http.Handler {
+	mux := http.NewServeMux()
+	path, h := processpbconnect.NewProcessHandler(cfg.Process)
+	mux.Handle(path, h)
+	path, h = filesystempbconnect.NewFilesystemHandler(cfg.Filesystem)
+	mux.Handle(path, h)
+	mux.Handle("/files", cfg.Files)
+	mux.HandleFunc("GET /envs", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, cfg.Identity.Env())
+	})
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return &guard{cfg: cfg, next: mux}
+}
+
+// guard checks the access token and resolves the user a request acts as.
+type guard struct {
+	cfg  Config
+	next http.Handler
+}
+
+func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/health" {
+		g.next.ServeHTTP(w, r)
+		return
+	}
+	if !g.cfg.Identity.CheckToken(r.Header.Get("X-Access-Token")) {
+		fail(w, r, http.StatusUnauthorized, "unauthenticated", "invalid or missing X-Access-Token")
+		return
+	}
+	name, err := requestUser(r, g.cfg.DefaultUser)
+	if err != nil {
+		fail(w, r, http.StatusBadRequest, "invalid_argument", err.Error())
+		return
+	}
+	if name != "" {
+		u, err := g.cfg.Root.LookupUser(name)
+		if err != nil {
+			fail(w, r, http.StatusUnauthorized, "unauthenticated", err.Error())
+			return
+		}
+		r = r.WithContext(sandboxfs.WithUser(r.Context(), u))
+	}
+	g.next.ServeHTTP(w, r)
+}
+
+// requestUser is the user of `Authorization: Basic base64("<user>:")`, or
+// the default.
+func requestUser(r *http.Request, def string) (string, error) {
+	auth := r.Header.Get("Authorization")
+	if auth == "" {
+		return def, nil
+	}
+	enc, ok := strings.CutPrefix(auth, "Basic ")
+	if !ok {
+		return "", fmt.Errorf("authorization header must be Basic <base64 user:>")
+	}
+	raw, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil {
+		return "", fmt.Errorf("authorization header: %w", err)
+	}
+	user, _, _ := strings.Cut(string(raw), ":")
+	if user == "" {
+		return def, nil
+	}
+	return user, nil
+}
+
+// fail writes an error the way the caller's protocol expects: a Connect
+// error body for the RPC services, `{code, message}` for plain HTTP.
+func fail(w http.ResponseWriter, r *http.Request, status int, connectCode, msg string) {
+	if strings.HasPrefix(r.URL.Path, "/"+processpbconnect.ProcessName+"/") ||
+		strings.HasPrefix(r.URL.Path, "/"+filesystempbconnect.FilesystemName+"/") {
+		writeJSON(w, status, map[string]string{"code": connectCode, "message": msg})
+		return
+	}
+	writeJSON(w, status, map[string]any{"code": status, "message": msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
