@@ -58,3 +58,11 @@ verify: lint ## Fail if generated files or go.mod drift from their sources.
 .PHONY: bench-controller
 bench-controller: envtest-assets ## Controller orchestration latency on envtest, with the API-hop baseline.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go run ./test/bench/controller $(BENCH_ARGS)
+
+.PHONY: test-guest
+test-guest: ## The guest agent driven by the real E2B SDKs (needs root, node, npm, python3).
+	go test -count=1 -v -timeout 10m ./test/guest/
+
+.PHONY: bench-guest
+bench-guest: ## SDK round trips to the guest agent vs the same operations on the host.
+	go run ./test/bench/guest

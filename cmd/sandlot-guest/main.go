@@ -1,0 +1,116 @@
+// Command sandlot-guest is the in-VM agent: the envd-compatible API on
+// :49983, the code interpreter on :49999 and the host's control channel.
+// As PID 1 of a sandbox VM it first sets the system up (mounts, modules,
+// the overlay root) from the kernel command line; run as an ordinary
+// process (tests, benchmarks) it serves a directory as the sandbox's "/".
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sandlot-dev/sandlot/guest/envd"
+	"github.com/sandlot-dev/sandlot/guest/envd/files"
+	"github.com/sandlot-dev/sandlot/guest/envd/filesystem"
+	"github.com/sandlot-dev/sandlot/guest/envd/process"
+	"github.com/sandlot-dev/sandlot/guest/identity"
+	"github.com/sandlot-dev/sandlot/guest/interpreter"
+	"github.com/sandlot-dev/sandlot/guest/sandboxfs"
+)
+
+type options struct {
+	root, envdAddr, interpAddr, control, defaultUser string
+	maxUpload                                        int64
+}
+
+func main() {
+	opts := options{}
+	flag.StringVar(&opts.root, "root", "/", "directory that is the sandbox's \"/\" (processes are chrooted there unless it is /)")
+	flag.StringVar(&opts.envdAddr, "envd-addr", ":49983", "address of the envd-compatible API")
+	flag.StringVar(&opts.interpAddr, "interpreter-addr", ":49999", "address of the code interpreter (empty disables it)")
+	flag.StringVar(&opts.control, "control", "/dev/virtio-ports/sandlot.control", "control channel: a virtio-serial port, or a unix socket path to listen on")
+	flag.StringVar(&opts.defaultUser, "default-user", "root", "user requests act as when they name none")
+	flag.Int64Var(&opts.maxUpload, "max-upload", 0, "largest /files upload in bytes (0: limited by disk only)")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, opts); err != nil {
+		fmt.Fprintln(os.Stderr, "sandlot-guest:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, opts options) error {
+	root, err := sandboxfs.New(opts.root)
+	if err != nil {
+		return err
+	}
+	ids := &identity.Store{}
+	proc := process.New(process.Config{Root: root, Identity: ids, DefaultUser: opts.defaultUser, Chroot: root.Dir != "/"})
+	defer proc.Close()
+	fs := filesystem.New(filesystem.Config{Root: root, DefaultUser: opts.defaultUser})
+	defer fs.Close()
+	api := envd.NewHandler(envd.Config{
+		Root: root, Identity: ids, DefaultUser: opts.defaultUser, Process: proc, Filesystem: fs,
+		Files: files.New(files.Config{Root: root, DefaultUser: opts.defaultUser, Identity: ids, MaxUpload: opts.maxUpload}),
+	})
+	servers := []*http.Server{{Addr: opts.envdAddr, Handler: api}}
+	if opts.interpAddr != "" {
+		interp, err := startInterpreter(root, ids)
+		if err != nil {
+			slog.Warn("code interpreter disabled", "err", err)
+		} else {
+			defer interp.Close()
+			servers = append(servers, &http.Server{Addr: opts.interpAddr, Handler: interp.Handler()})
+		}
+	}
+	return serve(ctx, servers)
+}
+
+func startInterpreter(root sandboxfs.Root, ids *identity.Store) (*interpreter.Server, error) {
+	cwd, err := root.Resolve("/home/user", "/")
+	if err != nil || !isDir(cwd) {
+		cwd = root.Dir
+	}
+	return interpreter.New(interpreter.Config{Cwd: cwd, Env: ids.Env})
+}
+
+// serve runs the HTTP servers until ctx ends, then shuts them down.
+func serve(ctx context.Context, servers []*http.Server) error {
+	errs := make(chan error, len(servers))
+	for _, s := range servers {
+		ln, err := net.Listen("tcp", s.Addr)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", s.Addr, err)
+		}
+		slog.Info("serving", "addr", s.Addr)
+		go func() { errs <- s.Serve(ln) }()
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errs:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, s := range servers {
+		_ = s.Shutdown(shutdown)
+	}
+	return nil
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
