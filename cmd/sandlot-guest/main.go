@@ -70,7 +70,7 @@ func run(ctx context.Context, opts options) error {
 			slog.Warn("code interpreter disabled", "err", err)
 		} else {
 			defer interp.Close()
-			servers = append(servers, &http.Server{Addr: opts.interpAddr, Handler: interp.Handler()})
+			servers = append(servers, &http.Server{Addr: opts.interpAddr, Handler: envd.RequireToken(ids, interp.Handler())})
 		}
 	}
 	return serve(ctx, servers)

@@ -80,6 +80,19 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.next.ServeHTTP(w, r)
 }
 
+// RequireToken guards another API of the sandbox (the code interpreter)
+// with the same X-Access-Token check; /health stays open.
+func RequireToken(ids *identity.Store, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/health" && !ids.CheckToken(r.Header.Get("X-Access-Token")) {
+			writeJSON(w, http.StatusUnauthorized, map[string]any{"code": http.StatusUnauthorized,
+				"message": "invalid or missing X-Access-Token"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // requestUser is the user of `Authorization: Basic base64("<user>:")`, or
 // the default.
 func requestUser(r *http.Request, def string) (string, error) {

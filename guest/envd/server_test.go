@@ -85,6 +85,25 @@ func TestGuard(t *testing.T) {
 	}
 }
 
+// TestRequireToken guards the interpreter's API with the same token.
+func TestRequireToken(t *testing.T) {
+	ids := &identity.Store{}
+	ids.Set(identity.Identity{AccessToken: "s3cret"})
+	h := RequireToken(ids, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) }))
+	for _, tc := range []struct {
+		path, token string
+		want        int
+	}{{"/health", "", 200}, {"/execute", "", 401}, {"/execute", "bad", 401}, {"/execute", "s3cret", 200}} {
+		req := httptest.NewRequest("POST", tc.path, nil)
+		req.Header.Set("X-Access-Token", tc.token)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != tc.want {
+			t.Errorf("%s with token %q: %d, want %d", tc.path, tc.token, rec.Code, tc.want)
+		}
+	}
+}
+
 // TestNoTokenOpensAll: with no token pushed (E2B secure=false), requests pass.
 func TestNoTokenOpensAll(t *testing.T) {
 	srv := newTestServer(t, "")
