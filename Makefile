@@ -9,7 +9,7 @@ export SANDLOT_CACHE
 K8S_VERSION ?= v1.37.2
 ENVTEST_ASSETS := $(SANDLOT_CACHE)/k8s/$(K8S_VERSION)
 CONTROLLER_GEN := go tool controller-gen
-BINARIES := sandlot-controller
+BINARIES := sandlot-controller sandlot-guest
 GENERATED := api config guest/envdpb
 
 .PHONY: help

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/guest/control"
 	"github.com/sandlot-dev/sandlot/guest/envd"
 	"github.com/sandlot-dev/sandlot/guest/envd/files"
 	"github.com/sandlot-dev/sandlot/guest/envd/filesystem"
@@ -30,14 +31,22 @@ import (
 type options struct {
 	root, envdAddr, interpAddr, control, defaultUser string
 	maxUpload                                        int64
+	applyHost                                        bool
 }
 
 func main() {
+	if os.Getpid() == 1 {
+		err := runInit()
+		// Returning from PID 1 panics the kernel: say why on the console first.
+		fmt.Fprintln(os.Stderr, "sandlot-guest: init:", err)
+		os.Exit(1)
+	}
 	opts := options{}
 	flag.StringVar(&opts.root, "root", "/", "directory that is the sandbox's \"/\" (processes are chrooted there unless it is /)")
 	flag.StringVar(&opts.envdAddr, "envd-addr", ":49983", "address of the envd-compatible API")
 	flag.StringVar(&opts.interpAddr, "interpreter-addr", ":49999", "address of the code interpreter (empty disables it)")
-	flag.StringVar(&opts.control, "control", "/dev/virtio-ports/sandlot.control", "control channel: a virtio-serial port, or a unix socket path to listen on")
+	flag.StringVar(&opts.control, "control", "", "control channel: a virtio-serial port, or a unix socket path to listen on (empty: none)")
+	flag.BoolVar(&opts.applyHost, "apply-host", false, "let the control channel change this machine's hostname, network and clock (in the VM)")
 	flag.StringVar(&opts.defaultUser, "default-user", "root", "user requests act as when they name none")
 	flag.Int64Var(&opts.maxUpload, "max-upload", 0, "largest /files upload in bytes (0: limited by disk only)")
 	flag.Parse()
@@ -63,6 +72,15 @@ func run(ctx context.Context, opts options) error {
 		Root: root, Identity: ids, DefaultUser: opts.defaultUser, Process: proc, Filesystem: fs,
 		Files: files.New(files.Config{Root: root, DefaultUser: opts.defaultUser, Identity: ids, MaxUpload: opts.maxUpload}),
 	})
+	if opts.control != "" {
+		ctl := control.NewHandler(ids, control.Options{ApplyHost: opts.applyHost})
+		defer ctl.Close()
+		go func() {
+			if err := control.Serve(ctx, opts.control, ctl); err != nil && ctx.Err() == nil {
+				slog.Error("control channel stopped", "path", opts.control, "err", err)
+			}
+		}()
+	}
 	servers := []*http.Server{{Addr: opts.envdAddr, Handler: api}}
 	if opts.interpAddr != "" {
 		interp, err := startInterpreter(root, ids)

@@ -61,7 +61,10 @@ const pair = async (what, viaSDK, floor) => {
   const b = row(`host floor: ${what}`, await measure(floor))
   ratios.push(`${what}: ${(a / b).toFixed(1)}x the floor (${(a - b).toFixed(2)} ms added)`)
 }
-await pair("commands.run('true')", () => sbx.commands.run('true'), () => exec('/bin/bash', ['-l', '-c', 'true']))
+// The floor runs the same login shell with an empty HOME, as the sandbox's
+// /root is (the host's root profile may be slow to load).
+const floorEnv = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', HOME: dir }
+await pair("commands.run('true')", () => sbx.commands.run('true'), () => exec('/bin/bash', ['-l', '-c', 'true'], { env: floorEnv }))
 await pair('1 MB file write+read', async () => {
   await sbx.files.write('/tmp/bench.bin', new Blob([mb]))
   await sbx.files.read('/tmp/bench.bin', { format: 'bytes' })

@@ -1,0 +1,173 @@
+package control
+
+import (
+	"crypto/rand"
+	"crypto/sha512"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandlot-dev/sandlot/guest/identity"
+)
+
+// SetIdentity applies a (new) identity, as the setIdentity method does:
+//
+//  1. always: reseed the kernel RNG from the host's seed mixed with the
+//     time (clones of one snapshot share RNG state until this runs);
+//  2. with ApplyHost: step the clock to UnixNano, set the hostname, and
+//     move the NIC to the new address and MAC (see applyNetwork);
+//  3. record the identity in the store (the envd API reads it).
+//
+// Go's crypto/rand reads getrandom on every call, so it follows the
+// reseeded kernel RNG with nothing more to do.
+func (h *Handler) SetIdentity(p SetIdentityParams) SetIdentityResult {
+	var res SetIdentityResult
+	fail := func(step string, err error) {
+		res.Errors = append(res.Errors, step+": "+err.Error())
+	}
+	var err error
+	res.Entropy, res.Reseeded, err = reseedKernel(p.Seed, p.Identity)
+	if err != nil {
+		fail("rng", err)
+	}
+	if h.opts.ApplyHost {
+		if p.UnixNano != 0 {
+			ts := unix.NsecToTimespec(p.UnixNano)
+			if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
+				fail("clock", err)
+			} else {
+				res.Clock = true
+			}
+		}
+		if p.Hostname != "" {
+			if err := applyHostname(p.Hostname, h.opts.hostnameFile); err != nil {
+				fail("hostname", err)
+			} else {
+				res.Hostname = true
+			}
+		}
+		if p.Network != nil {
+			if err := applyNetwork(*p.Network); err != nil {
+				fail("network", err)
+			} else {
+				res.Network = true
+			}
+		}
+	}
+	h.store.Set(p.Identity)
+	res.Stored = true
+	if len(res.Errors) > 0 {
+		h.log.Warn("control: setIdentity incomplete", "errors", res.Errors)
+	}
+	return res
+}
+
+// Err is nil when every step setIdentity attempted worked.
+func (r SetIdentityResult) Err() error {
+	if len(r.Errors) == 0 {
+		return nil
+	}
+	errs := make([]error, len(r.Errors))
+	for i, e := range r.Errors {
+		errs[i] = errors.New(e)
+	}
+	return fmt.Errorf("setIdentity: %w", errors.Join(errs...))
+}
+
+// applyHostname sets the kernel hostname and rewrites file when it
+// exists (best effort: a read-only /etc is not an error).
+func applyHostname(name, file string) error {
+	if err := unix.Sethostname([]byte(name)); err != nil {
+		return err
+	}
+	if file != "" {
+		if _, err := os.Stat(file); err == nil {
+			_ = os.WriteFile(file, []byte(name+"\n"), 0o644)
+		}
+	}
+	return nil
+}
+
+// randPoolInfo is struct rand_pool_info with a 64-byte buffer.
+type randPoolInfo struct {
+	entropyCount int32 // bits credited
+	bufSize      int32 // bytes
+	buf          [64]byte
+}
+
+// reseedKernel mixes 64 bytes — SHA-512 of the host seed, the current
+// time, the boot ID and the identity — into the kernel's input pool with
+// RNDADDENTROPY (crediting 8 bits per seed byte, at most 512), then forces
+// a CRNG reseed with RNDRESEEDCRNG. Both need CAP_SYS_ADMIN; without it
+// the bytes are still mixed in by a plain write (no credit) and the
+// missing capability is reported.
+func reseedKernel(seed []byte, id identity.Identity) (entropy, reseeded bool, err error) {
+	d := sha512.New()
+	d.Write([]byte("sandlot-reseed-v1\x00"))
+	d.Write(seed)
+	var ts [3]unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &ts[0])
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts[1])
+	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts[2])
+	for _, t := range ts {
+		_ = binary.Write(d, binary.LittleEndian, t.Nano())
+	}
+	_ = binary.Write(d, binary.LittleEndian, time.Now().UnixNano())
+	d.Write([]byte(bootID()))
+	d.Write([]byte(id.SandboxID))
+	d.Write([]byte(id.Hostname))
+	var local [32]byte
+	_, _ = rand.Read(local[:])
+	d.Write(local[:])
+
+	info := randPoolInfo{bufSize: 64}
+	copy(info.buf[:], d.Sum(nil))
+	info.entropyCount = int32(8 * min(len(seed), 64))
+
+	f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
+	if err != nil {
+		return false, false, err
+	}
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false, false, err
+	}
+	var addErr, reseedErr error
+	if err := rc.Control(func(fd uintptr) {
+		_, _, e := unix.Syscall(unix.SYS_IOCTL, fd, unix.RNDADDENTROPY, uintptr(unsafe.Pointer(&info)))
+		if e != 0 {
+			addErr = e
+		}
+		_, _, e = unix.Syscall(unix.SYS_IOCTL, fd, unix.RNDRESEEDCRNG, 0)
+		if e != 0 {
+			reseedErr = e
+		}
+	}); err != nil {
+		return false, false, err
+	}
+	var errs []error
+	if addErr != nil {
+		if _, werr := f.Write(info.buf[:]); werr != nil {
+			errs = append(errs, fmt.Errorf("RNDADDENTROPY: %w%s; write /dev/urandom: %w", addErr, capHint(addErr), werr))
+		} else {
+			errs = append(errs, fmt.Errorf("RNDADDENTROPY: %w%s; seed mixed in by a write, without credit", addErr, capHint(addErr)))
+		}
+	}
+	if reseedErr != nil {
+		errs = append(errs, fmt.Errorf("RNDRESEEDCRNG: %w%s", reseedErr, capHint(reseedErr)))
+	}
+	return addErr == nil, reseedErr == nil, errors.Join(errs...)
+}
+
+func capHint(err error) string {
+	if errors.Is(err, unix.EPERM) {
+		return " (needs CAP_SYS_ADMIN)"
+	}
+	return ""
+}

@@ -1,0 +1,299 @@
+package control
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandlot-dev/sandlot/guest/identity"
+)
+
+// applyNetwork moves the NIC to a new identity in the order proven in
+// reference/recipes/vm-pod-networking.md, so that the old address is
+// never announced with the new MAC nor the reverse:
+//
+//  1. drop the old addresses of the new address's family (IPv6
+//     link-local addresses stay: step 2 regenerates them);
+//  2. if the MAC changes: link down, set the MAC (virtio-net
+//     CTRL_MAC_ADDR), so that the up below regenerates the link-local;
+//  3. link up; add the new address; replace the default route;
+//  4. flush the neighbour table of the NIC.
+//
+// It uses rtnetlink directly: the sandbox's rootfs need not have iproute2.
+func applyNetwork(n identity.Network) error {
+	name, prefix, gw, mac, err := parseNetwork(n)
+	if err != nil {
+		return err
+	}
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return fmt.Errorf("interface %s: %w", name, err)
+	}
+	nl, err := dialRTNL()
+	if err != nil {
+		return err
+	}
+	defer nl.close()
+
+	have := false
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return fmt.Errorf("addresses of %s: %w", name, err)
+	}
+	for _, a := range addrs {
+		old, ok := ipnetPrefix(a)
+		if !ok || old.Addr().Is4() != prefix.Addr().Is4() || old.Addr().IsLinkLocalUnicast() {
+			continue
+		}
+		if old == prefix {
+			have = true
+			continue
+		}
+		if err := nl.addr(unix.RTM_DELADDR, 0, ifc.Index, old); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("drop %s from %s: %w", old, name, err)
+		}
+	}
+	if mac != nil && mac.String() != ifc.HardwareAddr.String() {
+		if err := nl.link(ifc.Index, 0, unix.IFF_UP, nil); err != nil {
+			return fmt.Errorf("set %s down: %w", name, err)
+		}
+		if err := nl.link(ifc.Index, 0, 0, rtattr(nil, unix.IFLA_ADDRESS, mac)); err != nil {
+			return fmt.Errorf("set %s mac %s: %w", name, mac, err)
+		}
+	}
+	if err := nl.link(ifc.Index, unix.IFF_UP, unix.IFF_UP, nil); err != nil {
+		return fmt.Errorf("set %s up: %w", name, err)
+	}
+	if !have {
+		if err := nl.addr(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, ifc.Index, prefix); err != nil {
+			return fmt.Errorf("add %s to %s: %w", prefix, name, err)
+		}
+	}
+	if gw.IsValid() {
+		if err := nl.defaultRoute(ifc.Index, gw); err != nil {
+			return fmt.Errorf("default route via %s: %w", gw, err)
+		}
+	}
+	if err := nl.flushNeighbours(ifc.Index); err != nil {
+		return fmt.Errorf("flush neighbours of %s: %w", name, err)
+	}
+	return nil
+}
+
+func parseNetwork(n identity.Network) (name string, prefix netip.Prefix, gw netip.Addr, mac net.HardwareAddr, err error) {
+	name = n.Interface
+	if name == "" {
+		name = "eth0"
+	}
+	if prefix, err = netip.ParsePrefix(n.Address); err != nil {
+		return "", prefix, gw, nil, fmt.Errorf("address %q: %w", n.Address, err)
+	}
+	if n.Gateway != "" {
+		if gw, err = netip.ParseAddr(n.Gateway); err != nil {
+			return "", prefix, gw, nil, fmt.Errorf("gateway %q: %w", n.Gateway, err)
+		}
+		if gw.Is4() != prefix.Addr().Is4() {
+			return "", prefix, gw, nil, fmt.Errorf("gateway %s and address %s are of different families", gw, prefix)
+		}
+	}
+	if n.MAC != "" {
+		if mac, err = net.ParseMAC(n.MAC); err != nil {
+			return "", prefix, gw, nil, fmt.Errorf("mac %q: %w", n.MAC, err)
+		}
+	}
+	return name, prefix, gw, mac, nil
+}
+
+func ipnetPrefix(a net.Addr) (netip.Prefix, bool) {
+	ipn, ok := a.(*net.IPNet)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	addr, ok := netip.AddrFromSlice(ipn.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := ipn.Mask.Size()
+	return netip.PrefixFrom(addr.Unmap(), ones), true
+}
+
+// rtnl is a minimal rtnetlink client (requests with ack, and dumps).
+type rtnl struct {
+	fd  int
+	seq uint32
+	buf []byte
+}
+
+func dialRTNL() (*rtnl, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("netlink socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("netlink bind: %w", err)
+	}
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5})
+	return &rtnl{fd: fd, buf: make([]byte, 64<<10)}, nil
+}
+
+func (r *rtnl) close() { unix.Close(r.fd) }
+
+// do sends one request; for a dump it returns the payloads of the replies.
+func (r *rtnl) do(typ, flags uint16, body []byte) ([][]byte, error) {
+	r.seq++
+	dump := flags&unix.NLM_F_DUMP == unix.NLM_F_DUMP
+	flags |= unix.NLM_F_REQUEST
+	if !dump {
+		flags |= unix.NLM_F_ACK
+	}
+	msg := binary.NativeEndian.AppendUint32(nil, uint32(unix.SizeofNlMsghdr+len(body)))
+	msg = binary.NativeEndian.AppendUint16(msg, typ)
+	msg = binary.NativeEndian.AppendUint16(msg, flags)
+	msg = binary.NativeEndian.AppendUint32(msg, r.seq)
+	msg = binary.NativeEndian.AppendUint32(msg, 0)
+	msg = append(msg, body...)
+	if err := unix.Sendto(r.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for {
+		n, _, err := unix.Recvfrom(r.fd, r.buf, 0)
+		if err != nil {
+			return nil, err
+		}
+		msgs, err := syscall.ParseNetlinkMessage(r.buf[:n])
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			if m.Header.Seq != r.seq {
+				continue
+			}
+			switch m.Header.Type {
+			case unix.NLMSG_DONE:
+				return out, nil
+			case unix.NLMSG_ERROR:
+				if len(m.Data) < 4 {
+					return nil, errors.New("short netlink error")
+				}
+				if e := int32(binary.NativeEndian.Uint32(m.Data)); e != 0 {
+					return nil, unix.Errno(-e)
+				}
+				return out, nil
+			default:
+				out = append(out, append([]byte(nil), m.Data...))
+			}
+		}
+	}
+}
+
+func rtattr(b []byte, typ uint16, data []byte) []byte {
+	b = binary.NativeEndian.AppendUint16(b, uint16(unix.SizeofRtAttr+len(data)))
+	b = binary.NativeEndian.AppendUint16(b, typ)
+	b = append(b, data...)
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// link changes an existing link's flags (within change) and attributes.
+func (r *rtnl) link(index int, flags, change uint32, attrs []byte) error {
+	b := []byte{unix.AF_UNSPEC, 0, 0, 0}
+	b = binary.NativeEndian.AppendUint32(b, uint32(index))
+	b = binary.NativeEndian.AppendUint32(b, flags)
+	b = binary.NativeEndian.AppendUint32(b, change)
+	_, err := r.do(unix.RTM_NEWLINK, 0, append(b, attrs...))
+	return err
+}
+
+func family(a netip.Addr) byte {
+	if a.Is4() {
+		return unix.AF_INET
+	}
+	return unix.AF_INET6
+}
+
+// addr adds (RTM_NEWADDR) or deletes (RTM_DELADDR) an address.
+func (r *rtnl) addr(typ, flags uint16, index int, p netip.Prefix) error {
+	a := p.Addr()
+	b := []byte{family(a), byte(p.Bits()), 0, unix.RT_SCOPE_UNIVERSE}
+	b = binary.NativeEndian.AppendUint32(b, uint32(index))
+	b = rtattr(b, unix.IFA_LOCAL, a.AsSlice())
+	b = rtattr(b, unix.IFA_ADDRESS, a.AsSlice())
+	if a.Is4() && typ == unix.RTM_NEWADDR && p.Bits() < 31 {
+		bc := a.As4()
+		host := ^uint32(0) >> p.Bits()
+		v := binary.BigEndian.Uint32(bc[:]) | host
+		binary.BigEndian.PutUint32(bc[:], v)
+		b = rtattr(b, unix.IFA_BROADCAST, bc[:])
+	}
+	_, err := r.do(typ, flags, b)
+	return err
+}
+
+// defaultRoute replaces the main table's default route.
+func (r *rtnl) defaultRoute(index int, gw netip.Addr) error {
+	b := []byte{family(gw), 0, 0, 0, unix.RT_TABLE_MAIN, unix.RTPROT_BOOT, unix.RT_SCOPE_UNIVERSE, unix.RTN_UNICAST}
+	b = binary.NativeEndian.AppendUint32(b, 0)
+	b = rtattr(b, unix.RTA_GATEWAY, gw.AsSlice())
+	b = rtattr(b, unix.RTA_OIF, binary.NativeEndian.AppendUint32(nil, uint32(index)))
+	_, err := r.do(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, b)
+	return err
+}
+
+// flushNeighbours deletes the dynamic neighbour entries of a link (what
+// `ip neigh flush dev` does).
+func (r *rtnl) flushNeighbours(index int) error {
+	req := make([]byte, 12) // ndmsg, AF_UNSPEC: every family
+	msgs, err := r.do(unix.RTM_GETNEIGH, unix.NLM_F_DUMP, req)
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		if len(m) < 12 {
+			continue
+		}
+		ifindex := int32(binary.NativeEndian.Uint32(m[4:8]))
+		state := binary.NativeEndian.Uint16(m[8:10])
+		if int(ifindex) != index || state&(unix.NUD_PERMANENT|unix.NUD_NOARP) != 0 {
+			continue
+		}
+		dst := findAttr(m[12:], unix.NDA_DST)
+		if dst == nil {
+			continue
+		}
+		del := append([]byte(nil), m[:12]...)
+		del = rtattr(del, unix.NDA_DST, dst)
+		if _, err := r.do(unix.RTM_DELNEIGH, 0, del); err != nil && !errors.Is(err, unix.ENOENT) {
+			return err
+		}
+	}
+	return nil
+}
+
+// findAttr returns the value of the first attribute of type typ.
+func findAttr(b []byte, typ uint16) []byte {
+	for len(b) >= unix.SizeofRtAttr {
+		l := int(binary.NativeEndian.Uint16(b[0:2]))
+		t := binary.NativeEndian.Uint16(b[2:4])
+		if l < unix.SizeofRtAttr || l > len(b) {
+			return nil
+		}
+		if t == typ {
+			return b[unix.SizeofRtAttr:l]
+		}
+		l = (l + 3) &^ 3
+		if l > len(b) {
+			return nil
+		}
+		b = b[l:]
+	}
+	return nil
+}
