@@ -72,6 +72,13 @@ await pair('1 MB file write+read', async () => {
   await writeFile(join(dir, 'bench.bin'), mb)
   await readFile(join(dir, 'bench.bin'))
 })
+// The same through plain HTTP without the SDK (identity encoding): the
+// agent's own share of the SDK figure above.
+row('http, no SDK: 1 MB file write+read', await measure(async () => {
+  const url = 'http://127.0.0.1:49983/files?path=/tmp/bench-raw.bin'
+  await (await fetch(url, { method: 'POST', body: mb, headers: { 'Content-Type': 'application/octet-stream' } })).arrayBuffer()
+  await (await fetch(url, { headers: { 'Accept-Encoding': 'identity' } })).arrayBuffer()
+}))
 await pair("runCode('1+1')", () => sbx.runCode('1+1'), () => repl.eval('1+1'))
 repl.close()
 console.log('\n' + ratios.join('\n'))
