@@ -16,21 +16,10 @@ import (
 // TestE2BSDK runs sdk.test.mjs (the real e2b and @e2b/code-interpreter
 // packages) against the agent; every SDK call there is an assertion.
 func TestE2BSDK(t *testing.T) {
-	if err := guest.CheckTools(); err != nil {
-		t.Fatal(err)
-	}
+	startAgent(t)
 	if err := guest.NPMInstall(); err != nil {
 		t.Fatal(err)
 	}
-	bin, err := guest.BuildAgent(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent, err := guest.StartAgent(bin, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer agent.Stop()
 	if err := guest.Run(guest.SDKEnv, "node", "--test", "--test-concurrency=1", "sdk.test.mjs"); err != nil {
 		t.Fatal(err)
 	}
@@ -39,18 +28,7 @@ func TestE2BSDK(t *testing.T) {
 // TestControlChannel: the host's control channel reaches the agent binary;
 // an identity pushed through it (token, env) takes effect on the envd API.
 func TestControlChannel(t *testing.T) {
-	if err := guest.CheckTools(); err != nil {
-		t.Fatal(err)
-	}
-	bin, err := guest.BuildAgent(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent, err := guest.StartAgent(bin, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer agent.Stop()
+	agent := startAgent(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := control.Dial(ctx, agent.Control)
@@ -75,6 +53,24 @@ func TestControlChannel(t *testing.T) {
 	if _, err := c.PrepareSnapshot(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startAgent builds and starts the agent until the test ends.
+func startAgent(t *testing.T) *guest.Agent {
+	t.Helper()
+	if err := guest.CheckTools(); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := guest.BuildAgent(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := guest.StartAgent(bin, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(agent.Stop)
+	return agent
 }
 
 func get(t *testing.T, path, token string) (int, string) {

@@ -9,6 +9,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/sandlot-dev/sandlot/guest/sandboxfs"
 )
 
 // download serves GET /files?path=: the file's bytes, gzip-encoded when
@@ -69,7 +71,7 @@ func openError(t target, err error) error {
 	case errors.Is(err, fs.ErrPermission):
 		return statusf(http.StatusForbidden, "path %s: permission denied", t.sandbox)
 	}
-	return statusf(http.StatusInternalServerError, "opening %s: %v", t.sandbox, bareError(err))
+	return statusf(http.StatusInternalServerError, "opening %s: %v", t.sandbox, sandboxfs.BareError(err))
 }
 
 // negotiate reads Accept-Encoding: gzip when it is acceptable, identity

@@ -30,7 +30,7 @@ func (h *handler) writeFile(t target, src io.Reader, u sandboxfs.User) error {
 		perm = fi.Mode().Perm()
 	}
 	dir := filepath.Dir(t.host)
-	if err := mkdirAs(dir, u); err != nil {
+	if err := sandboxfs.MkdirAll(dir, u); err != nil {
 		return writeFailure(fmt.Sprintf("creating the parent directories of %s", t.sandbox), err)
 	}
 	tmp, err := os.CreateTemp(dir, TempPrefix+"*")
@@ -111,47 +111,5 @@ func writeFailure(what string, err error) error {
 	case errors.Is(err, fs.ErrPermission):
 		return statusf(http.StatusForbidden, "%s: permission denied", what)
 	}
-	return statusf(http.StatusInternalServerError, "%s: %v", what, bareError(err))
-}
-
-// mkdirAs creates dir and its missing parents, each owned by u.
-func mkdirAs(dir string, u sandboxfs.User) error {
-	fi, err := os.Stat(dir)
-	if err == nil {
-		if !fi.IsDir() {
-			return &fs.PathError{Op: "mkdir", Path: dir, Err: syscall.ENOTDIR}
-		}
-		return nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	if parent := filepath.Dir(dir); parent != dir {
-		if err := mkdirAs(parent, u); err != nil {
-			return err
-		}
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil // raced with another creator: the goal is met
-		}
-		return err
-	}
-	if u.UID == 0 || os.Geteuid() != 0 {
-		return nil
-	}
-	return os.Lchown(dir, int(u.UID), int(u.GID))
-}
-
-// bareError strips the host path os errors carry.
-func bareError(err error) error {
-	var pe *fs.PathError
-	var le *os.LinkError
-	switch {
-	case errors.As(err, &pe):
-		return pe.Err
-	case errors.As(err, &le):
-		return le.Err
-	}
-	return err
+	return statusf(http.StatusInternalServerError, "%s: %v", what, sandboxfs.BareError(err))
 }

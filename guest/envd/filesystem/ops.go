@@ -9,7 +9,6 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"connectrpc.com/connect"
 
@@ -50,7 +49,7 @@ func (s *Service) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRe
 		}
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path %s already exists and is not a directory", t.sandbox))
 	}
-	if err := mkdirAs(t.host, u); err != nil {
+	if err := sandboxfs.MkdirAll(t.host, u); err != nil {
 		return nil, fsError("mkdir", t.sandbox, err)
 	}
 	e, err := s.statEntry(t, newNames(s.cfg.Root))
@@ -58,32 +57,6 @@ func (s *Service) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRe
 		return nil, err
 	}
 	return connect.NewResponse(&pb.MakeDirResponse{Entry: e}), nil
-}
-
-// mkdirAs creates dir and its missing parents, each owned by u.
-func mkdirAs(dir string, u sandboxfs.User) error {
-	fi, err := os.Stat(dir)
-	if err == nil {
-		if !fi.IsDir() {
-			return &fs.PathError{Op: "mkdir", Path: dir, Err: syscall.ENOTDIR}
-		}
-		return nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	if parent := filepath.Dir(dir); parent != dir {
-		if err := mkdirAs(parent, u); err != nil {
-			return err
-		}
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil // raced with another creator: the goal is met
-		}
-		return err
-	}
-	return chownTo(dir, u)
 }
 
 // Move renames source to destination; it creates no missing parents.

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
-	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -138,7 +137,7 @@ func (s *Service) hostPath(sb string, follow bool) (string, error) {
 // fsError turns an OS error about sandbox path sb into a Connect error
 // whose message names sb, never the host path.
 func fsError(op, sb string, err error) error {
-	errno := bareError(err)
+	errno := sandboxfs.BareError(err)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("path %s does not exist", sb))
@@ -154,29 +153,4 @@ func fsError(op, sb string, err error) error {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s %s: cannot move across filesystems", op, sb))
 	}
 	return connect.NewError(connect.CodeInternal, fmt.Errorf("%s %s: %v", op, sb, errno))
-}
-
-// bareError strips the host path os errors carry.
-func bareError(err error) error {
-	var pe *fs.PathError
-	var le *os.LinkError
-	switch {
-	case errors.As(err, &pe):
-		return pe.Err
-	case errors.As(err, &le):
-		return le.Err
-	}
-	return err
-}
-
-// chownTo gives host to u when the agent may (it runs as root) and must
-// (u is not root), so a user's files are its own as if it made them.
-func chownTo(host string, u sandboxfs.User) error {
-	if u.UID == 0 || os.Geteuid() != 0 {
-		return nil
-	}
-	if err := os.Lchown(host, int(u.UID), int(u.GID)); err != nil {
-		return fmt.Errorf("chown to %s: %w", u.Name, err)
-	}
-	return nil
 }
