@@ -1,0 +1,107 @@
+package vm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// A memory layer is what a restored VM changed of its base memory file:
+// a sparse file of the RAM's size holding only the VM's private pages.
+// Restoring maps the base copy-on-write and writes the layer's pages into
+// the paused QEMU's RAM before cont: they become that VM's private pages
+// again, so the next snapshot captures them too and layers never chain.
+
+// captureLayer copies the pages of m that process pid wrote into a new
+// sparse file at path and returns the bytes captured.
+func captureLayer(pid int, m mapping, path string) (int64, error) {
+	pages, err := privatePages(pid, m)
+	if err != nil {
+		return 0, err
+	}
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		return 0, fmt.Errorf("open memory of %d: %w", pid, err)
+	}
+	defer mem.Close()
+	out, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o444)
+	if err != nil {
+		return 0, fmt.Errorf("create memory layer: %w", err)
+	}
+	defer out.Close()
+	if err := out.Truncate(int64(m.End - m.Start)); err != nil {
+		return 0, err
+	}
+	buf := make([]byte, 1<<20)
+	for _, r := range runs(pages) {
+		if err := copyRange(out, mem, int64(m.Start), r[0]*pageSize, (r[1]-r[0])*pageSize, buf); err != nil {
+			return 0, fmt.Errorf("capture pages %d-%d: %w", r[0], r[1], err)
+		}
+	}
+	return int64(len(pages)) * pageSize, out.Sync()
+}
+
+// copyRange copies n bytes at off from src (at base+off) to dst (at off).
+func copyRange(dst io.WriterAt, src io.ReaderAt, base, off, n int64, buf []byte) error {
+	for n > 0 {
+		chunk := buf[:min(int64(len(buf)), n)]
+		if _, err := src.ReadAt(chunk, base+off); err != nil {
+			return err
+		}
+		if _, err := dst.WriteAt(chunk, off); err != nil {
+			return err
+		}
+		off += int64(len(chunk))
+		n -= int64(len(chunk))
+	}
+	return nil
+}
+
+// applyLayer writes every data extent of the layer file into process
+// pid's mapping m (the paused, restored VM's RAM).
+func applyLayer(pid int, m mapping, path string) (int64, error) {
+	layer, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("open memory layer: %w", err)
+	}
+	defer layer.Close()
+	mem, err := os.OpenFile(fmt.Sprintf("/proc/%d/mem", pid), os.O_WRONLY, 0)
+	if err != nil {
+		return 0, fmt.Errorf("open memory of %d: %w", pid, err)
+	}
+	defer mem.Close()
+	size := int64(m.End - m.Start)
+	buf := make([]byte, 1<<20)
+	var applied int64
+	for off := int64(0); off < size; {
+		start, err := unix.Seek(int(layer.Fd()), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // no data after off
+		}
+		if err != nil {
+			return applied, fmt.Errorf("seek memory layer: %w", err)
+		}
+		end, err := unix.Seek(int(layer.Fd()), start, unix.SEEK_HOLE)
+		if err != nil {
+			return applied, fmt.Errorf("seek memory layer: %w", err)
+		}
+		end = min(end, size)
+		if err := copyRange(offsetWriter{mem, int64(m.Start)}, layer, 0, start, end-start, buf); err != nil {
+			return applied, fmt.Errorf("apply memory layer at %d: %w", start, err)
+		}
+		applied += end - start
+		off = end
+	}
+	return applied, nil
+}
+
+// offsetWriter writes at base+off.
+type offsetWriter struct {
+	w    io.WriterAt
+	base int64
+}
+
+func (o offsetWriter) WriteAt(p []byte, off int64) (int, error) { return o.w.WriteAt(p, o.base+off) }

@@ -1,0 +1,95 @@
+package vm
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+)
+
+const pageSize = 4096
+
+// pagemap bits (Documentation/admin-guide/mm/pagemap.rst).
+const (
+	pmPresent = 1 << 63
+	pmSwapped = 1 << 62
+	pmFile    = 1 << 61 // file page or shared anonymous
+)
+
+// mapping is a range of a process's address space backed by a file.
+type mapping struct {
+	Start, End uintptr
+	Offset     int64
+}
+
+// findMapping returns the mapping of path in process pid (the guest RAM of
+// a QEMU whose memory backend is that file).
+func findMapping(pid int, path string) (mapping, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return mapping{}, fmt.Errorf("read maps of %d: %w", pid, err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 6 || strings.Join(fields[5:], " ") != path {
+			continue
+		}
+		lo, hi, _ := strings.Cut(fields[0], "-")
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		off, err3 := strconv.ParseInt(fields[2], 16, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			return mapping{}, fmt.Errorf("bad maps line %q", sc.Text())
+		}
+		return mapping{Start: uintptr(start), End: uintptr(end), Offset: off}, nil
+	}
+	return mapping{}, fmt.Errorf("process %d does not map %s", pid, path)
+}
+
+// privatePages returns the indexes of the pages of m that process pid
+// wrote: present and not file-backed means a private copy-on-write copy
+// (a page only read stays the file's page).
+func privatePages(pid int, m mapping) ([]int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/pagemap", pid))
+	if err != nil {
+		return nil, fmt.Errorf("open pagemap of %d: %w", pid, err)
+	}
+	defer f.Close()
+	n := int64(m.End-m.Start) / pageSize
+	buf := make([]byte, 8*4096)
+	var pages []int64
+	for first := int64(0); first < n; first += int64(len(buf) / 8) {
+		count := min(int64(len(buf)/8), n-first)
+		chunk := buf[:count*8]
+		if _, err := f.ReadAt(chunk, (int64(m.Start)/pageSize+first)*8); err != nil && err != io.EOF {
+			return nil, fmt.Errorf("read pagemap of %d: %w", pid, err)
+		}
+		for i := int64(0); i < count; i++ {
+			e := binary.LittleEndian.Uint64(chunk[i*8:])
+			if (e&pmPresent != 0 || e&pmSwapped != 0) && e&pmFile == 0 {
+				pages = append(pages, first+i)
+			}
+		}
+	}
+	return pages, nil
+}
+
+// runs groups sorted page indexes into [start, end) runs, so pages are
+// copied with few, large reads.
+func runs(pages []int64) [][2]int64 {
+	var out [][2]int64
+	for _, p := range pages {
+		if len(out) > 0 && out[len(out)-1][1] == p {
+			out[len(out)-1][1]++
+			continue
+		}
+		out = append(out, [2]int64{p, p + 1})
+	}
+	return out
+}
