@@ -22,7 +22,10 @@ const (
 	envUser    = "SANDLOT_USER"    // default user of the envd API
 )
 
-const defaultControlPort = "/dev/virtio-ports/sandlot.control"
+// defaultControlPort names the virtio-serial port by its name: without
+// udev there is no /dev/virtio-ports/<name> link, so the services look the
+// port up in /sys/class/virtio-ports once /sys is mounted.
+const defaultControlPort = virtioPortPrefix + "sandlot.control"
 
 // bootPlan is what /init does: the pid1 configuration, and the arguments
 // of the services process it starts once the root is ready.

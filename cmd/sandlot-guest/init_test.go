@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 )
@@ -23,5 +25,27 @@ func TestPlanBoot(t *testing.T) {
 	}
 	if d := planBoot(func(string) string { return "" }); d.Init.BaseDevice != "" || d.Serve[5] != "root" {
 		t.Errorf("defaults = %+v", d)
+	}
+}
+
+func TestResolveControl(t *testing.T) {
+	sys := t.TempDir()
+	for port, name := range map[string]string{"vport0p0": "other", "vport0p1": "sandlot.control"} {
+		dir := filepath.Join(sys, "class", "virtio-ports", port)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "name"), []byte(name+"\n"), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := resolveControl(sys, "virtio-port:sandlot.control"); err != nil || got != "/dev/vport0p1" {
+		t.Fatalf("resolve = %q, %v", got, err)
+	}
+	if got, _ := resolveControl(sys, "/run/ctl.sock"); got != "/run/ctl.sock" {
+		t.Fatalf("a path changed: %q", got)
+	}
+	if _, err := resolveControl(sys, "virtio-port:missing"); err == nil {
+		t.Fatal("missing port resolved")
 	}
 }

@@ -73,11 +73,15 @@ func run(ctx context.Context, opts options) error {
 		Files: files.New(files.Config{Root: root, DefaultUser: opts.defaultUser, Identity: ids, MaxUpload: opts.maxUpload}),
 	})
 	if opts.control != "" {
+		path, err := resolveControl("/sys", opts.control)
+		if err != nil {
+			return err
+		}
 		ctl := control.NewHandler(ids, control.Options{ApplyHost: opts.applyHost})
 		defer ctl.Close()
 		go func() {
-			if err := control.Serve(ctx, opts.control, ctl); err != nil && ctx.Err() == nil {
-				slog.Error("control channel stopped", "path", opts.control, "err", err)
+			if err := control.Serve(ctx, path, ctl); err != nil && ctx.Err() == nil {
+				slog.Error("control channel stopped", "path", path, "err", err)
 			}
 		}()
 	}

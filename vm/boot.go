@@ -1,0 +1,95 @@
+package vm
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/sandlot-dev/sandlot/guest/identity"
+)
+
+var randRead = rand.Read
+
+// Boot cold-boots a first-generation VM: kernel, initramfs with
+// sandlot-guest as /init, the read-only base disk and a fresh writable
+// layer; its RAM is a shared file in MemoryDir so it can be snapshotted.
+// It returns once the guest agent has taken id.
+func Boot(ctx context.Context, a Assets, cfg Config, id identity.Identity) (*VM, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if err := checkFiles(map[string]string{"kernel": a.Kernel, "initramfs": a.Initrd, "base disk": cfg.BaseDisk}); err != nil {
+		return nil, err
+	}
+	v := &VM{cfg: cfg, spec: cfg.baseSpec(), QEMU: a.QEMU, state: Created}
+	v.spec.MemoryPath = filepath.Join(cfg.MemoryDir, "sandlot-"+cfg.Name+".mem")
+	v.spec.SharedMemory = true
+	v.spec.Kernel, v.spec.Initrd = a.Kernel, a.Initrd
+	v.spec.Append = bootArgs(a.Modules)
+	if err := v.move(Booting); err != nil {
+		return nil, err
+	}
+	if err := v.boot(ctx, id); err != nil {
+		_ = v.Stop()
+		return nil, fmt.Errorf("boot %s: %w", cfg.Name, err)
+	}
+	return v, v.move(Running)
+}
+
+func (v *VM) boot(ctx context.Context, id identity.Identity) error {
+	if err := makeLayer(v.spec.Layer, v.cfg.LayerMiB); err != nil {
+		return err
+	}
+	if err := v.launch(ctx); err != nil {
+		return err
+	}
+	return v.connect(ctx, id)
+}
+
+// bootArgs is the kernel command line: the base arguments, then the boot
+// parameters sandlot-guest reads as /init (the kernel passes unknown
+// NAME=value words to init as environment variables).
+func bootArgs(modules string) string {
+	return strings.Join([]string{BaseKernelArgs, "SANDLOT_BASE=/dev/vda", "SANDLOT_LAYER=/dev/vdb",
+		"SANDLOT_MODULES=" + modules}, " ")
+}
+
+// makeLayer creates a sparse writable layer formatted ext4 (the guest
+// overlays its root on it).
+func makeLayer(path string, mib int) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("create writable layer: %w", err)
+	}
+	err = f.Truncate(int64(mib) << 20)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("size writable layer: %w", err)
+	}
+	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-L", "sandlot-layer", "-E", "lazy_itable_init=1,lazy_journal_init=1", path).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("format writable layer (is e2fsprogs installed?): %w: %s", err, out)
+	}
+	return nil
+}
+
+// checkFiles says which named file is missing, before QEMU says it worse.
+func checkFiles(files map[string]string) error {
+	for what, p := range files {
+		if p == "" {
+			return fmt.Errorf("no %s given", what)
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", what, p, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("%s %s is not a regular file", what, p)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,260 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sandlot-dev/sandlot/guest/control"
+	"github.com/sandlot-dev/sandlot/guest/identity"
+	"github.com/sandlot-dev/sandlot/vm/qmp"
+)
+
+// Assets are the files a cold boot needs.
+type Assets struct {
+	QEMU    string // default qemu-system-x86_64 in PATH
+	Kernel  string // PVH vmlinux
+	Initrd  string // initramfs with sandlot-guest as /init
+	Modules string // the SANDLOT_MODULES boot parameter: .ko paths in the initramfs
+}
+
+// Config is one VM's shape and where its files go.
+type Config struct {
+	Name      string
+	Accel     string // "" picks one (DetectAccel)
+	VCPU      int
+	MemoryMiB int
+	// RunDir holds the VM's sockets, console log and writable layer; it
+	// is removed by Stop.
+	RunDir string
+	// MemoryDir is a tmpfs directory for the guest RAM file of a booted
+	// VM (default /dev/shm).
+	MemoryDir string
+	BaseDisk  string
+	// LayerMiB sizes a cold-booted VM's writable layer (default 1024).
+	LayerMiB int
+	Net      NetSpec
+	Console  bool // keep the serial console in RunDir/console.log
+}
+
+// VM is one QEMU microvm and the channels to it.
+type VM struct {
+	cfg  Config
+	spec Spec
+	QEMU string
+
+	mu    sync.Mutex
+	state State
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+	qmp    *qmp.Monitor
+	ctl    *control.Client
+
+	// base is the memory file a restored VM maps copy-on-write (nil for a
+	// booted VM, whose RAM file is its own).
+	base *Manifest
+	// identity is pushed to the guest once it runs.
+	identity identity.Identity
+}
+
+// State is the VM's current state.
+func (v *VM) State() State {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.state
+}
+
+func (v *VM) move(to State) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	s, err := next(v.state, to)
+	v.state = s
+	return err
+}
+
+// PID is QEMU's process ID.
+func (v *VM) PID() int { return v.cmd.Process.Pid }
+
+// Control is the guest control channel.
+func (v *VM) Control() *control.Client { return v.ctl }
+
+// Console is the serial console log, if kept.
+func (v *VM) Console() string { return v.spec.Console }
+
+func (c *Config) defaults() error {
+	if c.Accel == "" {
+		a, err := DetectAccel()
+		if err != nil {
+			return err
+		}
+		c.Accel = a
+	}
+	if c.VCPU == 0 {
+		c.VCPU = 1
+	}
+	if c.MemoryMiB == 0 {
+		c.MemoryMiB = 256
+	}
+	if c.MemoryDir == "" {
+		c.MemoryDir = "/dev/shm"
+	}
+	if c.LayerMiB == 0 {
+		c.LayerMiB = 1024
+	}
+	if c.RunDir == "" || c.Name == "" {
+		return errors.New("vm config: name and run dir are required")
+	}
+	return os.MkdirAll(c.RunDir, 0o700)
+}
+
+// baseSpec is the part of the command line a boot and a restore share
+// (device sets must match between a snapshot and its restores).
+func (c Config) baseSpec() Spec {
+	s := Spec{Name: c.Name, Accel: c.Accel, VCPU: c.VCPU, MemoryMiB: c.MemoryMiB, BaseDisk: c.BaseDisk,
+		Layer: filepath.Join(c.RunDir, "layer.raw"), QMPSocket: filepath.Join(c.RunDir, "qmp.sock"),
+		ControlSocket: filepath.Join(c.RunDir, "control.sock"), Net: c.Net}
+	if c.Console {
+		s.Console = filepath.Join(c.RunDir, "console.log")
+	}
+	return s
+}
+
+// launch starts QEMU for spec and connects QMP.
+func (v *VM) launch(ctx context.Context) error {
+	args, err := v.spec.Args()
+	if err != nil {
+		return err
+	}
+	if v.QEMU == "" {
+		v.QEMU = "qemu-system-x86_64"
+	}
+	v.cmd = exec.Command(v.QEMU, args...)
+	stderr, err := os.Create(filepath.Join(v.cfg.RunDir, "qemu.log"))
+	if err != nil {
+		return err
+	}
+	defer stderr.Close()
+	v.cmd.Stdout, v.cmd.Stderr = stderr, stderr
+	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := v.cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", v.QEMU, err)
+	}
+	v.exited = make(chan struct{})
+	go func() { _ = v.cmd.Wait(); close(v.exited) }()
+	qctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-v.exited:
+			cancel() // QEMU died: stop waiting for its socket
+		case <-qctx.Done():
+		}
+	}()
+	m, err := qmp.Dial(qctx, v.spec.QMPSocket)
+	if err != nil {
+		return fmt.Errorf("qemu %s: %w%s", v.cfg.Name, err, v.qemuLog())
+	}
+	v.qmp = m
+	return nil
+}
+
+// qemuLog returns QEMU's own words, for errors.
+func (v *VM) qemuLog() string {
+	b, _ := os.ReadFile(filepath.Join(v.cfg.RunDir, "qemu.log"))
+	if len(b) == 0 {
+		return ""
+	}
+	if len(b) > 2048 {
+		b = b[len(b)-2048:]
+	}
+	return ": qemu says: " + string(b)
+}
+
+// connect dials the guest control channel, waits for the agent and
+// pushes the identity (with a fresh RNG seed).
+func (v *VM) connect(ctx context.Context, id identity.Identity) error {
+	c, err := control.Dial(ctx, v.spec.ControlSocket)
+	if err != nil {
+		return fmt.Errorf("control channel of %s: %w", v.cfg.Name, err)
+	}
+	v.ctl = c
+	if _, err := c.WaitReady(ctx, 100*time.Millisecond); err != nil {
+		return fmt.Errorf("guest agent of %s: %w", v.cfg.Name, err)
+	}
+	seed := make([]byte, 64)
+	if _, err := randRead(seed); err != nil {
+		return err
+	}
+	res, err := c.SetIdentity(ctx, id, seed)
+	if err != nil {
+		return fmt.Errorf("set identity of %s: %w", v.cfg.Name, err)
+	}
+	return res.Err()
+}
+
+// Pause stops the vCPUs.
+func (v *VM) Pause(ctx context.Context) error {
+	if err := v.move(Paused); err != nil {
+		return err
+	}
+	return v.qmpErr(v.qmp.Stop(ctx), "pause")
+}
+
+// Resume continues the vCPUs.
+func (v *VM) Resume(ctx context.Context) error {
+	if err := v.move(Running); err != nil {
+		return err
+	}
+	return v.qmpErr(v.qmp.Cont(ctx), "resume")
+}
+
+// qmpErr names the VM and adds QEMU's log when QEMU is gone.
+func (v *VM) qmpErr(err error, op string) error {
+	if err == nil {
+		return nil
+	}
+	select {
+	case <-v.exited:
+		return fmt.Errorf("%s %s: qemu exited (%v): %w%s", op, v.cfg.Name, v.cmd.ProcessState, err, v.qemuLog())
+	default:
+		return fmt.Errorf("%s %s: %w", op, v.cfg.Name, err)
+	}
+}
+
+// Stop ends QEMU and removes everything the VM made: its sockets, RAM
+// file and run directory. Safe to call more than once.
+func (v *VM) Stop() error {
+	v.mu.Lock()
+	v.state = Stopped
+	v.mu.Unlock()
+	if v.ctl != nil {
+		v.ctl.Close()
+	}
+	if v.qmp != nil {
+		v.qmp.Close()
+	}
+	if v.cmd != nil && v.cmd.Process != nil {
+		_ = v.cmd.Process.Kill()
+		<-v.exited
+	}
+	var errs []error
+	if v.spec.SharedMemory {
+		errs = append(errs, removeIfExists(v.spec.MemoryPath))
+	}
+	errs = append(errs, os.RemoveAll(v.cfg.RunDir))
+	return errors.Join(errs...)
+}
+
+func removeIfExists(p string) error {
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}

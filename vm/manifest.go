@@ -1,0 +1,237 @@
+package vm
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ManifestVersion is the snapshot format; restores refuse other versions.
+const ManifestVersion = 1
+
+// Snapshot file names inside a snapshot directory.
+const (
+	ManifestFile = "manifest.json"
+	StateFile    = "state"        // device state (no RAM)
+	MemoryFile   = "memory"       // full RAM (first-generation VM)
+	LayerFile    = "memory.layer" // the pages a restored VM changed
+	DiskFile     = "disk.raw"     // the writable disk layer
+)
+
+// Manifest describes a snapshot: what it holds and what may restore it.
+type Manifest struct {
+	Version     int       `json:"version"`
+	Created     time.Time `json:"created"`
+	Accel       string    `json:"accel"`
+	QEMUVersion string    `json:"qemuVersion"`
+	CPU         string    `json:"cpuFingerprint"`
+	Kernel      string    `json:"kernelSHA256,omitempty"`
+	VCPU        int       `json:"vcpu"`
+	MemoryMiB   int       `json:"memoryMiB"`
+	BaseDisk    FileRef   `json:"baseDisk"`
+	State       FileRef   `json:"state"`
+	Disk        FileRef   `json:"disk"`
+	// Memory is the full RAM of a first-generation VM; for a restored VM
+	// it is the base it maps (another snapshot's memory, by path) and
+	// MemoryLayer holds the pages it changed.
+	Memory      FileRef  `json:"memory"`
+	MemoryLayer *FileRef `json:"memoryLayer,omitempty"`
+	// DirtyBytes is the memory the VM changed since its base.
+	DirtyBytes int64 `json:"dirtyBytes"`
+	// PausedNanos is how long the VM was paused to take it.
+	PausedNanos int64 `json:"pausedNanos"`
+}
+
+// FileRef is a file of (or used by) a snapshot.
+type FileRef struct {
+	Path   string `json:"path"` // relative to the snapshot dir, or absolute
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+func (f FileRef) abs(dir string) string {
+	if filepath.IsAbs(f.Path) {
+		return f.Path
+	}
+	return filepath.Join(dir, f.Path)
+}
+
+// TotalBytes is the data the snapshot itself holds (allocated blocks).
+func (m *Manifest) TotalBytes(dir string) int64 {
+	var n int64
+	for _, f := range []FileRef{m.State, m.Disk, m.Memory} {
+		if !filepath.IsAbs(f.Path) {
+			n += allocated(f.abs(dir))
+		}
+	}
+	if m.MemoryLayer != nil {
+		n += allocated(m.MemoryLayer.abs(dir))
+	}
+	return n
+}
+
+// ReadManifest loads and checks a snapshot's manifest.
+func ReadManifest(dir string) (*Manifest, error) {
+	b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", dir, err)
+	}
+	m := &Manifest{}
+	if err := json.Unmarshal(b, m); err != nil {
+		return nil, fmt.Errorf("snapshot %s: corrupt manifest: %w", dir, err)
+	}
+	if m.Version != ManifestVersion {
+		return nil, fmt.Errorf("snapshot %s: format version %d, this sandlot reads %d", dir, m.Version, ManifestVersion)
+	}
+	return m, nil
+}
+
+func (m *Manifest) write(dir string) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, ManifestFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o444); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, ManifestFile)) // the manifest last: its presence means complete
+}
+
+// Compatible says why this host cannot restore the snapshot, or nil.
+func (m *Manifest) Compatible(accel, qemuVersion, cpu string) error {
+	switch {
+	case m.Accel != accel:
+		return fmt.Errorf("snapshot was taken under %s, this host runs %s", m.Accel, accel)
+	case m.QEMUVersion != qemuVersion:
+		return fmt.Errorf("snapshot was taken by QEMU %s, this host has %s", m.QEMUVersion, qemuVersion)
+	case m.CPU != cpu:
+		return fmt.Errorf("snapshot CPU fingerprint %s differs from this host's %s", m.CPU, cpu)
+	}
+	return nil
+}
+
+// checkFiles verifies every file the snapshot needs exists with its size,
+// and that the small ones (state) still hash right. Large files are
+// checked by size here and by Verify in full.
+func (m *Manifest) checkFiles(dir string) error {
+	refs := []FileRef{m.State, m.Disk, m.Memory}
+	if m.MemoryLayer != nil {
+		refs = append(refs, *m.MemoryLayer)
+	}
+	for _, f := range refs {
+		fi, err := os.Stat(f.abs(dir))
+		if err != nil {
+			return fmt.Errorf("snapshot %s: %w", dir, err)
+		}
+		if fi.Size() != f.Size {
+			return fmt.Errorf("snapshot %s: %s is %d bytes, the manifest says %d (truncated or replaced)", dir, f.Path, fi.Size(), f.Size)
+		}
+	}
+	sum, err := fileSHA256(m.State.abs(dir))
+	if err != nil || sum != m.State.SHA256 {
+		return fmt.Errorf("snapshot %s: device state is corrupt (sha256 %s, manifest %s)", dir, sum, m.State.SHA256)
+	}
+	return nil
+}
+
+// Verify checks every file of the snapshot against its checksum.
+func Verify(dir string) error {
+	m, err := ReadManifest(dir)
+	if err != nil {
+		return err
+	}
+	refs := []FileRef{m.State, m.Disk, m.Memory}
+	if m.MemoryLayer != nil {
+		refs = append(refs, *m.MemoryLayer)
+	}
+	for _, f := range refs {
+		sum, err := fileSHA256(f.abs(dir))
+		if err != nil {
+			return fmt.Errorf("snapshot %s: %w", dir, err)
+		}
+		if sum != f.SHA256 {
+			return fmt.Errorf("snapshot %s: %s changed (sha256 %s, manifest %s)", dir, f.Path, sum, f.SHA256)
+		}
+	}
+	return nil
+}
+
+func fileSHA256(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func fileRef(dir, name string) (FileRef, error) {
+	p := filepath.Join(dir, name)
+	fi, err := os.Stat(p)
+	if err != nil {
+		return FileRef{}, err
+	}
+	sum, err := fileSHA256(p)
+	return FileRef{Path: name, Size: fi.Size(), SHA256: sum}, err
+}
+
+// CPUFingerprint digests the host CPU's model and flags: a restored VM
+// sees the same CPU as the VM it was taken from.
+func CPUFingerprint() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	var model, flags string
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		switch strings.TrimSpace(k) {
+		case "model name":
+			model = strings.TrimSpace(v)
+		case "flags":
+			flags = strings.TrimSpace(v)
+		}
+		if model != "" && flags != "" {
+			break
+		}
+	}
+	sum := sha256.Sum256([]byte(model + "\n" + flags))
+	return hex.EncodeToString(sum[:8])
+}
+
+var (
+	qemuVersions   sync.Map // binary -> version
+	versionPattern = "QEMU emulator version "
+)
+
+// QEMUVersion is the version `qemu --version` prints, cached per binary.
+func QEMUVersion(bin string) (string, error) {
+	if bin == "" {
+		bin = "qemu-system-x86_64"
+	}
+	if v, ok := qemuVersions.Load(bin); ok {
+		return v.(string), nil
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version (is qemu-system-x86 installed?): %w", bin, err)
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	v, ok := strings.CutPrefix(first, versionPattern)
+	if !ok {
+		return "", fmt.Errorf("%s --version: unexpected %q", bin, first)
+	}
+	v, _, _ = strings.Cut(v, " ")
+	qemuVersions.Store(bin, v)
+	return v, nil
+}

@@ -1,0 +1,119 @@
+package vm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/sandlot-dev/sandlot/guest/identity"
+)
+
+// Restore starts a VM from the snapshot in dir: QEMU maps the snapshot's
+// memory file copy-on-write (share=off: clones share every page none of
+// them wrote), loads the device state with migrate-incoming over an fd,
+// lays a restored VM's changed pages over the base, then continues and
+// pushes the new identity (network, hostname, env, token, a fresh RNG
+// seed) through the control channel. The snapshot is never written.
+func Restore(ctx context.Context, qemu string, cfg Config, dir string, id identity.Identity) (*VM, error) {
+	m, err := restorable(qemu, &cfg, dir)
+	if err != nil {
+		return nil, err
+	}
+	base := *m
+	base.Memory.Path = m.Memory.abs(dir)
+	v := &VM{cfg: cfg, spec: cfg.baseSpec(), QEMU: qemu, state: Created, base: &base, identity: id}
+	v.spec.BaseDisk = m.BaseDisk.Path
+	v.spec.MemoryPath = base.Memory.Path
+	v.spec.Incoming = true
+	if err := v.move(Restoring); err != nil {
+		return nil, err
+	}
+	if err := v.restore(ctx, dir, m); err != nil {
+		_ = v.Stop()
+		return nil, fmt.Errorf("restore %s from %s: %w", cfg.Name, dir, err)
+	}
+	return v, v.move(Running)
+}
+
+// restorable reads the manifest and checks this host can restore it.
+func restorable(qemu string, cfg *Config, dir string) (*Manifest, error) {
+	m, err := ReadManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.VCPU, cfg.MemoryMiB = m.VCPU, m.MemoryMiB
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	qv, err := QEMUVersion(qemu)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Compatible(cfg.Accel, qv, CPUFingerprint()); err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", dir, err)
+	}
+	if err := m.checkFiles(dir); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (v *VM) restore(ctx context.Context, dir string, m *Manifest) error {
+	if err := copySparse(filepath.Join(dir, DiskFile), v.spec.Layer, 0o600); err != nil {
+		return fmt.Errorf("writable layer: %w", err)
+	}
+	if err := v.launch(ctx); err != nil {
+		return err
+	}
+	if err := v.loadState(ctx, filepath.Join(dir, StateFile)); err != nil {
+		return err
+	}
+	if m.MemoryLayer != nil {
+		if err := v.applyMemoryLayer(m.MemoryLayer.abs(dir)); err != nil {
+			return err
+		}
+	}
+	if err := v.qmpErr(v.qmp.Cont(ctx), "cont"); err != nil {
+		return err
+	}
+	return v.connect(ctx, v.identity)
+}
+
+// loadState feeds the device state to the waiting QEMU. Announcements are
+// off: the clone must not claim the snapshot's addresses from its new home
+// before it has taken its own identity.
+func (v *VM) loadState(ctx context.Context, state string) error {
+	if err := v.qmp.SetMigrationCapabilities(ctx, map[string]bool{"x-ignore-shared": true}); err != nil {
+		return v.qmpErr(err, "migration capabilities")
+	}
+	if err := v.qmp.SetMigrationParameters(ctx, map[string]any{"announce-rounds": 0}); err != nil {
+		return v.qmpErr(err, "migration parameters")
+	}
+	f, err := os.Open(state)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := v.qmp.SendFD(ctx, "state", f); err != nil {
+		return v.qmpErr(err, "send state fd")
+	}
+	if err := v.qmp.MigrateIncoming(ctx, "fd:state"); err != nil {
+		return v.qmpErr(err, "migrate-incoming")
+	}
+	if _, err := v.qmp.WaitMigration(ctx); err != nil {
+		return v.qmpErr(err, "load device state")
+	}
+	return nil
+}
+
+func (v *VM) applyMemoryLayer(path string) error {
+	mp, err := findMapping(v.PID(), v.spec.MemoryPath)
+	if err != nil {
+		return err
+	}
+	if _, err := applyLayer(v.PID(), mp, path); err != nil {
+		return fmt.Errorf("memory layer: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,125 @@
+package vm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Snapshot saves the VM into dir (which must not exist) and lets it run
+// on. The guest syncs its disks first; then, paused: the device state
+// (no RAM), the RAM — a first-generation VM's whole RAM file, or only the
+// pages a restored VM changed over its base — and the writable layer.
+// Checksums and the manifest are written after the VM runs again.
+func (v *VM) Snapshot(ctx context.Context, dir string) (*Manifest, error) {
+	if st := v.State(); st != Running && st != Paused {
+		return nil, fmt.Errorf("snapshot %s: VM is %s", v.cfg.Name, st)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", v.cfg.Name, err)
+	}
+	m, err := v.snapshot(ctx, dir)
+	if err != nil {
+		_ = os.RemoveAll(dir) // never leave a half-written snapshot
+		return nil, fmt.Errorf("snapshot %s: %w", v.cfg.Name, err)
+	}
+	return m, nil
+}
+
+func (v *VM) snapshot(ctx context.Context, dir string) (*Manifest, error) {
+	wasRunning := v.State() == Running
+	if wasRunning && v.ctl != nil {
+		if _, err := v.ctl.PrepareSnapshot(ctx); err != nil {
+			return nil, fmt.Errorf("quiesce guest: %w", err)
+		}
+	}
+	m, err := v.newManifest()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if wasRunning {
+		if err := v.qmpErr(v.qmp.Stop(ctx), "stop"); err != nil {
+			return nil, err
+		}
+	}
+	saveErr := v.saveWhilePaused(ctx, dir, m)
+	if wasRunning {
+		if err := v.qmpErr(v.qmp.Cont(ctx), "cont"); err != nil && saveErr == nil {
+			saveErr = err
+		}
+	}
+	m.PausedNanos = time.Since(start).Nanoseconds()
+	if saveErr != nil {
+		return nil, saveErr
+	}
+	return m, v.seal(dir, m)
+}
+
+func (v *VM) newManifest() (*Manifest, error) {
+	qv, err := QEMUVersion(v.QEMU)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(v.spec.BaseDisk)
+	if err != nil {
+		return nil, err
+	}
+	return &Manifest{Version: ManifestVersion, Created: time.Now().UTC(), Accel: v.spec.Accel, QEMUVersion: qv,
+		CPU: CPUFingerprint(), VCPU: v.spec.VCPU, MemoryMiB: v.spec.MemoryMiB,
+		BaseDisk: FileRef{Path: v.spec.BaseDisk, Size: fi.Size()}}, nil
+}
+
+// saveWhilePaused is the part of a snapshot the VM waits for.
+func (v *VM) saveWhilePaused(ctx context.Context, dir string, m *Manifest) error {
+	// Device state only: xen-save-devices-state skips RAM sections, which
+	// x-ignore-shared cannot do for a restored VM's private mapping.
+	state := filepath.Join(dir, StateFile)
+	if err := v.qmp.Execute(ctx, "xen-save-devices-state", map[string]any{"filename": state, "live": false}, nil); err != nil {
+		return v.qmpErr(err, "save device state")
+	}
+	if err := v.saveMemory(dir, m); err != nil {
+		return err
+	}
+	return copySparse(v.spec.Layer, filepath.Join(dir, DiskFile), 0o444)
+}
+
+func (v *VM) saveMemory(dir string, m *Manifest) error {
+	if v.base == nil {
+		return copySparse(v.spec.MemoryPath, filepath.Join(dir, MemoryFile), 0o444)
+	}
+	mp, err := findMapping(v.PID(), v.spec.MemoryPath)
+	if err != nil {
+		return err
+	}
+	dirty, err := captureLayer(v.PID(), mp, filepath.Join(dir, LayerFile))
+	m.DirtyBytes = dirty
+	return err
+}
+
+// seal checksums the files and writes the manifest, last.
+func (v *VM) seal(dir string, m *Manifest) error {
+	var err error
+	if m.State, err = fileRef(dir, StateFile); err != nil {
+		return err
+	}
+	if m.Disk, err = fileRef(dir, DiskFile); err != nil {
+		return err
+	}
+	if v.base == nil {
+		if m.Memory, err = fileRef(dir, MemoryFile); err != nil {
+			return err
+		}
+		m.DirtyBytes = allocated(filepath.Join(dir, MemoryFile))
+	} else {
+		m.Memory = v.base.Memory // the base this VM maps, by absolute path
+		layer, err := fileRef(dir, LayerFile)
+		if err != nil {
+			return err
+		}
+		m.MemoryLayer = &layer
+	}
+	return m.write(dir)
+}

@@ -1,0 +1,74 @@
+package vm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// copySparse copies src to a new file dst, data extents only (holes stay
+// holes), with copy_file_range so the kernel moves the bytes.
+func copySparse(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	if err := out.Truncate(fi.Size()); err != nil {
+		return err
+	}
+	for off := int64(0); off < fi.Size(); {
+		start, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("seek %s: %w", src, err)
+		}
+		end, err := unix.Seek(int(in.Fd()), start, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("seek %s: %w", src, err)
+		}
+		if err := copyExtent(in, out, start, end-start); err != nil {
+			return fmt.Errorf("copy %s: %w", src, err)
+		}
+		off = end
+	}
+	return nil
+}
+
+func copyExtent(in, out *os.File, off, n int64) error {
+	for n > 0 {
+		roff, woff := off, off
+		c, err := unix.CopyFileRange(int(in.Fd()), &roff, int(out.Fd()), &woff, int(min(n, 1<<30)), 0)
+		if err != nil {
+			return err
+		}
+		if c == 0 {
+			return fmt.Errorf("short copy at %d", off)
+		}
+		off += int64(c)
+		n -= int64(c)
+	}
+	return nil
+}
+
+// allocated is the bytes a file really occupies.
+func allocated(p string) int64 {
+	var st unix.Stat_t
+	if unix.Stat(p, &st) != nil {
+		return 0
+	}
+	return st.Blocks * 512
+}
