@@ -35,6 +35,10 @@ build: ## Build the binaries into bin/.
 envtest-assets: ## Build etcd and kube-apiserver from Go modules into the cache (skips what exists).
 	K8S_VERSION=$(K8S_VERSION) hack/k8s-bins.sh
 
+.PHONY: vm-assets
+vm-assets: ## Build the guest kernel, initramfs and base disks into the cache (root; skips what exists).
+	hack/vm-assets.sh
+
 .PHONY: test
 test: envtest-assets ## Unit and envtest tests (a real kube-apiserver + etcd).
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m ./...

@@ -83,7 +83,9 @@ func (s Spec) Args() ([]string, error) {
 		a = append(a, "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny")
 	}
 	if s.Incoming {
-		a = append(a, "-incoming", "defer")
+		// The device state comes from xen-save-devices-state, which writes
+		// no configuration section (it saves no RAM either).
+		a = append(a, "-global", "migration.send-configuration=off", "-incoming", "defer")
 	}
 	return a, nil
 }

@@ -220,6 +220,14 @@ func (v *VM) qmpErr(err error, op string) error {
 	if err == nil {
 		return nil
 	}
+	if errors.Is(err, qmp.ErrClosed) {
+		// The monitor closes as QEMU dies: give the exit a moment to land,
+		// so the error can carry QEMU's own last words.
+		select {
+		case <-v.exited:
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 	select {
 	case <-v.exited:
 		return fmt.Errorf("%s %s: qemu exited (%v): %w%s", op, v.cfg.Name, v.cmd.ProcessState, err, v.qemuLog())

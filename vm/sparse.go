@@ -52,6 +52,10 @@ func copyExtent(in, out *os.File, off, n int64) error {
 	for n > 0 {
 		roff, woff := off, off
 		c, err := unix.CopyFileRange(int(in.Fd()), &roff, int(out.Fd()), &woff, int(min(n, 1<<30)), 0)
+		if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
+			// Across filesystems (tmpfs RAM to a disk) the kernel may refuse.
+			return copyRange(out, in, 0, off, n, make([]byte, 1<<20))
+		}
 		if err != nil {
 			return err
 		}
