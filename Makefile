@@ -40,7 +40,7 @@ vm-assets: ## Build the guest kernel, initramfs and base disks into the cache (r
 	hack/vm-assets.sh
 
 .PHONY: test
-test: envtest-assets ## Unit and envtest tests (a real kube-apiserver + etcd).
+test: envtest-assets vm-assets ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU).
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m ./...
 
 .PHONY: lint
@@ -70,3 +70,11 @@ test-guest: ## The guest agent driven by the real E2B SDKs (needs root, node, np
 .PHONY: bench-guest
 bench-guest: ## SDK round trips to the guest agent vs the same operations on the host.
 	go run ./test/bench/guest
+
+.PHONY: test-vm
+test-vm: vm-assets ## The VM layer on real QEMU (TCG here): boot, snapshot, clones, pause, faults.
+	go test -count=1 -v -timeout 20m ./vm/... ./test/vm/...
+
+.PHONY: bench-vm
+bench-vm: vm-assets ## VM layer timings and memory, with the bare-QEMU floor in the same run (BENCH_ARGS=-json).
+	go run ./test/bench/vm $(BENCH_ARGS)

@@ -30,8 +30,8 @@ type Config struct {
 	Accel     string // "" picks one (DetectAccel)
 	VCPU      int
 	MemoryMiB int
-	// RunDir holds the VM's sockets, console log and writable layer; it
-	// is removed by Stop.
+	// RunDir holds the VM's sockets, serial console log and writable
+	// layer; it is removed by Stop.
 	RunDir string
 	// MemoryDir is a tmpfs directory for the guest RAM file of a booted
 	// VM (default /dev/shm).
@@ -40,7 +40,6 @@ type Config struct {
 	// LayerMiB sizes a cold-booted VM's writable layer (default 1024).
 	LayerMiB int
 	Net      NetSpec
-	Console  bool // keep the serial console in RunDir/console.log
 }
 
 // VM is one QEMU microvm and the channels to it.
@@ -119,10 +118,8 @@ func (c *Config) defaults() error {
 func (c Config) baseSpec() Spec {
 	s := Spec{Name: c.Name, Accel: c.Accel, VCPU: c.VCPU, MemoryMiB: c.MemoryMiB, BaseDisk: c.BaseDisk,
 		Layer: filepath.Join(c.RunDir, "layer.raw"), QMPSocket: filepath.Join(c.RunDir, "qmp.sock"),
-		ControlSocket: filepath.Join(c.RunDir, "control.sock"), Net: c.Net}
-	if c.Console {
-		s.Console = filepath.Join(c.RunDir, "console.log")
-	}
+		ControlSocket: filepath.Join(c.RunDir, "control.sock"), Net: c.Net,
+		Console: filepath.Join(c.RunDir, "console.log")}
 	return s
 }
 
@@ -180,13 +177,22 @@ func (v *VM) qemuLog() string {
 // connect dials the guest control channel, waits for the agent and
 // pushes the identity (with a fresh RNG seed).
 func (v *VM) connect(ctx context.Context, id identity.Identity) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-v.exited:
+			cancel() // the guest powered off (or QEMU died): stop waiting
+		case <-ctx.Done():
+		}
+	}()
 	c, err := control.Dial(ctx, v.spec.ControlSocket)
 	if err != nil {
-		return fmt.Errorf("control channel of %s: %w", v.cfg.Name, err)
+		return v.guestErr(fmt.Errorf("control channel: %w", err))
 	}
 	v.ctl = c
 	if _, err := c.WaitReady(ctx, 100*time.Millisecond); err != nil {
-		return fmt.Errorf("guest agent of %s: %w", v.cfg.Name, err)
+		return v.guestErr(fmt.Errorf("guest agent: %w", err))
 	}
 	seed := make([]byte, 64)
 	if _, err := randRead(seed); err != nil {
@@ -197,6 +203,24 @@ func (v *VM) connect(ctx context.Context, id identity.Identity) error {
 		return fmt.Errorf("set identity of %s: %w", v.cfg.Name, err)
 	}
 	return res.Err()
+}
+
+// guestErr adds why the guest went away: QEMU's exit and the end of the
+// serial console (where the guest's /init says what failed).
+func (v *VM) guestErr(err error) error {
+	select {
+	case <-v.exited:
+	default:
+		return err
+	}
+	msg := fmt.Sprintf("%v; qemu exited (%v)%s", err, v.cmd.ProcessState, v.qemuLog())
+	if b, _ := os.ReadFile(v.spec.Console); len(b) > 0 {
+		if len(b) > 1500 {
+			b = b[len(b)-1500:]
+		}
+		msg += "; guest console: " + string(b)
+	}
+	return errors.New(msg)
 }
 
 // Pause stops the vCPUs.
@@ -220,7 +244,7 @@ func (v *VM) qmpErr(err error, op string) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, qmp.ErrClosed) {
+	if errors.Is(err, qmp.ErrClosed) || errors.Is(err, control.ErrClosed) {
 		// The monitor closes as QEMU dies: give the exit a moment to land,
 		// so the error can carry QEMU's own last words.
 		select {

@@ -3,6 +3,7 @@ package vm
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -26,13 +27,17 @@ type mapping struct {
 }
 
 // findMapping returns the mapping of path in process pid (the guest RAM of
-// a QEMU whose memory backend is that file).
+// a QEMU whose memory backend is that file). The kernel may show one
+// mapping as several adjacent areas (QEMU madvises parts of guest RAM);
+// they are joined, and must be contiguous in memory and in the file.
 func findMapping(pid int, path string) (mapping, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
 		return mapping{}, fmt.Errorf("read maps of %d: %w", pid, err)
 	}
 	defer f.Close()
+	var m mapping
+	found := false
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -40,16 +45,34 @@ func findMapping(pid int, path string) (mapping, error) {
 		if len(fields) < 6 || strings.Join(fields[5:], " ") != path {
 			continue
 		}
-		lo, hi, _ := strings.Cut(fields[0], "-")
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		off, err3 := strconv.ParseInt(fields[2], 16, 64)
-		if err1 != nil || err2 != nil || err3 != nil {
-			return mapping{}, fmt.Errorf("bad maps line %q", sc.Text())
+		part, err := parseMapsRange(fields)
+		if err != nil {
+			return mapping{}, fmt.Errorf("bad maps line %q: %w", sc.Text(), err)
 		}
-		return mapping{Start: uintptr(start), End: uintptr(end), Offset: off}, nil
+		switch {
+		case !found:
+			m, found = part, true
+		case part.Start == m.End && part.Offset == m.Offset+int64(m.End-m.Start):
+			m.End = part.End
+		default:
+			return mapping{}, fmt.Errorf("process %d maps %s more than once", pid, path)
+		}
 	}
-	return mapping{}, fmt.Errorf("process %d does not map %s", pid, path)
+	if !found {
+		return mapping{}, fmt.Errorf("process %d does not map %s", pid, path)
+	}
+	return m, nil
+}
+
+func parseMapsRange(fields []string) (mapping, error) {
+	lo, hi, _ := strings.Cut(fields[0], "-")
+	start, err1 := strconv.ParseUint(lo, 16, 64)
+	end, err2 := strconv.ParseUint(hi, 16, 64)
+	off, err3 := strconv.ParseInt(fields[2], 16, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return mapping{}, err
+	}
+	return mapping{Start: uintptr(start), End: uintptr(end), Offset: off}, nil
 }
 
 // privatePages returns the indexes of the pages of m that process pid

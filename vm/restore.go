@@ -66,13 +66,15 @@ func (v *VM) restore(ctx context.Context, dir string, m *Manifest) error {
 	if err := v.launch(ctx); err != nil {
 		return err
 	}
-	if err := v.loadState(ctx, filepath.Join(dir, StateFile)); err != nil {
-		return err
-	}
+	// The changed pages go in before the device state: loading virtio
+	// state checks the queues against the rings in guest RAM.
 	if m.MemoryLayer != nil {
 		if err := v.applyMemoryLayer(m.MemoryLayer.abs(dir)); err != nil {
 			return err
 		}
+	}
+	if err := v.loadState(ctx, filepath.Join(dir, StateFile)); err != nil {
+		return err
 	}
 	if err := v.qmpErr(v.qmp.Cont(ctx), "cont"); err != nil {
 		return err

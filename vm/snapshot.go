@@ -32,7 +32,7 @@ func (v *VM) snapshot(ctx context.Context, dir string) (*Manifest, error) {
 	wasRunning := v.State() == Running
 	if wasRunning && v.ctl != nil {
 		if _, err := v.ctl.PrepareSnapshot(ctx); err != nil {
-			return nil, fmt.Errorf("quiesce guest: %w", err)
+			return nil, v.qmpErr(err, "quiesce guest")
 		}
 	}
 	m, err := v.newManifest()

@@ -1,0 +1,173 @@
+// Package vmtest runs sandlot VMs on real QEMU for the VM layer's tests and
+// benchmarks: the assets `make vm-assets` built, user-mode networking with
+// the guest's ports forwarded to free host ports, and envd/interpreter
+// calls into the guest.
+package vmtest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/sandlot-dev/sandlot/guest/envdpb/processpb"
+	"github.com/sandlot-dev/sandlot/guest/envdpb/processpb/processpbconnect"
+	"github.com/sandlot-dev/sandlot/guest/identity"
+	"github.com/sandlot-dev/sandlot/vm"
+)
+
+// Env is what `make vm-assets` built.
+type Env struct {
+	Assets vm.Assets
+	Debian string // base disk with python3
+	Busy   string // busybox base disk
+}
+
+// LoadEnv reads $SANDLOT_CACHE/vm/current.env.
+func LoadEnv() (Env, error) {
+	cache := os.Getenv("SANDLOT_CACHE")
+	if cache == "" {
+		cache = filepath.Join(os.Getenv("HOME"), ".cache", "sandlot")
+	}
+	f, err := os.Open(filepath.Join(cache, "vm", "current.env"))
+	if err != nil {
+		return Env{}, fmt.Errorf("VM assets missing (%v): run `make vm-assets` (needs qemu-system-x86, debootstrap, e2fsprogs)", err)
+	}
+	defer f.Close()
+	kv := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			kv[k] = v
+		}
+	}
+	return Env{Assets: vm.Assets{Kernel: kv["SANDLOT_VM_KERNEL"], Initrd: kv["SANDLOT_VM_INITRD"], Modules: kv["SANDLOT_VM_MODULES"]},
+		Debian: kv["SANDLOT_VM_BASE_DEBIAN"], Busy: kv["SANDLOT_VM_BASE_BUSYBOX"]}, nil
+}
+
+// Guest is how a test reaches one VM: its identity and forwarded ports.
+type Guest struct {
+	Name     string
+	IP       string
+	Envd     int // host port forwarded to the guest's 49983
+	Interp   int // host port forwarded to the guest's 49999
+	Identity identity.Identity
+	Net      vm.NetSpec
+}
+
+// NewGuest picks free host ports and an identity with guest address ip
+// on user-mode networking (10.0.2.0/24, gateway 10.0.2.2).
+func NewGuest(name, ip string, n int) (Guest, error) {
+	envd, err := freePort()
+	if err != nil {
+		return Guest{}, err
+	}
+	interp, err := freePort()
+	if err != nil {
+		return Guest{}, err
+	}
+	mac := fmt.Sprintf("52:54:00:5a:%02x:%02x", n/256, n%256)
+	g := Guest{Name: name, IP: ip, Envd: envd, Interp: interp,
+		Net: vm.NetSpec{MAC: mac, Forwards: []vm.PortForward{{HostPort: envd, GuestIP: ip, GuestPort: 49983},
+			{HostPort: interp, GuestIP: ip, GuestPort: 49999}}}}
+	g.Identity = identity.Identity{SandboxID: name, Hostname: name,
+		Network: &identity.Network{Interface: "eth0", Address: ip + "/24", Gateway: "10.0.2.2", MAC: mac}}
+	return g, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// WaitHealth waits for envd's /health (204).
+func (g Guest) WaitHealth(ctx context.Context) error {
+	url := fmt.Sprintf("http://127.0.0.1:%d/health", g.Envd)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: envd did not answer: %w (last: %v)", g.Name, ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Run runs a shell command in the guest through envd and returns stdout.
+func (g Guest) Run(ctx context.Context, cmd string) (string, error) {
+	c := processpbconnect.NewProcessClient(http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d", g.Envd), connect.WithProtoJSON())
+	stream, err := c.Start(ctx, connect.NewRequest(&processpb.StartRequest{
+		Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", cmd}}}))
+	if err != nil {
+		return "", fmt.Errorf("%s: %q: %w", g.Name, cmd, err)
+	}
+	var out, errOut strings.Builder
+	code := int32(0)
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		out.Write(ev.GetData().GetStdout())
+		errOut.Write(ev.GetData().GetStderr())
+		if end := ev.GetEnd(); end != nil {
+			code = end.GetExitCode()
+		}
+	}
+	if err := stream.Err(); err != nil && err != io.EOF {
+		return "", fmt.Errorf("%s: %q: %w", g.Name, cmd, err)
+	}
+	if code != 0 {
+		return out.String(), fmt.Errorf("%s: %q exited %d: %s", g.Name, cmd, code, errOut.String())
+	}
+	return out.String(), nil
+}
+
+// RunCode runs python code through the code interpreter and returns the
+// main result's text.
+func (g Guest) RunCode(ctx context.Context, code string) (string, error) {
+	body, _ := json.Marshal(map[string]string{"code": code})
+	req, _ := http.NewRequestWithContext(ctx, "POST", fmt.Sprintf("http://127.0.0.1:%d/execute", g.Interp), strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var msg struct {
+			Type, Text, Name, Value string
+			IsMain                  bool `json:"is_main_result"`
+		}
+		if json.Unmarshal(sc.Bytes(), &msg) != nil {
+			continue
+		}
+		switch {
+		case msg.Type == "error":
+			return "", fmt.Errorf("%s: %s", msg.Name, msg.Value)
+		case msg.Type == "result" && msg.IsMain:
+			return msg.Text, nil
+		}
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("execute: %s", resp.Status)
+	}
+	return "", sc.Err() // the code ran and gave no value
+}

@@ -1,0 +1,318 @@
+package vmtest_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	vmtest "github.com/sandlot-dev/sandlot/test/vm"
+	"github.com/sandlot-dev/sandlot/vm"
+)
+
+// All of these run real QEMU (TCG on these machines) on the Debian base
+// disk `make vm-assets` builds.
+
+func loadEnv(t *testing.T) vmtest.Env {
+	t.Helper()
+	env, err := vmtest.LoadEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+func config(t *testing.T, g vmtest.Guest, base string) vm.Config {
+	return vm.Config{Name: fmt.Sprintf("%s-%d", g.Name, os.Getpid()), RunDir: filepath.Join(t.TempDir(), g.Name),
+		BaseDisk: base, Net: g.Net, LayerMiB: 512}
+}
+
+func guest(t *testing.T, name, ip string, n int) vmtest.Guest {
+	t.Helper()
+	g, err := vmtest.NewGuest(name, ip, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// run runs cmd in g and returns its trimmed stdout, failing the test on error.
+func run(t *testing.T, ctx context.Context, g vmtest.Guest, cmd string) string {
+	t.Helper()
+	out, err := g.Run(ctx, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(out)
+}
+
+// bootParent cold-boots the Debian disk and snapshots it; the snapshot is
+// shared by the tests of this package.
+var parent struct {
+	once   sync.Once
+	snap   string
+	bootID string
+	err    error
+}
+
+func snapshotOfParent(t *testing.T) (string, string) {
+	t.Helper()
+	parent.once.Do(func() { parent.snap, parent.bootID, parent.err = makeParent(loadEnv(t)) })
+	if parent.err != nil {
+		t.Fatal(parent.err)
+	}
+	return parent.snap, parent.bootID
+}
+
+func makeParent(env vmtest.Env) (string, string, error) {
+	dir, err := os.MkdirTemp("", "sandlot-vmtest-")
+	if err != nil {
+		return "", "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	g, err := vmtest.NewGuest("parent", "10.0.2.15", 1)
+	if err != nil {
+		return "", "", err
+	}
+	cfg := vm.Config{Name: fmt.Sprintf("parent-%d", os.Getpid()), RunDir: filepath.Join(dir, "run"), BaseDisk: env.Debian, Net: g.Net, LayerMiB: 512}
+	v, err := vm.Boot(ctx, env.Assets, cfg, g.Identity)
+	if err != nil {
+		return "", "", err
+	}
+	defer v.Stop()
+	if err := g.WaitHealth(ctx); err != nil {
+		return "", "", err
+	}
+	if _, err := g.RunCode(ctx, "1+1"); err != nil { // warm the interpreter into the snapshot
+		return "", "", err
+	}
+	bootID, err := g.Run(ctx, "cat /proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", "", err
+	}
+	snap := filepath.Join(dir, "snap")
+	if _, err := v.Snapshot(ctx, snap); err != nil {
+		return "", "", err
+	}
+	return snap, strings.TrimSpace(bootID), nil
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if parent.snap != "" {
+		os.RemoveAll(filepath.Dir(parent.snap))
+	}
+	os.Exit(code)
+}
+
+// TestColdBoot: the guest's envd answers, runs a command, and the code
+// interpreter computes 1+1.
+func TestColdBoot(t *testing.T) {
+	env := loadEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	g := guest(t, "cold", "10.0.2.15", 2)
+	start := time.Now()
+	v, err := vm.Boot(ctx, env.Assets, config(t, g, env.Debian), g.Identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Stop()
+	if err := g.WaitHealth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cold boot to envd: %v", time.Since(start))
+	if got := run(t, ctx, g, "echo hello; hostname; id -un"); got != "hello\ncold\nroot" {
+		t.Fatalf("command: %q", got)
+	}
+	if got, err := g.RunCode(ctx, "1+1"); err != nil || got != "2" {
+		t.Fatalf("runCode(1+1) = %q, %v", got, err)
+	}
+}
+
+// TestConcurrentClones: 10 clones restored at once each take their own
+// identity and entropy, keep the snapshot's boot ID, keep their writes to
+// themselves, and leave the snapshot unchanged.
+func TestConcurrentClones(t *testing.T) {
+	snap, bootID := snapshotOfParent(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const n = 10
+	guests := make([]vmtest.Guest, n)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		guests[i] = guest(t, fmt.Sprintf("clone%d", i), fmt.Sprintf("10.0.2.%d", 100+i), 100+i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := vm.Restore(ctx, "", config(t, guests[i], ""), snap, guests[i].Identity)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			t.Cleanup(func() { v.Stop() })
+			errs[i] = guests[i].WaitHealth(ctx)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]string{}
+	for i, g := range guests {
+		out := run(t, ctx, g, fmt.Sprintf(`hostname; ip -4 -o addr show eth0 | awk '{print $4}'; cat /proc/sys/kernel/random/boot_id; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; echo; echo value-%d > /tmp/mine; ls /tmp`, i))
+		lines := strings.Split(out, "\n")
+		if len(lines) < 5 || lines[0] != g.Name || lines[1] != g.IP+"/24" || lines[2] != bootID {
+			t.Fatalf("%s: hostname/ip/boot id = %q (want %s, %s/24, %s)", g.Name, out, g.Name, g.IP, bootID)
+		}
+		if other, dup := seen[lines[3]]; dup {
+			t.Fatalf("%s and %s read the same /dev/urandom bytes %s", g.Name, other, lines[3])
+		}
+		seen[lines[3]] = g.Name
+	}
+	for i, g := range guests {
+		if got := run(t, ctx, g, "cat /tmp/mine"); got != fmt.Sprintf("value-%d", i) {
+			t.Fatalf("%s sees %q: a sibling's write leaked", g.Name, got)
+		}
+	}
+	if err := vm.Verify(snap); err != nil {
+		t.Fatalf("the snapshot changed under its clones: %v", err)
+	}
+}
+
+// TestSnapshotOfRestoredVM: a clone that dirtied 32 MiB is snapshotted as
+// a layer of its changed pages over the base; a restore finds its data.
+func TestSnapshotOfRestoredVM(t *testing.T) {
+	snap, _ := snapshotOfParent(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	g := guest(t, "dirty", "10.0.2.50", 50)
+	v, err := vm.Restore(ctx, "", config(t, g, ""), snap, g.Identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Stop()
+	if err := g.WaitHealth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sum := run(t, ctx, g, "head -c 32M /dev/urandom > /tmp/dirty && sha256sum /tmp/dirty")
+	if _, err := g.RunCode(ctx, "kept = 'in memory'"); err != nil {
+		t.Fatal(err)
+	}
+	snap2 := filepath.Join(t.TempDir(), "snap2")
+	m, err := v.Snapshot(ctx, snap2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.MemoryLayer == nil || m.DirtyBytes < 32<<20 {
+		t.Fatalf("restored VM's snapshot: layer %v, dirty %d bytes; want a layer of at least 32 MiB", m.MemoryLayer, m.DirtyBytes)
+	}
+	t.Logf("layered snapshot: paused %v, dirty %d MiB", time.Duration(m.PausedNanos), m.DirtyBytes>>20)
+	v.Stop()
+	g2 := guest(t, "again", "10.0.2.51", 51)
+	v2, err := vm.Restore(ctx, "", config(t, g2, ""), snap2, g2.Identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v2.Stop()
+	if err := g2.WaitHealth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, ctx, g2, "sha256sum /tmp/dirty"); got != sum {
+		t.Fatalf("dirty data after restore: %q, want %q", got, sum)
+	}
+	if got, err := g2.RunCode(ctx, "kept"); err != nil || got != "in memory" {
+		t.Fatalf("in-memory value after restore: %q, %v", got, err)
+	}
+}
+
+// TestPauseResume: a paused guest makes no progress; resumed, it goes on.
+func TestPauseResume(t *testing.T) {
+	snap, _ := snapshotOfParent(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	g := guest(t, "pause", "10.0.2.60", 60)
+	v, err := vm.Restore(ctx, "", config(t, g, ""), snap, g.Identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Stop()
+	if err := g.WaitHealth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, g, "(while :; do echo t >> /tmp/ticks; sleep 0.05; done) >/dev/null 2>&1 &")
+	count := func() int {
+		var n int
+		fmt.Sscan(run(t, ctx, g, "wc -l < /tmp/ticks"), &n)
+		return n
+	}
+	time.Sleep(500 * time.Millisecond)
+	before := count()
+	if err := v.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v.State() != vm.Paused {
+		t.Fatalf("state %s", v.State())
+	}
+	time.Sleep(time.Second)
+	if err := v.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	during := count() - before
+	time.Sleep(time.Second)
+	after := count() - before - during
+	if during > 5 || after < 5 {
+		t.Fatalf("ticks: %d across the 1 s pause (want ~0), %d in the 1 s after (want ~20)", during, after)
+	}
+	if err := v.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Pause(ctx); err == nil {
+		t.Fatal("pausing a paused VM is an invalid transition")
+	}
+}
+
+// TestKilledQEMU: QEMU killed mid-operation gives a clear error; Stop
+// leaves no process, socket, tmpfs file or run directory.
+func TestKilledQEMU(t *testing.T) {
+	env := loadEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	g := guest(t, "killed", "10.0.2.15", 70)
+	cfg := config(t, g, env.Busy)
+	v, err := vm.Boot(ctx, env.Assets, cfg, g.Identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := filepath.Join("/dev/shm", "sandlot-"+cfg.Name+".mem")
+	if _, err := os.Stat(mem); err != nil {
+		t.Fatalf("RAM file: %v", err)
+	}
+	if err := exec.Command("kill", "-9", fmt.Sprint(v.PID())).Run(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = v.Snapshot(ctx, filepath.Join(t.TempDir(), "snap"))
+	if err == nil || !strings.Contains(err.Error(), "qemu exited") {
+		t.Fatalf("snapshot of a killed VM: %v; want an error saying qemu exited", err)
+	}
+	if err := v.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{mem, cfg.RunDir} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left behind (%v)", p, err)
+		}
+	}
+	if err := exec.Command("kill", "-0", fmt.Sprint(v.PID())).Run(); err == nil {
+		t.Errorf("qemu %d still running", v.PID())
+	}
+}
