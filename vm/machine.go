@@ -208,6 +208,7 @@ func (v *VM) connect(ctx context.Context, id identity.Identity) error {
 // guestErr adds why the guest went away: QEMU's exit and the end of the
 // serial console (where the guest's /init says what failed).
 func (v *VM) guestErr(err error) error {
+	v.awaitExit(err)
 	select {
 	case <-v.exited:
 	default:
@@ -221,6 +222,17 @@ func (v *VM) guestErr(err error) error {
 		msg += "; guest console: " + string(b)
 	}
 	return errors.New(msg)
+}
+
+// awaitExit gives QEMU's exit a moment to land when a channel to it just
+// closed, so errors can carry QEMU's (and the guest's) last words.
+func (v *VM) awaitExit(err error) {
+	if errors.Is(err, qmp.ErrClosed) || errors.Is(err, control.ErrClosed) {
+		select {
+		case <-v.exited:
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 // Pause stops the vCPUs.
@@ -244,14 +256,7 @@ func (v *VM) qmpErr(err error, op string) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, qmp.ErrClosed) || errors.Is(err, control.ErrClosed) {
-		// The monitor closes as QEMU dies: give the exit a moment to land,
-		// so the error can carry QEMU's own last words.
-		select {
-		case <-v.exited:
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+	v.awaitExit(err)
 	select {
 	case <-v.exited:
 		return fmt.Errorf("%s %s: qemu exited (%v): %w%s", op, v.cfg.Name, v.cmd.ProcessState, err, v.qemuLog())
