@@ -279,6 +279,10 @@ func TestPauseResume(t *testing.T) {
 	if err := v.Pause(ctx); err == nil {
 		t.Fatal("pausing a paused VM is an invalid transition")
 	}
+	st, err := v.Stats()
+	if err != nil || st.PSSBytes <= 0 || st.PrivateBytes <= 0 || st.CPU <= 0 || st.PSSBytes > 1<<30 {
+		t.Fatalf("stats = %+v, %v", st, err)
+	}
 }
 
 // TestKilledQEMU: QEMU killed mid-operation gives a clear error; Stop
