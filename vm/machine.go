@@ -186,19 +186,24 @@ func (v *VM) connect(ctx context.Context, id identity.Identity) error {
 		case <-ctx.Done():
 		}
 	}()
+	trace := newTrace("connect " + v.cfg.Name)
+	defer trace.done()
 	c, err := control.Dial(ctx, v.spec.ControlSocket)
 	if err != nil {
 		return v.guestErr(fmt.Errorf("control channel: %w", err))
 	}
 	v.ctl = c
+	trace.step("dialled")
 	if _, err := c.WaitReady(ctx, 100*time.Millisecond); err != nil {
 		return v.guestErr(fmt.Errorf("guest agent: %w", err))
 	}
+	trace.step("agent answered")
 	seed := make([]byte, 64)
 	if _, err := randRead(seed); err != nil {
 		return err
 	}
 	res, err := c.SetIdentity(ctx, id, seed)
+	trace.step("identity set")
 	if err != nil {
 		return fmt.Errorf("set identity of %s: %w", v.cfg.Name, err)
 	}

@@ -60,12 +60,16 @@ func restorable(qemu string, cfg *Config, dir string) (*Manifest, error) {
 }
 
 func (v *VM) restore(ctx context.Context, dir string, m *Manifest) error {
+	trace := newTrace("restore " + v.cfg.Name)
+	defer trace.done()
 	if err := copySparse(filepath.Join(dir, DiskFile), v.spec.Layer, 0o600); err != nil {
 		return fmt.Errorf("writable layer: %w", err)
 	}
+	trace.step("disk layer copied")
 	if err := v.launch(ctx); err != nil {
 		return err
 	}
+	trace.step("qemu up, qmp connected")
 	// The changed pages go in before the device state: loading virtio
 	// state checks the queues against the rings in guest RAM.
 	if m.MemoryLayer != nil {
@@ -76,10 +80,14 @@ func (v *VM) restore(ctx context.Context, dir string, m *Manifest) error {
 	if err := v.loadState(ctx, filepath.Join(dir, StateFile)); err != nil {
 		return err
 	}
+	trace.step("device state loaded")
 	if err := v.qmpErr(v.qmp.Cont(ctx), "cont"); err != nil {
 		return err
 	}
-	return v.connect(ctx, v.identity)
+	trace.step("cont")
+	err := v.connect(ctx, v.identity)
+	trace.step("identity pushed")
+	return err
 }
 
 // loadState feeds the device state to the waiting QEMU. Announcements are
