@@ -111,6 +111,22 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// restoreClone restores snap as a clone named name at ip, waits for its
+// envd, and stops it when the test ends.
+func restoreClone(t *testing.T, ctx context.Context, snap, name, ip string, n int) (*vm.VM, vmtest.Guest) {
+	t.Helper()
+	g := guest(t, name, ip, n)
+	v, err := vm.Restore(ctx, "", config(t, g, ""), snap, g.Identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { v.Stop() })
+	if err := g.WaitHealth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return v, g
+}
+
 // TestColdBoot: the guest's envd answers, runs a command, and the code
 // interpreter computes 1+1.
 func TestColdBoot(t *testing.T) {
@@ -195,15 +211,7 @@ func TestSnapshotOfRestoredVM(t *testing.T) {
 	snap, _ := snapshotOfParent(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	g := guest(t, "dirty", "10.0.2.50", 50)
-	v, err := vm.Restore(ctx, "", config(t, g, ""), snap, g.Identity)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Stop()
-	if err := g.WaitHealth(ctx); err != nil {
-		t.Fatal(err)
-	}
+	v, g := restoreClone(t, ctx, snap, "dirty", "10.0.2.50", 50)
 	sum := run(t, ctx, g, "head -c 32M /dev/urandom > /tmp/dirty && sha256sum /tmp/dirty")
 	if _, err := g.RunCode(ctx, "kept = 'in memory'"); err != nil {
 		t.Fatal(err)
@@ -218,15 +226,7 @@ func TestSnapshotOfRestoredVM(t *testing.T) {
 	}
 	t.Logf("layered snapshot: paused %v, dirty %d MiB", time.Duration(m.PausedNanos), m.DirtyBytes>>20)
 	v.Stop()
-	g2 := guest(t, "again", "10.0.2.51", 51)
-	v2, err := vm.Restore(ctx, "", config(t, g2, ""), snap2, g2.Identity)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v2.Stop()
-	if err := g2.WaitHealth(ctx); err != nil {
-		t.Fatal(err)
-	}
+	_, g2 := restoreClone(t, ctx, snap2, "again", "10.0.2.51", 51)
 	if got := run(t, ctx, g2, "sha256sum /tmp/dirty"); got != sum {
 		t.Fatalf("dirty data after restore: %q, want %q", got, sum)
 	}
@@ -240,15 +240,7 @@ func TestPauseResume(t *testing.T) {
 	snap, _ := snapshotOfParent(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	g := guest(t, "pause", "10.0.2.60", 60)
-	v, err := vm.Restore(ctx, "", config(t, g, ""), snap, g.Identity)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Stop()
-	if err := g.WaitHealth(ctx); err != nil {
-		t.Fatal(err)
-	}
+	v, g := restoreClone(t, ctx, snap, "pause", "10.0.2.60", 60)
 	run(t, ctx, g, "(while :; do echo t >> /tmp/ticks; sleep 0.05; done) >/dev/null 2>&1 &")
 	count := func() int {
 		var n int

@@ -30,6 +30,7 @@ import (
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/controllers"
+	"github.com/sandlot-dev/sandlot/test/bench/host"
 	"github.com/sandlot-dev/sandlot/test/kube"
 )
 
@@ -61,7 +62,7 @@ func run() error {
 		return err
 	}
 	fmt.Printf("# sandlot controller orchestration on envtest (kube-apiserver v1.37.2, etcd v3.6.16)\n")
-	fmt.Printf("# no VM involved: accel n/a; host %s\n\n", hostDesc())
+	fmt.Printf("# no VM involved: accel n/a; host %s\n\n", host.Describe())
 	fmt.Printf("%-34s %4s %5s %8s %8s %8s %8s\n", "measure", "c", "n", "min", "median", "p95", "max")
 	if err := b.baselines(ctx, 50); err != nil {
 		return err
@@ -308,18 +309,4 @@ func wait(d time.Duration, ok func() bool) error {
 		}
 	}
 	return fmt.Errorf("timed out after %v", d)
-}
-
-func hostDesc() string {
-	data, _ := os.ReadFile("/proc/cpuinfo")
-	model, cores := "", 0
-	for _, l := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(l, "model name") && model == "" {
-			model = strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
-		}
-		if strings.HasPrefix(l, "processor") {
-			cores++
-		}
-	}
-	return fmt.Sprintf("%d cores, %s", cores, model)
 }

@@ -13,12 +13,12 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/sandlot-dev/sandlot/vm"
+	"github.com/sandlot-dev/sandlot/test/bench/host"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
+	"github.com/sandlot-dev/sandlot/vm"
 )
 
 type result struct {
@@ -98,7 +98,7 @@ func (b *bench) median(name string) float64 {
 
 func (b *bench) print() {
 	qv, _ := vm.QEMUVersion("")
-	fmt.Printf("# sandlot VM layer, accel %s, QEMU %s, Debian bookworm guest (256 MiB, 1 vCPU), %s\n", b.accel, qv, hostDesc())
+	fmt.Printf("# sandlot VM layer, accel %s, QEMU %s, Debian bookworm guest (256 MiB, 1 vCPU), %s\n", b.accel, qv, host.Describe())
 	fmt.Printf("%-58s %6s %10s %10s %10s %10s\n", "measure", "n", "min", "median", "p95", "max")
 	for _, r := range b.results {
 		fmt.Printf("%-58s %6d %10s %10s %10s %10s\n", r.Name, len(r.Samples), fmtv(r.Min, r.Unit), fmtv(r.Median, r.Unit),
@@ -146,18 +146,4 @@ func (b *bench) config(g vmtest.Guest, base string) vm.Config {
 	n := b.next()
 	return vm.Config{Name: fmt.Sprintf("bench-%s-%d", g.Name, n), RunDir: filepath.Join(b.dir, fmt.Sprint("run", n)),
 		BaseDisk: base, Net: g.Net, LayerMiB: 512, Accel: b.accel}
-}
-
-func hostDesc() string {
-	data, _ := os.ReadFile("/proc/cpuinfo")
-	model, cores := "", 0
-	for _, l := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(l, "model name") && model == "" {
-			model = strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
-		}
-		if strings.HasPrefix(l, "processor") {
-			cores++
-		}
-	}
-	return fmt.Sprintf("%d cores, %s", cores, model)
 }
