@@ -194,16 +194,21 @@ func (v *VM) connect(ctx context.Context, id identity.Identity) error {
 	}
 	v.ctl = c
 	trace.step("dialled")
-	if _, err := c.WaitReady(ctx, 100*time.Millisecond); err != nil {
-		return v.guestErr(fmt.Errorf("guest agent: %w", err))
+	// A booting guest opens its port late, so it is pinged until it
+	// answers; a restored guest's port is open already (its state came
+	// with the snapshot): the identity goes out at once.
+	if v.base == nil {
+		if _, err := c.WaitReady(ctx, 100*time.Millisecond); err != nil {
+			return v.guestErr(fmt.Errorf("guest agent: %w", err))
+		}
+		trace.step("agent answered")
 	}
-	trace.step("agent answered")
 	seed := make([]byte, 64)
 	if _, err := randRead(seed); err != nil {
 		return err
 	}
 	res, err := c.SetIdentity(ctx, id, seed)
-	trace.step("identity set")
+	trace.step(fmt.Sprintf("identity set (guest steps %v)", res.StepNanos))
 	if err != nil {
 		return fmt.Errorf("set identity of %s: %w", v.cfg.Name, err)
 	}

@@ -26,15 +26,22 @@ import (
 // Go's crypto/rand reads getrandom on every call, so it follows the
 // reseeded kernel RNG with nothing more to do.
 func (h *Handler) SetIdentity(p SetIdentityParams) SetIdentityResult {
-	var res SetIdentityResult
+	res := SetIdentityResult{StepNanos: map[string]int64{}}
 	fail := func(step string, err error) {
 		res.Errors = append(res.Errors, step+": "+err.Error())
+	}
+	last := time.Now()
+	took := func(step string) {
+		now := time.Now()
+		res.StepNanos[step] = now.Sub(last).Nanoseconds()
+		last = now
 	}
 	var err error
 	res.Entropy, res.Reseeded, err = reseedKernel(p.Seed, p.Identity)
 	if err != nil {
 		fail("rng", err)
 	}
+	took("rng")
 	if h.opts.ApplyHost {
 		if p.UnixNano != 0 {
 			ts := unix.NsecToTimespec(p.UnixNano)
@@ -43,6 +50,7 @@ func (h *Handler) SetIdentity(p SetIdentityParams) SetIdentityResult {
 			} else {
 				res.Clock = true
 			}
+			took("clock")
 		}
 		if p.Hostname != "" {
 			if err := applyHostname(p.Hostname, h.opts.hostnameFile); err != nil {
@@ -50,13 +58,15 @@ func (h *Handler) SetIdentity(p SetIdentityParams) SetIdentityResult {
 			} else {
 				res.Hostname = true
 			}
+			took("hostname")
 		}
 		if p.Network != nil {
-			if err := applyNetwork(*p.Network); err != nil {
+			if err := applyNetwork(*p.Network, h.store.Get().Network); err != nil {
 				fail("network", err)
 			} else {
 				res.Network = true
 			}
+			took("network")
 		}
 	}
 	h.store.Set(p.Identity)

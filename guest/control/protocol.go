@@ -154,6 +154,10 @@ type SetIdentityResult struct {
 	Reseeded bool `json:"reseeded"` // RNDRESEEDCRNG done
 	// Errors lists the steps that failed, as "step: error".
 	Errors []string `json:"errors,omitempty"`
+	// StepNanos is how long each step took in the guest (restore latency
+	// is mostly this under TCG: every clone runs these paths for the
+	// first time).
+	StepNanos map[string]int64 `json:"stepNanos,omitempty"`
 }
 
 // PrepareSnapshotResult is prepareSnapshot's reply.
