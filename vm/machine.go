@@ -114,12 +114,14 @@ func (c *Config) defaults() error {
 }
 
 // baseSpec is the part of the command line a boot and a restore share
-// (device sets must match between a snapshot and its restores).
+// (device sets must match between a snapshot and its restores). QEMU runs
+// under its seccomp sandbox: sandlot only migrates over fds and saves
+// device state to files, so QEMU never needs to spawn.
 func (c Config) baseSpec() Spec {
 	s := Spec{Name: c.Name, Accel: c.Accel, VCPU: c.VCPU, MemoryMiB: c.MemoryMiB, BaseDisk: c.BaseDisk,
 		Layer: filepath.Join(c.RunDir, "layer.raw"), QMPSocket: filepath.Join(c.RunDir, "qmp.sock"),
 		ControlSocket: filepath.Join(c.RunDir, "control.sock"), Net: c.Net,
-		Console: filepath.Join(c.RunDir, "console.log")}
+		Console: filepath.Join(c.RunDir, "console.log"), Sandbox: true}
 	return s
 }
 
