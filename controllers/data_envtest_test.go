@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -321,4 +322,34 @@ func containsString(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestResumeRestartsTimeout: a paused sandbox outlives its timeout; resumed,
+// its clock starts again from the resume (E2B semantics), then it expires.
+func TestResumeRestartsTimeout(t *testing.T) {
+	h := withController(t, "timeout-node", 512)
+	sbx := newSandbox("sleeper", sandlotv1.SandboxSource{Template: "python"})
+	sbx.Spec.TimeoutSeconds = ptr.To[int32](4)
+	h.running(sbx, "10.88.4.1")
+	h.pause("sleeper")
+	h.finishPause("sleeper")
+	h.waitPhase("sleeper", sandlotv1.SandboxPaused)
+	created := h.sandbox("sleeper").CreationTimestamp
+	time.Sleep(time.Until(created.Add(5 * time.Second)))
+	s := h.sandbox("sleeper") // still here past its timeout: paused sandboxes do not expire
+	s.Spec.Paused = false
+	if err := h.c.Update(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	h.waitPhase("sleeper", sandlotv1.SandboxResuming)
+	h.setPod("sleeper", corev1.PodRunning, "10.88.4.2")
+	h.eventually(10*time.Second, "resumed with a new expiry", func() error {
+		s := h.sandbox("sleeper")
+		if s.Status.Phase != sandlotv1.SandboxRunning || s.Status.LastResumedAt == nil ||
+			!s.Status.ExpiresAt.Equal(ptr.To(metav1.NewTime(s.Status.LastResumedAt.Add(4*time.Second)))) {
+			return errorf("status %+v", s.Status)
+		}
+		return nil
+	})
+	h.gone(&sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "sleeper"}})
 }

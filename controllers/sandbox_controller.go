@@ -77,13 +77,19 @@ func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandlotv1
 		st.Phase = sandlotv1.SandboxPending
 	}
 	if st.Phase.Terminal() {
-		return ctrl.Result{}, nil // nothing is started again after the end
+		// Nothing is started again after the end; the object still goes
+		// at its expiry, like a running one.
+		expired, err := r.enforceTimeout(ctx, sbx)
+		if expired || err != nil {
+			return ctrl.Result{}, err
+		}
+		return r.untilExpiry(sbx, ctrl.Result{}), nil
 	}
 	src, err := r.resolveSource(ctx, sbx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	r.setExpiry(sbx, src.TimeoutSeconds)
+	r.setExpiry(sbx, src)
 	if expired, err := r.enforceTimeout(ctx, sbx); expired || err != nil {
 		return ctrl.Result{}, err
 	}

@@ -25,25 +25,40 @@ func (r *SandboxReconciler) now() time.Time {
 	return time.Now()
 }
 
-// setExpiry: the spec's timeout wins; otherwise the expiry fixed when the
-// sandbox was first resolved is kept, so a template edited or deleted later
-// does not move it.
-func (r *SandboxReconciler) setExpiry(sbx *sandlotv1.Sandbox, sourceTimeout int32) {
+// setExpiry counts the timeout from the creation or the last resume. The
+// spec's timeout wins, then the source's; when the source cannot be read
+// (a template deleted since) the expiry already set is kept.
+func (r *SandboxReconciler) setExpiry(sbx *sandlotv1.Sandbox, src resolvedSource) {
+	base := sbx.CreationTimestamp
+	if sbx.Status.LastResumedAt != nil {
+		base = *sbx.Status.LastResumedAt
+	}
 	switch {
 	case sbx.Spec.TimeoutSeconds != nil:
-		sbx.Status.ExpiresAt = expiry(sbx.CreationTimestamp, *sbx.Spec.TimeoutSeconds)
+		sbx.Status.ExpiresAt = expiry(base, *sbx.Spec.TimeoutSeconds)
+	case !src.Wait && !src.Fail:
+		sbx.Status.ExpiresAt = expiry(base, src.TimeoutSeconds)
 	case sbx.Status.ExpiresAt == nil:
-		sbx.Status.ExpiresAt = expiry(sbx.CreationTimestamp, sourceTimeout)
+		sbx.Status.ExpiresAt = expiry(base, sandlotv1.DefaultTimeoutSeconds)
 	}
+}
+
+// dormant: a sandbox being paused, paused or being resumed does not expire.
+func dormant(sbx *sandlotv1.Sandbox) bool {
+	switch sbx.Status.Phase {
+	case sandlotv1.SandboxPausing, sandlotv1.SandboxPaused, sandlotv1.SandboxResuming:
+		return true
+	}
+	return sbx.Spec.Paused
 }
 
 // enforceTimeout deletes (or pauses) an expired sandbox. A paused sandbox
 // does not expire: pause is how E2B keeps one beyond its timeout.
 func (r *SandboxReconciler) enforceTimeout(ctx context.Context, sbx *sandlotv1.Sandbox) (bool, error) {
-	if sbx.Spec.Paused || sbx.Status.ExpiresAt == nil || r.now().Before(sbx.Status.ExpiresAt.Time) {
+	if dormant(sbx) || sbx.Status.ExpiresAt == nil || r.now().Before(sbx.Status.ExpiresAt.Time) {
 		return false, nil
 	}
-	if sbx.Spec.OnTimeout == sandlotv1.TimeoutPause {
+	if sbx.Spec.OnTimeout == sandlotv1.TimeoutPause && !sbx.Status.Phase.Terminal() {
 		log.FromContext(ctx).Info("sandbox expired: pausing", "expiresAt", sbx.Status.ExpiresAt)
 		patch := client.MergeFrom(sbx.DeepCopy())
 		sbx.Spec.Paused = true
@@ -62,7 +77,7 @@ func (r *SandboxReconciler) enforceTimeout(ctx context.Context, sbx *sandlotv1.S
 
 // untilExpiry makes sure the sandbox is looked at again when it expires.
 func (r *SandboxReconciler) untilExpiry(sbx *sandlotv1.Sandbox, res ctrl.Result) ctrl.Result {
-	if sbx.Spec.Paused || sbx.Status.ExpiresAt == nil || sbx.Status.Phase.Terminal() {
+	if dormant(sbx) || sbx.Status.ExpiresAt == nil {
 		return res
 	}
 	left := sbx.Status.ExpiresAt.Sub(r.now()) + 10*time.Millisecond
@@ -152,6 +167,10 @@ func (r *SandboxReconciler) carryOut(ctx context.Context, sbx *sandlotv1.Sandbox
 	if d.DeletePaused {
 		if err := r.Delete(ctx, pkg, client.Preconditions{UID: &pkg.UID}); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("release paused sandbox %s: %w", pkg.Name, err)
+		}
+		if d.Resuming { // the resumed pod runs: the timeout starts again
+			now := metav1.NewTime(r.now())
+			sbx.Status.LastResumedAt = &now
 		}
 	}
 	return nil

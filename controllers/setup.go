@@ -63,7 +63,7 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 	if err := (&TemplateReconciler{Client: c}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&SnapshotReconciler{Client: c}).SetupWithManager(mgr); err != nil {
+	if err := (&SnapshotReconciler{Client: c, APIReader: r}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return (&PausedSandboxReconciler{Client: c}).SetupWithManager(mgr)

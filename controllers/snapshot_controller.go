@@ -24,6 +24,9 @@ import (
 // does the work and owns the data finalizer.
 type SnapshotReconciler struct {
 	client.Client
+	// APIReader confirms a Sandbox is really gone before a Snapshot of it
+	// fails (a cache lags).
+	APIReader client.Reader
 }
 
 // +kubebuilder:rbac:groups=sandlot.dev,resources=snapshots,verbs=get;list;watch;update;patch
@@ -51,11 +54,13 @@ func (r *SnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		}
 		applyAssignment(&snap.Status, snap.Generation, a)
 	}
-	if err := r.labelNode(ctx, snap, snap.Status.NodeName); err != nil {
+	snap.Status.ObservedGeneration = snap.Generation
+	if err := patchStatus(ctx, r.Client, orig, snap); err != nil {
 		return ctrl.Result{}, err
 	}
-	snap.Status.ObservedGeneration = snap.Generation
-	return ctrl.Result{}, patchStatus(ctx, r.Client, orig, snap)
+	// The label last, on a copy: the agent's cache selects by it, and by
+	// then the status says what to do.
+	return ctrl.Result{}, r.labelNode(ctx, snap.DeepCopy(), snap.Status.NodeName)
 }
 
 // snapshotAssignment is who must take a snapshot, or why nobody can yet.
@@ -74,7 +79,11 @@ func (r *SnapshotReconciler) assignment(ctx context.Context, snap *sandlotv1.Sna
 		return r.importAssignment(ctx, imp)
 	}
 	sbx := &sandlotv1.Sandbox{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: snap.Namespace, Name: snap.Spec.Source.Sandbox}, sbx)
+	key := types.NamespacedName{Namespace: snap.Namespace, Name: snap.Spec.Source.Sandbox}
+	err := r.Get(ctx, key, sbx)
+	if apierrors.IsNotFound(err) && r.APIReader != nil {
+		err = r.APIReader.Get(ctx, key, sbx)
+	}
 	if apierrors.IsNotFound(err) {
 		return snapshotAssignment{Phase: sandlotv1.DataFailed, Reason: sandlotv1.ReasonSourceNotFound,
 			Message: fmt.Sprintf("sandbox %q not found", snap.Spec.Source.Sandbox)}, nil
@@ -192,11 +201,14 @@ func (r *SnapshotReconciler) release(ctx context.Context, snap *sandlotv1.Snapsh
 	if err := r.List(ctx, users, client.InNamespace(snap.Namespace), client.MatchingFields{indexSandboxBySnapshot: snap.Name}); err != nil {
 		return fmt.Errorf("list sandboxes of snapshot %s: %w", snap.Name, err)
 	}
-	if len(users.Items) > 0 {
-		names := make([]string, 0, len(users.Items))
-		for _, u := range users.Items {
+	var names []string
+	for _, u := range users.Items {
+		// An ended sandbox's VM is gone: it no longer maps the data.
+		if !u.Status.Phase.Terminal() {
 			names = append(names, u.Name)
 		}
+	}
+	if len(names) > 0 {
 		sort.Strings(names)
 		orig := snap.DeepCopy()
 		setCondition(&snap.Status.Conditions, snap.Generation, sandlotv1.ConditionDeletionHeld, metav1.ConditionTrue,

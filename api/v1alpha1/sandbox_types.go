@@ -61,8 +61,10 @@ type SandboxSpec struct {
 	// +optional
 	Metadata map[string]string `json:"metadata,omitempty"`
 
-	// TimeoutSeconds is the sandbox's lifetime counted from its creation;
-	// raise it to extend a running sandbox. Defaults to the template's.
+	// TimeoutSeconds is the sandbox's lifetime counted from its creation,
+	// or from its last resume (E2B restarts the clock on resume); raise it
+	// to extend a running sandbox. Paused sandboxes do not expire.
+	// Defaults to the template's.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=2592000
 	// +optional
@@ -131,9 +133,12 @@ type SandboxStatus struct {
 	// StartedAt is when the current VM's pod started running.
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
-	// ExpiresAt is creation time plus the timeout.
+	// ExpiresAt is the creation (or last resume) time plus the timeout.
 	// +optional
 	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+	// LastResumedAt is when the sandbox last came back from a pause.
+	// +optional
+	LastResumedAt *metav1.Time `json:"lastResumedAt,omitempty"`
 	// LastRollbackRequestID is the last rollback the agent carried out.
 	// +optional
 	LastRollbackRequestID string `json:"lastRollbackRequestID,omitempty"`

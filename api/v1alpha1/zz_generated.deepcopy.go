@@ -366,6 +366,10 @@ func (in *SandboxStatus) DeepCopyInto(out *SandboxStatus) {
 		in, out := &in.ExpiresAt, &out.ExpiresAt
 		*out = (*in).DeepCopy()
 	}
+	if in.LastResumedAt != nil {
+		in, out := &in.LastResumedAt, &out.LastResumedAt
+		*out = (*in).DeepCopy()
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]v1.Condition, len(*in))
