@@ -98,6 +98,13 @@ func (s Spec) validate() error {
 			missing = append(missing, name)
 		}
 	}
+	for _, p := range []string{s.MemoryPath, s.BaseDisk, s.Layer, s.QMPSocket, s.ControlSocket, s.Console, s.Kernel, s.Initrd} {
+		// QEMU splits option strings at commas: a path with one could
+		// smuggle in options (share=on, another file).
+		if strings.ContainsAny(p, ",\n") {
+			return fmt.Errorf("vm spec: path %q contains a comma or newline", p)
+		}
+	}
 	switch {
 	case len(missing) > 0:
 		return fmt.Errorf("vm spec: missing %s", strings.Join(missing, ", "))

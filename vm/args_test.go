@@ -69,6 +69,7 @@ func TestArgsRejects(t *testing.T) {
 		"nothing to run":    func(s *Spec) { s.Kernel, s.Initrd = "", "" },
 		"zero vCPU":         func(s *Spec) { s.VCPU = 0 },
 		"too little memory": func(s *Spec) { s.MemoryMiB = 16 },
+		"comma in a path":   func(s *Spec) { s.BaseDisk = "/d/base.ext4,share=on" },
 	}
 	for name, m := range mut {
 		s := bootSpec()

@@ -26,7 +26,7 @@ func Boot(ctx context.Context, a Assets, cfg Config, id identity.Identity) (*VM,
 		return nil, err
 	}
 	v := &VM{cfg: cfg, spec: cfg.baseSpec(), QEMU: a.QEMU, state: Created}
-	v.spec.MemoryPath = filepath.Join(cfg.MemoryDir, "sandlot-"+cfg.Name+".mem")
+	v.spec.MemoryPath = filepath.Join(cfg.MemoryDir, "sandlot-"+cfg.Name, "ram")
 	v.spec.SharedMemory = true
 	v.spec.Kernel, v.spec.Initrd = a.Kernel, a.Initrd
 	v.spec.Append = bootArgs(a.Modules)
@@ -41,6 +41,9 @@ func Boot(ctx context.Context, a Assets, cfg Config, id identity.Identity) (*VM,
 }
 
 func (v *VM) boot(ctx context.Context, id identity.Identity) error {
+	if err := makeRAM(v.spec.MemoryPath, v.cfg.MemoryMiB); err != nil {
+		return err
+	}
 	if err := makeLayer(v.spec.Layer, v.cfg.LayerMiB); err != nil {
 		return err
 	}
@@ -56,6 +59,21 @@ func (v *VM) boot(ctx context.Context, id identity.Identity) error {
 func bootArgs(modules string) string {
 	return strings.Join([]string{BaseKernelArgs, "SANDLOT_BASE=/dev/vda", "SANDLOT_LAYER=/dev/vdb",
 		"SANDLOT_MODULES=" + modules}, " ")
+}
+
+// makeRAM creates the guest RAM file in a directory of its own, both
+// private to root: QEMU would map a file someone else planted there, and
+// guest memory holds the sandbox's secrets.
+func makeRAM(path string, mib int) error {
+	if err := os.Mkdir(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("guest RAM directory: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("guest RAM file: %w", err)
+	}
+	defer f.Close()
+	return f.Truncate(int64(mib) << 20)
 }
 
 // makeLayer creates a sparse writable layer formatted ext4 (the guest

@@ -50,6 +50,10 @@ type VM struct {
 
 	mu    sync.Mutex
 	state State
+	// ops serialises Pause, Resume and Snapshot (each stops or continues
+	// the vCPUs); Stop does not wait for it: it kills QEMU, and a running
+	// operation then fails.
+	ops sync.Mutex
 
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -83,6 +87,10 @@ func (v *VM) PID() int { return v.cmd.Process.Pid }
 
 // Control is the guest control channel.
 func (v *VM) Control() *control.Client { return v.ctl }
+
+// RAMFile is the file backing guest RAM (a booted VM's own; a restored
+// VM's is its snapshot's, mapped copy-on-write).
+func (v *VM) RAMFile() string { return v.spec.MemoryPath }
 
 // Console is the serial console log, if kept.
 func (v *VM) Console() string { return v.spec.Console }
@@ -249,18 +257,26 @@ func (v *VM) awaitExit(err error) {
 
 // Pause stops the vCPUs.
 func (v *VM) Pause(ctx context.Context) error {
-	if err := v.move(Paused); err != nil {
-		return err
-	}
-	return v.qmpErr(v.qmp.Stop(ctx), "pause")
+	return v.transition(Paused, func() error { return v.qmpErr(v.qmp.Stop(ctx), "pause") })
 }
 
 // Resume continues the vCPUs.
 func (v *VM) Resume(ctx context.Context) error {
-	if err := v.move(Running); err != nil {
+	return v.transition(Running, func() error { return v.qmpErr(v.qmp.Cont(ctx), "resume") })
+}
+
+// transition checks the move is legal, does it, and only then records
+// the new state.
+func (v *VM) transition(to State, do func() error) error {
+	v.ops.Lock()
+	defer v.ops.Unlock()
+	if _, err := next(v.State(), to); err != nil {
 		return err
 	}
-	return v.qmpErr(v.qmp.Cont(ctx), "resume")
+	if err := do(); err != nil {
+		return err
+	}
+	return v.move(to)
 }
 
 // qmpErr names the VM and adds QEMU's log when QEMU is gone.
@@ -295,15 +311,8 @@ func (v *VM) Stop() error {
 	}
 	var errs []error
 	if v.spec.SharedMemory {
-		errs = append(errs, removeIfExists(v.spec.MemoryPath))
+		errs = append(errs, os.RemoveAll(filepath.Dir(v.spec.MemoryPath)))
 	}
 	errs = append(errs, os.RemoveAll(v.cfg.RunDir))
 	return errors.Join(errs...)
-}
-
-func removeIfExists(p string) error {
-	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
 }

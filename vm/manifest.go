@@ -44,6 +44,8 @@ type Manifest struct {
 	// MemoryLayer holds the pages it changed.
 	Memory      FileRef  `json:"memory"`
 	MemoryLayer *FileRef `json:"memoryLayer,omitempty"`
+	// LayerRuns are the page runs [first, end) MemoryLayer holds.
+	LayerRuns [][2]int64 `json:"layerRuns,omitempty"`
 	// DirtyBytes is the memory the VM changed since its base.
 	DirtyBytes int64 `json:"dirtyBytes"`
 	// PausedNanos is how long the VM was paused to take it.
@@ -100,10 +102,25 @@ func (m *Manifest) write(dir string) error {
 		return err
 	}
 	tmp := filepath.Join(dir, ManifestFile+".tmp")
-	if err := os.WriteFile(tmp, b, 0o444); err != nil {
+	if err := os.WriteFile(tmp, b, 0o400); err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(dir, ManifestFile)) // the manifest last: its presence means complete
+	if err := syncDir(dir); err != nil { // the data files' entries first
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, ManifestFile)); err != nil { // the manifest last: its presence means complete
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // Compatible says why this host cannot restore the snapshot, or nil.

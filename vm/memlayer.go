@@ -1,12 +1,9 @@
 package vm
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
-
-	"golang.org/x/sys/unix"
 )
 
 // A memory layer is what a restored VM changed of its base memory file:
@@ -16,32 +13,35 @@ import (
 // again, so the next snapshot captures them too and layers never chain.
 
 // captureLayer copies the pages of m that process pid wrote into a new
-// sparse file at path and returns the bytes captured.
-func captureLayer(pid int, m mapping, path string) (int64, error) {
+// sparse file at path and returns their runs (page index ranges): the
+// manifest keeps them, so a restore writes exactly those pages even where
+// a store or a copy lost the file's holes.
+func captureLayer(pid int, m mapping, path string) ([][2]int64, error) {
 	pages, err := privatePages(pid, m)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
 	if err != nil {
-		return 0, fmt.Errorf("open memory of %d: %w", pid, err)
+		return nil, fmt.Errorf("open memory of %d: %w", pid, err)
 	}
 	defer mem.Close()
-	out, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o444)
+	out, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o400)
 	if err != nil {
-		return 0, fmt.Errorf("create memory layer: %w", err)
+		return nil, fmt.Errorf("create memory layer: %w", err)
 	}
 	defer out.Close()
 	if err := out.Truncate(int64(m.End - m.Start)); err != nil {
-		return 0, err
+		return nil, err
 	}
 	buf := make([]byte, 1<<20)
-	for _, r := range runs(pages) {
+	rs := runs(pages)
+	for _, r := range rs {
 		if err := copyRange(out, mem, int64(m.Start), r[0]*pageSize, (r[1]-r[0])*pageSize, buf); err != nil {
-			return 0, fmt.Errorf("capture pages %d-%d: %w", r[0], r[1], err)
+			return nil, fmt.Errorf("capture pages %d-%d: %w", r[0], r[1], err)
 		}
 	}
-	return int64(len(pages)) * pageSize, out.Sync()
+	return rs, out.Sync()
 }
 
 // copyRange copies n bytes at off from src (at base+off) to dst (at off).
@@ -60,9 +60,9 @@ func copyRange(dst io.WriterAt, src io.ReaderAt, base, off, n int64, buf []byte)
 	return nil
 }
 
-// applyLayer writes every data extent of the layer file into process
-// pid's mapping m (the paused, restored VM's RAM).
-func applyLayer(pid int, m mapping, path string) (int64, error) {
+// applyLayer writes the layer's page runs into process pid's mapping m
+// (the paused, restored VM's RAM).
+func applyLayer(pid int, m mapping, path string, pageRuns [][2]int64) (int64, error) {
 	layer, err := os.Open(path)
 	if err != nil {
 		return 0, fmt.Errorf("open memory layer: %w", err)
@@ -73,27 +73,18 @@ func applyLayer(pid int, m mapping, path string) (int64, error) {
 		return 0, fmt.Errorf("open memory of %d: %w", pid, err)
 	}
 	defer mem.Close()
-	size := int64(m.End - m.Start)
+	size := int64(m.End-m.Start) / pageSize
 	buf := make([]byte, 1<<20)
 	var applied int64
-	for off := int64(0); off < size; {
-		start, err := unix.Seek(int(layer.Fd()), off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			break // no data after off
+	for _, r := range pageRuns {
+		if r[0] < 0 || r[1] > size || r[0] >= r[1] {
+			return applied, fmt.Errorf("memory layer run %v outside the %d pages of guest RAM", r, size)
 		}
-		if err != nil {
-			return applied, fmt.Errorf("seek memory layer: %w", err)
+		n := (r[1] - r[0]) * pageSize
+		if err := copyRange(offsetWriter{mem, int64(m.Start)}, layer, 0, r[0]*pageSize, n, buf); err != nil {
+			return applied, fmt.Errorf("apply memory layer pages %d-%d: %w", r[0], r[1], err)
 		}
-		end, err := unix.Seek(int(layer.Fd()), start, unix.SEEK_HOLE)
-		if err != nil {
-			return applied, fmt.Errorf("seek memory layer: %w", err)
-		}
-		end = min(end, size)
-		if err := copyRange(offsetWriter{mem, int64(m.Start)}, layer, 0, start, end-start, buf); err != nil {
-			return applied, fmt.Errorf("apply memory layer at %d: %w", start, err)
-		}
-		applied += end - start
-		off = end
+		applied += n
 	}
 	return applied, nil
 }

@@ -76,13 +76,13 @@ func TestLayerRoundTrip(t *testing.T) {
 		t.Fatalf("mapping %+v", m)
 	}
 	captured, err := captureLayer(os.Getpid(), m, filepath.Join(dir, "layer"))
-	if err != nil || captured != 2*pageSize {
-		t.Fatalf("captured %d, %v", captured, err)
+	if err != nil || !slices.Equal(captured, [][2]int64{{5, 7}}) {
+		t.Fatalf("captured runs %v, %v", captured, err)
 	}
 	unix.Munmap(a)
 	b := mapBase()
 	m2, _ := findMapping(os.Getpid(), base)
-	applied, err := applyLayer(os.Getpid(), m2, filepath.Join(dir, "layer"))
+	applied, err := applyLayer(os.Getpid(), m2, filepath.Join(dir, "layer"), captured)
 	if err != nil || applied != 2*pageSize {
 		t.Fatalf("applied %d, %v", applied, err)
 	}
@@ -91,5 +91,8 @@ func TestLayerRoundTrip(t *testing.T) {
 	}
 	if sum, _ := os.ReadFile(base); string(sum[5*pageSize:5*pageSize+5]) == "hello" {
 		t.Fatal("the base file was written")
+	}
+	if _, err := applyLayer(os.Getpid(), m2, filepath.Join(dir, "layer"), [][2]int64{{30, 40}}); err == nil {
+		t.Fatal("a run past the end of guest RAM was applied")
 	}
 }

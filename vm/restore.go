@@ -73,7 +73,7 @@ func (v *VM) restore(ctx context.Context, dir string, m *Manifest) error {
 	// The changed pages go in before the device state: loading virtio
 	// state checks the queues against the rings in guest RAM.
 	if m.MemoryLayer != nil {
-		if err := v.applyMemoryLayer(m.MemoryLayer.abs(dir)); err != nil {
+		if err := v.applyMemoryLayer(m.MemoryLayer.abs(dir), m.LayerRuns); err != nil {
 			return err
 		}
 	}
@@ -117,12 +117,12 @@ func (v *VM) loadState(ctx context.Context, state string) error {
 	return nil
 }
 
-func (v *VM) applyMemoryLayer(path string) error {
+func (v *VM) applyMemoryLayer(path string, pageRuns [][2]int64) error {
 	mp, err := findMapping(v.PID(), v.spec.MemoryPath)
 	if err != nil {
 		return err
 	}
-	if _, err := applyLayer(v.PID(), mp, path); err != nil {
+	if _, err := applyLayer(v.PID(), mp, path, pageRuns); err != nil {
 		return fmt.Errorf("memory layer: %w", err)
 	}
 	return nil

@@ -14,10 +14,13 @@ import (
 // pages a restored VM changed over its base — and the writable layer.
 // Checksums and the manifest are written after the VM runs again.
 func (v *VM) Snapshot(ctx context.Context, dir string) (*Manifest, error) {
+	v.ops.Lock()
+	defer v.ops.Unlock()
 	if st := v.State(); st != Running && st != Paused {
 		return nil, fmt.Errorf("snapshot %s: VM is %s", v.cfg.Name, st)
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	// Guest memory holds the sandbox's secrets: only root reads a snapshot.
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", v.cfg.Name, err)
 	}
 	m, err := v.snapshot(ctx, dir)
@@ -83,19 +86,22 @@ func (v *VM) saveWhilePaused(ctx context.Context, dir string, m *Manifest) error
 	if err := v.saveMemory(dir, m); err != nil {
 		return err
 	}
-	return copySparse(v.spec.Layer, filepath.Join(dir, DiskFile), 0o444)
+	return copySparse(v.spec.Layer, filepath.Join(dir, DiskFile), 0o400)
 }
 
 func (v *VM) saveMemory(dir string, m *Manifest) error {
 	if v.base == nil {
-		return copySparse(v.spec.MemoryPath, filepath.Join(dir, MemoryFile), 0o444)
+		return copySparse(v.spec.MemoryPath, filepath.Join(dir, MemoryFile), 0o400)
 	}
 	mp, err := findMapping(v.PID(), v.spec.MemoryPath)
 	if err != nil {
 		return err
 	}
-	dirty, err := captureLayer(v.PID(), mp, filepath.Join(dir, LayerFile))
-	m.DirtyBytes = dirty
+	rs, err := captureLayer(v.PID(), mp, filepath.Join(dir, LayerFile))
+	m.LayerRuns = rs
+	for _, r := range rs {
+		m.DirtyBytes += (r[1] - r[0]) * pageSize
+	}
 	return err
 }
 

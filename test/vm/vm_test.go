@@ -289,7 +289,7 @@ func TestKilledQEMU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem := filepath.Join("/dev/shm", "sandlot-"+cfg.Name+".mem")
+	mem := filepath.Dir(v.RAMFile())
 	if _, err := os.Stat(mem); err != nil {
 		t.Fatalf("RAM file: %v", err)
 	}
