@@ -137,9 +137,7 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandlotv1.Sandbox
 	if !controllerutil.ContainsFinalizer(sbx, sandlotv1.FinalizerSandboxVM) {
 		return ctrl.Result{}, nil
 	}
-	secret := &corev1.Secret{}
-	secret.Namespace, secret.Name = sbx.Namespace, sandlotv1.TokenSecretName(sbx.Name)
-	if err := r.Delete(ctx, secret); client.IgnoreNotFound(err) != nil {
+	if err := r.deleteOwned(ctx, sbx, &corev1.Secret{}, sandlotv1.TokenSecretName(sbx.Name)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("delete token of sandbox %s: %w", sbx.Name, err)
 	}
 	pkg := &sandlotv1.PausedSandbox{}
@@ -158,6 +156,24 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandlotv1.Sandbox
 	}
 	log.FromContext(ctx).Info("sandbox deleted", "sandboxID", sbx.Status.SandboxID)
 	return ctrl.Result{}, nil
+}
+
+// deleteOwned deletes the object of that name only if this Sandbox owns
+// it (a user's object that happens to bear the derived name is left
+// alone), guarded by its UID.
+func (r *SandboxReconciler) deleteOwned(ctx context.Context, sbx *sandlotv1.Sandbox, obj client.Object, name string) error {
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: name}, obj)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !metav1IsControlledBy(obj, sbx) {
+		return nil
+	}
+	uid := obj.GetUID()
+	return client.IgnoreNotFound(r.Delete(ctx, obj, client.Preconditions{UID: &uid}))
 }
 
 // deletePod deletes the sandbox's pod and reports whether it is gone. A

@@ -97,7 +97,19 @@ func (r *SandboxReconciler) ensureToken(ctx context.Context, sbx *sandlotv1.Sand
 	if _, err := rand.Read(buf); err != nil {
 		return fmt.Errorf("draw access token: %w", err)
 	}
-	if err := r.Create(ctx, buildTokenSecret(sbx, hex.EncodeToString(buf))); err != nil && !apierrors.IsAlreadyExists(err) {
+	err := r.Create(ctx, buildTokenSecret(sbx, hex.EncodeToString(buf)))
+	if apierrors.IsAlreadyExists(err) {
+		// Ours and not yet in the cache, or someone else's by that name.
+		existing := &corev1.Secret{}
+		if err := r.APIReader.Get(ctx, key, existing); err != nil {
+			return fmt.Errorf("get token secret %s: %w", key, err)
+		}
+		if !metav1IsControlledBy(existing, sbx) {
+			return fmt.Errorf("secret %s exists and is not owned by sandbox %s: rename or delete it", key, sbx.Name)
+		}
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("create token secret %s: %w", key, err)
 	}
 	return nil
