@@ -80,3 +80,7 @@ test-vm: vm-assets ## The VM layer on real QEMU (TCG here): boot, snapshot, clon
 .PHONY: bench-vm
 bench-vm: vm-assets ## VM layer timings and memory, with the bare-QEMU floor in the same run (BENCH_ARGS=-json).
 	go run ./test/bench/vm $(BENCH_ARGS)
+
+.PHONY: containerd-bins
+containerd-bins: ## Build containerd, ctr and the runc shim (v2.4.2) from Go modules into the cache.
+	hack/containerd-bins.sh

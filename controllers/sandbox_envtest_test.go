@@ -201,3 +201,29 @@ func TestDeletingSandboxDeletesPodAndSecret(t *testing.T) {
 	h.gone(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sandlotv1.TokenSecretName("bye")}})
 	h.gone(&sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "bye"}})
 }
+
+// TestKubeletRejectionPlacesAgain: a pod the kubelet refused at admission
+// (its VM never ran) is replaced, not a terminal failure.
+func TestKubeletRejectionPlacesAgain(t *testing.T) {
+	h := withController(t, "reject-node", 512)
+	h.create(newSandbox("bounced", sandlotv1.SandboxSource{Template: "python"}))
+	h.waitPhase("bounced", sandlotv1.SandboxStarting)
+	first := h.pod("bounced").UID
+	h.setPod("bounced", corev1.PodFailed, "", func(st *corev1.PodStatus) {
+		st.Reason, st.Message = "OutOfcpu", "Node didn't have enough resource: cpu"
+	})
+	h.eventually(15*time.Second, "a new pod", func() error {
+		pod := &corev1.Pod{}
+		if err := h.c.Get(context.Background(), h.key("bounced"), pod); err != nil {
+			return err
+		}
+		if pod.UID == first {
+			return errorf("still the rejected pod (%s)", pod.Status.Phase)
+		}
+		return nil
+	})
+	h.setPod("bounced", corev1.PodRunning, "10.88.5.1")
+	if s := h.waitPhase("bounced", sandlotv1.SandboxRunning); s.Status.PodIP != "10.88.5.1" {
+		t.Fatalf("status %+v", s.Status)
+	}
+}

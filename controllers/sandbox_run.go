@@ -29,8 +29,12 @@ func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src
 			res := src.VM.Resources
 			st.Resources = &res
 		}
+		v := viewPod(pod)
+		if v.Replace {
+			return r.replacePod(ctx, sbx, pod, v)
+		}
 		st.PodName, st.NodeName = pod.Name, pod.Spec.NodeName
-		applyPodView(st, sbx.Generation, viewPod(pod))
+		applyPodView(st, sbx.Generation, v)
 		return ctrl.Result{}, nil
 	}
 	switch {
@@ -46,6 +50,24 @@ func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src
 		return ctrl.Result{}, nil
 	}
 	return r.startPod(ctx, sbx, src)
+}
+
+// replacePod removes a pod its kubelet refused and sends the sandbox back
+// to placement; the pod's name is reused once it is gone.
+func (r *SandboxReconciler) replacePod(ctx context.Context, sbx *sandlotv1.Sandbox, pod *corev1.Pod, v podView) (ctrl.Result, error) {
+	st := &sbx.Status
+	r.assumed.forget(types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Name})
+	if pod.DeletionTimestamp == nil {
+		uid := pod.UID
+		if err := r.Delete(ctx, pod, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, fmt.Errorf("delete rejected pod %s: %w", pod.Name, err)
+		}
+	}
+	st.Phase, st.NodeName, st.PodIP = sandlotv1.SandboxPending, "", ""
+	st.Reason, st.Message = v.Reason, v.Message
+	setCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionScheduled, metav1.ConditionFalse, v.Reason, v.Message)
+	setCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionReady, metav1.ConditionFalse, v.Reason, v.Message)
+	return ctrl.Result{RequeueAfter: time.Second}, nil
 }
 
 // startPod places the sandbox and creates its pod. The pod's name is the

@@ -20,11 +20,24 @@ type podView struct {
 	PodReason string // the pod's own reason when it failed (Evicted, OOMKilled, ...)
 	IP        string
 	StartedAt *metav1.Time
+	// Replace: the pod never ran its VM; delete it and place again.
+	Replace bool
 }
+
+// kubeletRejections are the reasons a kubelet refuses a pod at admission:
+// its VM never started, so the sandbox may be placed again.
+var kubeletRejections = map[string]bool{"OutOfcpu": true, "OutOfmemory": true, "OutOfpods": true,
+	"OutOfephemeral-storage": true, "NodeAffinity": true, "UnexpectedAdmissionError": true}
 
 // viewPod maps a Pod onto the Sandbox lifecycle. A pod that is being
 // deleted without the controller asking is lost: the VM goes with it.
 func viewPod(pod *corev1.Pod) podView {
+	if pod.Status.Phase == corev1.PodFailed && kubeletRejections[pod.Status.Reason] {
+		return podView{Phase: sandlotv1.SandboxPending, Ready: metav1.ConditionFalse, Replace: true,
+			Reason: sandlotv1.ReasonPodRejected, PodReason: pod.Status.Reason,
+			Message: fmt.Sprintf("kubelet on %s rejected pod %s (%s: %s); placing it again", pod.Spec.NodeName, pod.Name,
+				pod.Status.Reason, pod.Status.Message)}
+	}
 	if pod.DeletionTimestamp != nil {
 		return podView{Phase: sandlotv1.SandboxFailed, Ready: metav1.ConditionFalse,
 			Reason: sandlotv1.ReasonPodLost, PodReason: sandlotv1.ReasonPodLost,

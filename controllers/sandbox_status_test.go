@@ -34,6 +34,8 @@ func TestViewPod(t *testing.T) {
 		{name: "container OOM", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed,
 			ContainerStatuses: []corev1.ContainerStatus{{Name: "sandbox", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}}},
 			phase: sandlotv1.SandboxFailed, ready: metav1.ConditionFalse, reason: sandlotv1.ReasonPodFailed, podReason: "OOMKilled"},
+		{name: "rejected by the kubelet", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "OutOfcpu"}},
+			phase: sandlotv1.SandboxPending, ready: metav1.ConditionFalse, reason: sandlotv1.ReasonPodRejected, podReason: "OutOfcpu"},
 		{name: "succeeded", pod: corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}},
 			phase: sandlotv1.SandboxTerminated, ready: metav1.ConditionFalse, reason: sandlotv1.ReasonPodSucceeded, podReason: sandlotv1.ReasonPodSucceeded},
 		{name: "deleted under us", pod: corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: corev1.PodStatus{Phase: corev1.PodRunning}},

@@ -52,6 +52,7 @@ const (
 	ReasonSourceFailed         = "SourceFailed"
 	ReasonInvalidSpec          = "InvalidSpec"
 	ReasonPodCreateFailed      = "PodCreateFailed"
+	ReasonPodRejected          = "PodRejected"
 	ReasonInUse                = "InUse"
 )
 
