@@ -158,6 +158,30 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandlotv1.Sandbox
 	return ctrl.Result{}, nil
 }
 
+// deadNodeGrace is how long a NotReady node's pods get before they are
+// removed without its kubelet (as the node lifecycle controller evicts).
+const deadNodeGrace = 5 * time.Minute
+
+// nodeGone reports that no kubelet will finish a pod's deletion on node:
+// the Node is deleted, marked out of service, or NotReady for long.
+func (r *SandboxReconciler) nodeGone(ctx context.Context, name string) bool {
+	node := &corev1.Node{}
+	if err := r.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
+		return apierrors.IsNotFound(err)
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Key == corev1.TaintNodeOutOfService {
+			return true
+		}
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			return r.now().Sub(c.LastTransitionTime.Time) > deadNodeGrace
+		}
+	}
+	return false
+}
+
 // deleteOwned deletes the object of that name only if this Sandbox owns
 // it (a user's object that happens to bear the derived name is left
 // alone), guarded by its UID.
@@ -189,10 +213,8 @@ func (r *SandboxReconciler) deletePod(ctx context.Context, sbx *sandlotv1.Sandbo
 		return false, fmt.Errorf("get pod of sandbox %s: %w", sbx.Name, err)
 	}
 	var opts []client.DeleteOption
-	if pod.Spec.NodeName != "" {
-		if err := r.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, &corev1.Node{}); apierrors.IsNotFound(err) {
-			opts = append(opts, client.GracePeriodSeconds(0))
-		}
+	if pod.Spec.NodeName != "" && r.nodeGone(ctx, pod.Spec.NodeName) {
+		opts = append(opts, client.GracePeriodSeconds(0))
 	}
 	if pod.DeletionTimestamp == nil || len(opts) > 0 {
 		if err := r.Delete(ctx, pod, opts...); client.IgnoreNotFound(err) != nil {

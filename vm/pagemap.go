@@ -9,6 +9,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 const pageSize = 4096
@@ -27,10 +29,17 @@ type mapping struct {
 }
 
 // findMapping returns the mapping of path in process pid (the guest RAM of
-// a QEMU whose memory backend is that file). The kernel may show one
-// mapping as several adjacent areas (QEMU madvises parts of guest RAM);
-// they are joined, and must be contiguous in memory and in the file.
+// a QEMU whose memory backend is that file). Areas are matched by device
+// and inode, not by name (a path reached through a symlink, or a file
+// unlinked since, still matches). The kernel may show one mapping as
+// several adjacent areas (QEMU madvises parts of guest RAM); they are
+// joined, and must be contiguous in memory and in the file.
 func findMapping(pid int, path string) (mapping, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return mapping{}, fmt.Errorf("guest RAM file: %w", err)
+	}
+	want := fmt.Sprintf("%02x:%02x %d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
 	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
 		return mapping{}, fmt.Errorf("read maps of %d: %w", pid, err)
@@ -42,7 +51,7 @@ func findMapping(pid int, path string) (mapping, error) {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 || strings.Join(fields[5:], " ") != path {
+		if len(fields) < 6 || !sameFile(fields[3], fields[4], want) {
 			continue
 		}
 		part, err := parseMapsRange(fields)
@@ -62,6 +71,21 @@ func findMapping(pid int, path string) (mapping, error) {
 		return mapping{}, fmt.Errorf("process %d does not map %s", pid, path)
 	}
 	return m, nil
+}
+
+// sameFile compares a maps line's "dev inode" with want ("MM:mm inode");
+// major and minor are hex there, of varying width.
+func sameFile(dev, inode, want string) bool {
+	maj, min, ok := strings.Cut(dev, ":")
+	if !ok {
+		return false
+	}
+	a, err1 := strconv.ParseUint(maj, 16, 32)
+	b, err2 := strconv.ParseUint(min, 16, 32)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return fmt.Sprintf("%02x:%02x %s", a, b, inode) == want
 }
 
 func parseMapsRange(fields []string) (mapping, error) {

@@ -31,7 +31,11 @@ func TestPrivatePages(t *testing.T) {
 		mem[p*pageSize] = 7 // written: copied on write
 	}
 	_ = mem[20*pageSize] + mem[30*pageSize] // read only: stays the file's
-	m, err := findMapping(os.Getpid(), path)
+	link := filepath.Join(filepath.Dir(path), "link")
+	if err := os.Symlink(path, link); err != nil {
+		t.Fatal(err)
+	}
+	m, err := findMapping(os.Getpid(), link) // by inode: a symlink finds it too
 	if err != nil {
 		t.Fatal(err)
 	}
