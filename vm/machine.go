@@ -63,6 +63,9 @@ type VM struct {
 	// base is the memory file a restored VM maps copy-on-write (nil for a
 	// booted VM, whose RAM file is its own).
 	base *Manifest
+	// ramID is a restored VM's base memory file as /proc/<pid>/maps names
+	// it (device and inode): found even if the file is unlinked later.
+	ramID string
 	// identity is pushed to the guest once it runs.
 	identity identity.Identity
 }

@@ -46,6 +46,9 @@ type Manifest struct {
 	MemoryLayer *FileRef `json:"memoryLayer,omitempty"`
 	// LayerRuns are the page runs [first, end) MemoryLayer holds.
 	LayerRuns [][2]int64 `json:"layerRuns,omitempty"`
+	// FullRAM marks a restored VM's snapshot that holds all of its RAM
+	// because its base was gone: the fallback, reported as such.
+	FullRAM bool `json:"fullRAMFallback,omitempty"`
 	// DirtyBytes is the memory the VM changed since its base.
 	DirtyBytes int64 `json:"dirtyBytes"`
 	// PausedNanos is how long the VM was paused to take it.

@@ -44,6 +44,50 @@ func captureLayer(pid int, m mapping, path string) ([][2]int64, error) {
 	return rs, out.Sync()
 }
 
+// copyMapping writes all of m (the VM's RAM: its private pages and the
+// base's) into a new sparse file, skipping all-zero pages.
+func copyMapping(pid int, m mapping, path string) error {
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		return fmt.Errorf("open memory of %d: %w", pid, err)
+	}
+	defer mem.Close()
+	out, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o400)
+	if err != nil {
+		return fmt.Errorf("create memory file: %w", err)
+	}
+	defer out.Close()
+	size := int64(m.End - m.Start)
+	if err := out.Truncate(size); err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		chunk := buf[:min(int64(len(buf)), size-off)]
+		if _, err := mem.ReadAt(chunk, int64(m.Start)+off); err != nil {
+			return fmt.Errorf("read guest RAM at %d: %w", off, err)
+		}
+		for p := 0; p < len(chunk); p += pageSize {
+			page := chunk[p:min(p+pageSize, len(chunk))]
+			if !allZero(page) {
+				if _, err := out.WriteAt(page, off+int64(p)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return out.Sync()
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // copyRange copies n bytes at off from src (at base+off) to dst (at off).
 func copyRange(dst io.WriterAt, src io.ReaderAt, base, off, n int64, buf []byte) error {
 	for n > 0 {

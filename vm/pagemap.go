@@ -35,11 +35,25 @@ type mapping struct {
 // several adjacent areas (QEMU madvises parts of guest RAM); they are
 // joined, and must be contiguous in memory and in the file.
 func findMapping(pid int, path string) (mapping, error) {
+	id, err := fileID(path)
+	if err != nil {
+		return mapping{}, err
+	}
+	return findMappingByID(pid, id)
+}
+
+// fileID is a file's device and inode as /proc/<pid>/maps shows them.
+func fileID(path string) (string, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
-		return mapping{}, fmt.Errorf("guest RAM file: %w", err)
+		return "", fmt.Errorf("guest RAM file: %w", err)
 	}
-	want := fmt.Sprintf("%02x:%02x %d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	return fmt.Sprintf("%02x:%02x %d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino), nil
+}
+
+// findMappingByID finds the mapping of the file with that fileID, even
+// if the file has been unlinked since.
+func findMappingByID(pid int, want string) (mapping, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
 		return mapping{}, fmt.Errorf("read maps of %d: %w", pid, err)
@@ -64,11 +78,11 @@ func findMapping(pid int, path string) (mapping, error) {
 		case part.Start == m.End && part.Offset == m.Offset+int64(m.End-m.Start):
 			m.End = part.End
 		default:
-			return mapping{}, fmt.Errorf("process %d maps %s more than once", pid, path)
+			return mapping{}, fmt.Errorf("process %d maps file %s more than once", pid, want)
 		}
 	}
 	if !found {
-		return mapping{}, fmt.Errorf("process %d does not map %s", pid, path)
+		return mapping{}, fmt.Errorf("process %d does not map file %s", pid, want)
 	}
 	return m, nil
 }

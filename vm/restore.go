@@ -66,6 +66,11 @@ func (v *VM) restore(ctx context.Context, dir string, m *Manifest) error {
 		return fmt.Errorf("writable layer: %w", err)
 	}
 	trace.step("disk layer copied")
+	id, err := fileID(v.spec.MemoryPath)
+	if err != nil {
+		return err
+	}
+	v.ramID = id
 	if err := v.launch(ctx); err != nil {
 		return err
 	}
@@ -85,7 +90,7 @@ func (v *VM) restore(ctx context.Context, dir string, m *Manifest) error {
 		return err
 	}
 	trace.step("cont")
-	err := v.connect(ctx, v.identity)
+	err = v.connect(ctx, v.identity)
 	trace.step("identity pushed")
 	return err
 }

@@ -93,9 +93,15 @@ func (v *VM) saveMemory(dir string, m *Manifest) error {
 	if v.base == nil {
 		return copySparse(v.spec.MemoryPath, filepath.Join(dir, MemoryFile), 0o400)
 	}
-	mp, err := findMapping(v.PID(), v.spec.MemoryPath)
+	mp, err := findMappingByID(v.PID(), v.ramID)
 	if err != nil {
 		return err
+	}
+	if id, err := fileID(v.spec.MemoryPath); err != nil || id != v.ramID {
+		// The base this VM maps is gone (or replaced): a layer over it
+		// could never be restored, so the snapshot takes all of the RAM.
+		m.FullRAM = true
+		return copyMapping(v.PID(), mp, filepath.Join(dir, MemoryFile))
 	}
 	rs, err := captureLayer(v.PID(), mp, filepath.Join(dir, LayerFile))
 	m.LayerRuns = rs
@@ -114,7 +120,7 @@ func (v *VM) seal(dir string, m *Manifest) error {
 	if m.Disk, err = fileRef(dir, DiskFile); err != nil {
 		return err
 	}
-	if v.base == nil {
+	if v.base == nil || m.FullRAM {
 		if m.Memory, err = fileRef(dir, MemoryFile); err != nil {
 			return err
 		}

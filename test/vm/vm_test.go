@@ -312,3 +312,30 @@ func TestKilledQEMU(t *testing.T) {
 		t.Errorf("qemu %d still running", v.PID())
 	}
 }
+
+// TestSnapshotWhenBaseIsGone: a clone whose base memory file was deleted
+// under it (the VM keeps its mapping) is snapshotted with all of its RAM,
+// reported as the full-RAM fallback, and that snapshot restores.
+func TestSnapshotWhenBaseIsGone(t *testing.T) {
+	dir := copySnapshot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	v, g := restoreClone(t, ctx, dir, "orphan", "10.0.2.52", 52)
+	sum := run(t, ctx, g, "head -c 8M /dev/urandom > /tmp/mine && sha256sum /tmp/mine")
+	if err := os.Remove(filepath.Join(dir, vm.MemoryFile)); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(t.TempDir(), "full")
+	m, err := v.Snapshot(ctx, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.FullRAM || m.MemoryLayer != nil {
+		t.Fatalf("manifest: fullRAM %v, layer %v; want the full-RAM fallback", m.FullRAM, m.MemoryLayer)
+	}
+	v.Stop()
+	_, g2 := restoreClone(t, ctx, snap, "adopted", "10.0.2.53", 53)
+	if got := run(t, ctx, g2, "sha256sum /tmp/mine"); got != sum {
+		t.Fatalf("after the fallback snapshot: %q, want %q", got, sum)
+	}
+}
