@@ -198,9 +198,18 @@ func fileSHA256(p string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// fileRef syncs a snapshot file to disk and describes it for the manifest.
 func fileRef(dir, name string) (FileRef, error) {
 	p := filepath.Join(dir, name)
-	fi, err := os.Stat(p)
+	f, err := os.Open(p)
+	if err != nil {
+		return FileRef{}, err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil { // on disk before the manifest says the snapshot is complete
+		return FileRef{}, err
+	}
+	fi, err := f.Stat()
 	if err != nil {
 		return FileRef{}, err
 	}

@@ -41,7 +41,7 @@ func captureLayer(pid int, m mapping, path string) ([][2]int64, error) {
 			return nil, fmt.Errorf("capture pages %d-%d: %w", r[0], r[1], err)
 		}
 	}
-	return rs, out.Sync()
+	return rs, nil // seal syncs, after the VM runs again
 }
 
 // copyMapping writes all of m (the VM's RAM: its private pages and the
@@ -76,7 +76,7 @@ func copyMapping(pid int, m mapping, path string) error {
 			}
 		}
 	}
-	return out.Sync()
+	return nil // seal syncs, after the VM runs again
 }
 
 func allZero(b []byte) bool {

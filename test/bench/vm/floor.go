@@ -47,7 +47,7 @@ func (b *bench) bareRestore(ctx context.Context, snap string, g vmtest.Guest) (*
 	os.Chmod(layer, 0o600)
 	spec := vm.Spec{Name: "bare", Accel: m.Accel, VCPU: m.VCPU, MemoryMiB: m.MemoryMiB, MemoryPath: filepath.Join(snap, vm.MemoryFile),
 		BaseDisk: m.BaseDisk.Path, Layer: layer, QMPSocket: filepath.Join(dir, "qmp.sock"), ControlSocket: filepath.Join(dir, "ctl.sock"),
-		Net: g.Net, Incoming: true}
+		Net: g.Net, Incoming: true, Sandbox: true}
 	args, err := spec.Args()
 	if err != nil {
 		return nil, 0, err
