@@ -125,7 +125,7 @@ func TestBootRefusesBadInput(t *testing.T) {
 		want string
 	}{
 		{"missing kernel", func(a *vm.Assets, c *vm.Config) { a.Kernel = "/nonexistent/vmlinux" }, "", "kernel /nonexistent/vmlinux"},
-		{"rootfs not a filesystem", func(a *vm.Assets, c *vm.Config) { c.BaseDisk = notFS }, "", "qemu exited"},
+		{"rootfs not a filesystem", func(a *vm.Assets, c *vm.Config) { c.BaseDisk = notFS }, "", "(the read-only base disk)"},
 		{"unknown accel", func(a *vm.Assets, c *vm.Config) { c.Accel = "" }, "hvf", "unknown accelerator"},
 	}
 	for i, tc := range cases {
