@@ -18,11 +18,7 @@ import (
 
 // Stat describes a path; a symlink is described itself, not its target.
 func (s *Service) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
-	u, err := s.user(ctx)
-	if err != nil {
-		return nil, err
-	}
-	t, err := s.resolve(req.Msg.GetPath(), u, false)
+	t, _, err := s.userTarget(ctx, req.Msg.GetPath(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -35,11 +31,7 @@ func (s *Service) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]
 
 // MakeDir is `mkdir -p`; the SDK reads already_exists as "nothing to do".
 func (s *Service) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
-	u, err := s.user(ctx)
-	if err != nil {
-		return nil, err
-	}
-	t, err := s.resolve(req.Msg.GetPath(), u, true)
+	t, u, err := s.userTarget(ctx, req.Msg.GetPath(), true)
 	if err != nil {
 		return nil, err
 	}
@@ -61,11 +53,7 @@ func (s *Service) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRe
 
 // Move renames source to destination; it creates no missing parents.
 func (s *Service) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
-	u, err := s.user(ctx)
-	if err != nil {
-		return nil, err
-	}
-	src, err := s.resolve(req.Msg.GetSource(), u, false)
+	src, u, err := s.userTarget(ctx, req.Msg.GetSource(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -89,11 +77,7 @@ func (s *Service) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]
 
 // Remove deletes a file, a symlink (not its target) or a directory tree.
 func (s *Service) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
-	u, err := s.user(ctx)
-	if err != nil {
-		return nil, err
-	}
-	t, err := s.resolve(req.Msg.GetPath(), u, false)
+	t, _, err := s.userTarget(ctx, req.Msg.GetPath(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -112,11 +96,7 @@ func (s *Service) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequ
 // ListDir lists a directory's entries and, for depth > 1, those of its
 // subdirectories down to that depth. Symlinks are listed, not followed.
 func (s *Service) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
-	u, err := s.user(ctx)
-	if err != nil {
-		return nil, err
-	}
-	t, err := s.resolve(req.Msg.GetPath(), u, true)
+	t, _, err := s.userTarget(ctx, req.Msg.GetPath(), true)
 	if err != nil {
 		return nil, err
 	}

@@ -99,6 +99,16 @@ func (s *Service) user(ctx context.Context) (sandboxfs.User, error) {
 // resolve maps p (absolute, or relative to u's home) into the root. With
 // follow the last component's symlink is followed too (list, watch,
 // mkdir); without it the link itself is meant (stat, remove, move).
+// userTarget resolves p for the user the request acts as.
+func (s *Service) userTarget(ctx context.Context, p string, follow bool) (target, sandboxfs.User, error) {
+	u, err := s.user(ctx)
+	if err != nil {
+		return target{}, u, err
+	}
+	t, err := s.resolve(p, u, follow)
+	return t, u, err
+}
+
 func (s *Service) resolve(p string, u sandboxfs.User, follow bool) (target, error) {
 	if p == "" {
 		return target{}, connect.NewError(connect.CodeInvalidArgument, errors.New("path is empty"))

@@ -70,11 +70,7 @@ func keepaliveInterval(h http.Header) time.Duration {
 
 // openWatch resolves p for the request's user and starts watching it.
 func (s *Service) openWatch(ctx context.Context, p string, recursive, includeEntry, allowNetwork bool) (*dirWatch, error) {
-	u, err := s.user(ctx)
-	if err != nil {
-		return nil, err
-	}
-	t, err := s.resolve(p, u, true)
+	t, _, err := s.userTarget(ctx, p, true)
 	if err != nil {
 		return nil, err
 	}
