@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
@@ -170,13 +169,4 @@ func noPlacement(total int, rejected map[string]int) placement {
 	}
 	return placement{Reason: reason,
 		Message: fmt.Sprintf("0/%d nodes are available: %s", total, strings.Join(reasons, ", "))}
-}
-
-// quantityMiB renders MiB as a resource quantity.
-func quantityMiB(mib int32) resource.Quantity {
-	return *resource.NewQuantity(int64(mib)<<20, resource.BinarySI)
-}
-
-func resourceCPU(vcpu int32) *resource.Quantity {
-	return resource.NewQuantity(int64(vcpu), resource.DecimalSI)
 }

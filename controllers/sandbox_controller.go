@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -193,7 +194,7 @@ func (r *SandboxReconciler) deleteOwned(ctx context.Context, sbx *sandlotv1.Sand
 	if err != nil {
 		return err
 	}
-	if !metav1IsControlledBy(obj, sbx) {
+	if !metav1.IsControlledBy(obj, sbx) {
 		return nil
 	}
 	uid := obj.GetUID()
@@ -206,7 +207,7 @@ func (r *SandboxReconciler) deleteOwned(ctx context.Context, sbx *sandlotv1.Sand
 func (r *SandboxReconciler) deletePod(ctx context.Context, sbx *sandlotv1.Sandbox) (bool, error) {
 	pod := &corev1.Pod{}
 	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: podNameOf(sbx)}, pod)
-	if apierrors.IsNotFound(err) || (err == nil && !metav1IsControlledBy(pod, sbx)) {
+	if apierrors.IsNotFound(err) || (err == nil && !metav1.IsControlledBy(pod, sbx)) {
 		return true, nil
 	}
 	if err != nil {

@@ -104,7 +104,7 @@ func (r *SandboxReconciler) ensureToken(ctx context.Context, sbx *sandlotv1.Sand
 		if err := r.APIReader.Get(ctx, key, existing); err != nil {
 			return fmt.Errorf("get token secret %s: %w", key, err)
 		}
-		if !metav1IsControlledBy(existing, sbx) {
+		if !metav1.IsControlledBy(existing, sbx) {
 			return fmt.Errorf("secret %s exists and is not owned by sandbox %s: rename or delete it", key, sbx.Name)
 		}
 		return nil
@@ -136,7 +136,7 @@ func (r *SandboxReconciler) currentPod(ctx context.Context, sbx *sandlotv1.Sandb
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("get pod %s: %w", key, err)
-	case !metav1IsControlledBy(pod, sbx):
+	case !metav1.IsControlledBy(pod, sbx):
 		return nil, fmt.Errorf("pod %s exists and is not owned by sandbox %s", key, sbx.Name)
 	}
 	return pod, nil
@@ -157,7 +157,7 @@ func (r *SandboxReconciler) pausedSandbox(ctx context.Context, sbx *sandlotv1.Sa
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("get paused sandbox %s: %w", key, err)
-	case !metav1IsControlledBy(pkg, sbx):
+	case !metav1.IsControlledBy(pkg, sbx):
 		return nil, fmt.Errorf("paused sandbox %s exists and is not owned by sandbox %s", key, sbx.Name)
 	}
 	return pkg, nil
@@ -228,8 +228,4 @@ func buildPausedSandbox(sbx *sandlotv1.Sandbox, pod *corev1.Pod) *sandlotv1.Paus
 			VM:        vmSpecOfPod(pod, sbx.Status.Resources),
 		},
 	}
-}
-
-func metav1IsControlledBy(obj metav1.Object, sbx *sandlotv1.Sandbox) bool {
-	return metav1.IsControlledBy(obj, sbx)
 }

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -138,4 +139,13 @@ func buildTokenSecret(sbx *sandlotv1.Sandbox, token string) *corev1.Secret {
 
 func ownerRef(sbx *sandlotv1.Sandbox) metav1.OwnerReference {
 	return *metav1.NewControllerRef(sbx, sandlotv1.GroupVersion.WithKind("Sandbox"))
+}
+
+// quantityMiB renders MiB as a resource quantity.
+func quantityMiB(mib int32) resource.Quantity {
+	return *resource.NewQuantity(int64(mib)<<20, resource.BinarySI)
+}
+
+func resourceCPU(vcpu int32) *resource.Quantity {
+	return resource.NewQuantity(int64(vcpu), resource.DecimalSI)
 }

@@ -95,9 +95,6 @@ func (v *VM) Control() *control.Client { return v.ctl }
 // VM's is its snapshot's, mapped copy-on-write).
 func (v *VM) RAMFile() string { return v.spec.MemoryPath }
 
-// Console is the serial console log, if kept.
-func (v *VM) Console() string { return v.spec.Console }
-
 func (c *Config) defaults() error {
 	if c.Accel == "" {
 		a, err := DetectAccel()
