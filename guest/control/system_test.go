@@ -21,7 +21,7 @@ import (
 func TestServeCharDevice(t *testing.T) {
 	m, s, err := openPTY(80, 24)
 	if err != nil {
-		t.Skipf("no pty: %v", err)
+		t.Fatalf("open a pty (/dev/ptmx): %v", err)
 	}
 	defer s.Close()
 	rc, _ := s.SyscallConn()
@@ -68,10 +68,10 @@ func TestServeCharDevice(t *testing.T) {
 // UnixNano is 0).
 func TestSetIdentityAppliesInNamespaces(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root")
+		t.Fatal("run as root: the test makes network and UTS namespaces")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2 to set up and inspect the namespace")
+		t.Fatal("ip not found: install iproute2 (the test sets up and inspects the namespace with it)")
 	}
 	hostName, _ := os.Hostname()
 	etcHostname := filepath.Join(t.TempDir(), "hostname")
@@ -86,7 +86,7 @@ func TestSetIdentityAppliesInNamespaces(t *testing.T) {
 		defer close(done)
 		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
 		if err := unix.Unshare(unix.CLONE_NEWNET | unix.CLONE_NEWUTS); err != nil {
-			errs <- "skip: unshare: " + err.Error()
+			errs <- "unshare: " + err.Error()
 			return
 		}
 		sh := func(cmd string) string {
@@ -152,9 +152,6 @@ func TestSetIdentityAppliesInNamespaces(t *testing.T) {
 	<-done
 	close(errs)
 	for e := range errs {
-		if strings.HasPrefix(e, "skip: ") {
-			t.Skip(e)
-		}
 		t.Error(e)
 	}
 	if b, _ := os.ReadFile(etcHostname); string(b) != "sbx-one\n" {
@@ -169,7 +166,7 @@ func TestSetIdentityAppliesInNamespaces(t *testing.T) {
 // their exit statuses.
 func TestProcessesWithCentralReaper(t *testing.T) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		t.Skipf("subreaper: %v", err)
+		t.Fatalf("PR_SET_CHILD_SUBREAPER: %v", err)
 	}
 	r := pid1.NewReaper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -225,7 +222,7 @@ func TestReseedWithoutCapability(t *testing.T) {
 	}()
 	o := <-done
 	if o.skip != "" {
-		t.Skip(o.skip)
+		t.Fatalf("drop CAP_SYS_ADMIN on a thread: %s", o.skip)
 	}
 	if o.entropy || o.reseeded || o.err == nil {
 		t.Fatalf("entropy %v reseeded %v err %v: want both false with an error", o.entropy, o.reseeded, o.err)

@@ -349,7 +349,7 @@ func TestKernelStartFailure(t *testing.T) {
 func TestMatplotlibFiguresAreDisplayed(t *testing.T) {
 	f := newFixture(t)
 	if err := exec.Command(testPython(t), "-c", "import matplotlib").Run(); err != nil {
-		t.Skip("matplotlib is not installed for", testPython(t))
+		t.Fatalf("matplotlib is not installed for %s: apt-get install python3-matplotlib", testPython(t))
 	}
 	msgs := f.run(code("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\nprint('after')"))
 	res := ofType(msgs, "result")

@@ -23,11 +23,11 @@ const bootHelperEnv = "SANDLOT_PID1_BOOT_HELPER"
 // power-off is left out.
 func TestBootInMountNamespace(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root")
+		t.Fatal("run as root: the test mounts loop devices in a private mount namespace")
 	}
 	for _, tool := range []string{"mkfs.ext4", "losetup"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s", tool)
+			t.Fatalf("%s not found: install e2fsprogs and mount (util-linux)", tool)
 		}
 	}
 	dir := t.TempDir()
@@ -66,7 +66,7 @@ func TestBootInMountNamespace(t *testing.T) {
 	for _, a := range [][]string{{"-r", base}, {rw}} {
 		out, err := exec.Command("losetup", append([]string{"-f", "--show"}, a...)...).CombinedOutput()
 		if err != nil {
-			t.Skipf("no loop device: %v: %s", err, out)
+			t.Fatalf("losetup (needs loop device support): %v: %s", err, out)
 		}
 		loops = append(loops, strings.TrimSpace(string(out)))
 	}

@@ -398,7 +398,7 @@ func TestKeepalive(t *testing.T) {
 
 func TestRunAsUser(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to switch users")
+		t.Fatal("run as root: the test starts a process as another user")
 	}
 	root, _ := sandboxfs.New("/")
 	nobody := sandboxfs.User{Name: "nobody", UID: 65534, GID: 65534, Home: "/nonexistent"}
