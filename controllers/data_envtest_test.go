@@ -116,11 +116,7 @@ func TestPauseAndResume(t *testing.T) {
 		t.Fatalf("paused status = %+v", paused.Status)
 	}
 
-	s := h.sandbox("nap")
-	s.Spec.Paused = false
-	if err := h.c.Update(context.Background(), s); err != nil {
-		t.Fatal(err)
-	}
+	h.editSpec("nap", func(spec *sandlotv1.SandboxSpec) { spec.Paused = false })
 	h.waitPhase("nap", sandlotv1.SandboxResuming)
 	pod := h.pod("nap")
 	if pod.Annotations[sandlotv1.AnnotationRestoreKind] != "PausedSandbox" ||
@@ -139,11 +135,7 @@ func TestPauseAndResume(t *testing.T) {
 // pause sets spec.paused and returns the PausedSandbox the controller makes.
 func (h *harness) pause(name string) *sandlotv1.PausedSandbox {
 	h.t.Helper()
-	s := h.sandbox(name)
-	s.Spec.Paused = true
-	if err := h.c.Update(context.Background(), s); err != nil {
-		h.t.Fatal(err)
-	}
+	h.editSpec(name, func(spec *sandlotv1.SandboxSpec) { spec.Paused = true })
 	pkg := &sandlotv1.PausedSandbox{}
 	h.eventually(10*time.Second, "paused sandbox "+name, func() error {
 		if err := h.c.Get(context.Background(), h.key(name), pkg); err != nil {
@@ -188,10 +180,7 @@ func TestDeletingPausedSandboxFailsSandbox(t *testing.T) {
 	}
 	h.gone(&sandlotv1.PausedSandbox{ObjectMeta: metav1.ObjectMeta{Name: "lost"}})
 	// Unpausing a failed sandbox starts nothing.
-	s.Spec.Paused = false
-	if err := h.c.Update(context.Background(), s); err != nil {
-		t.Fatal(err)
-	}
+	h.editSpec("lost", func(spec *sandlotv1.SandboxSpec) { spec.Paused = false })
 	h.consistently(time.Second, "no pod", func() error {
 		if err := h.c.Get(context.Background(), h.key("lost"), &corev1.Pod{}); err == nil {
 			return errorf("a pod was created for a failed sandbox")
@@ -336,11 +325,8 @@ func TestResumeRestartsTimeout(t *testing.T) {
 	h.waitPhase("sleeper", sandlotv1.SandboxPaused)
 	created := h.sandbox("sleeper").CreationTimestamp
 	time.Sleep(time.Until(created.Add(5 * time.Second)))
-	s := h.sandbox("sleeper") // still here past its timeout: paused sandboxes do not expire
-	s.Spec.Paused = false
-	if err := h.c.Update(context.Background(), s); err != nil {
-		t.Fatal(err)
-	}
+	// still here past its timeout: paused sandboxes do not expire
+	h.editSpec("sleeper", func(spec *sandlotv1.SandboxSpec) { spec.Paused = false })
 	h.waitPhase("sleeper", sandlotv1.SandboxResuming)
 	h.setPod("sleeper", corev1.PodRunning, "10.88.4.2")
 	h.eventually(10*time.Second, "resumed with a new expiry", func() error {

@@ -135,11 +135,7 @@ func TestExtendTimeout(t *testing.T) {
 	sbx.Spec.TimeoutSeconds = ptr.To[int32](2)
 	h.create(sbx)
 	h.waitPhase("longer", sandlotv1.SandboxStarting)
-	s := h.sandbox("longer")
-	s.Spec.TimeoutSeconds = ptr.To[int32](600)
-	if err := h.c.Update(context.Background(), s); err != nil {
-		t.Fatal(err)
-	}
+	s := h.editSpec("longer", func(spec *sandlotv1.SandboxSpec) { spec.TimeoutSeconds = ptr.To[int32](600) })
 	h.consistently(3*time.Second, "still there after the first deadline", func() error {
 		h.sandbox("longer")
 		return nil

@@ -169,6 +169,20 @@ func (h *harness) sandbox(name string) *sandlotv1.Sandbox {
 	return s
 }
 
+// editSpec changes a sandbox's spec with a merge patch, as kubectl would:
+// the controller writes status concurrently, so an Update carrying a
+// stale resourceVersion could conflict.
+func (h *harness) editSpec(name string, edit func(*sandlotv1.SandboxSpec)) *sandlotv1.Sandbox {
+	h.t.Helper()
+	s := h.sandbox(name)
+	base := s.DeepCopy()
+	edit(&s.Spec)
+	if err := h.c.Patch(context.Background(), s, client.MergeFrom(base)); err != nil {
+		h.t.Fatalf("patch sandbox %s: %v", name, err)
+	}
+	return s
+}
+
 // waitPhase waits for a sandbox phase and returns the sandbox.
 func (h *harness) waitPhase(name string, phase sandlotv1.SandboxPhase) *sandlotv1.Sandbox {
 	h.t.Helper()
