@@ -10,14 +10,14 @@ K8S_VERSION ?= v1.37.2
 ENVTEST_ASSETS := $(SANDLOT_CACHE)/k8s/$(K8S_VERSION)
 CONTROLLER_GEN := go tool controller-gen
 BINARIES := sandlot-controller sandlot-guest
-GENERATED := api config guest/envdpb
+GENERATED := api config guest/envdpb shim/controlapi
 
 .PHONY: help
 help: ## Show the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: generate
-generate: ## Generate deepcopy code for api/ and the envd Connect code for guest/.
+generate: ## Generate deepcopy code for api/, the envd Connect code for guest/ and the shim control API.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	hack/protoc.sh
 

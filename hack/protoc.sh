@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Generates Go (protoc-gen-go) and Connect (protoc-gen-connect-go) code for
-# guest/proto into guest/envdpb. Plugins come from go.mod's tool block;
+# guest/proto into guest/envdpb, and Go + ttrpc code for the shim's control
+# API in shim/controlapi. Plugins come from go.mod's tool block;
 # protoc from Debian's protobuf-compiler.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,3 +16,9 @@ PATH="$bin:$PATH" protoc -I guest/proto -I /usr/include \
 	--go_out=guest/envdpb --go_opt=module=github.com/sandlot-dev/sandlot/guest/envdpb \
 	--connect-go_out=guest/envdpb --connect-go_opt=module=github.com/sandlot-dev/sandlot/guest/envdpb \
 	process/process.proto filesystem/filesystem.proto
+go build -o "$bin/protoc-gen-go-ttrpc" github.com/containerd/ttrpc/cmd/protoc-gen-go-ttrpc
+rm -f shim/controlapi/*.pb.go
+PATH="$bin:$PATH" protoc -I shim/controlapi \
+	--go_out=shim/controlapi --go_opt=paths=source_relative \
+	--go-ttrpc_out=shim/controlapi --go-ttrpc_opt=paths=source_relative \
+	control.proto

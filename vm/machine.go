@@ -40,6 +40,12 @@ type Config struct {
 	// LayerMiB sizes a cold-booted VM's writable layer (default 1024).
 	LayerMiB int
 	Net      NetSpec
+	// StartIn, when set, wraps the start of the QEMU process: the shim
+	// uses it to start QEMU inside the pod's network namespace.
+	StartIn func(start func() error) error
+	// Labels are recorded in the manifest of every snapshot of the VM
+	// (the shim records the image digest and the init process there).
+	Labels map[string]string
 }
 
 // VM is one QEMU microvm and the channels to it.
@@ -90,6 +96,33 @@ func (v *VM) PID() int { return v.cmd.Process.Pid }
 
 // Control is the guest control channel.
 func (v *VM) Control() *control.Client { return v.ctl }
+
+// SetLabel records a label for the manifests of later snapshots.
+func (v *VM) SetLabel(key, value string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.cfg.Labels == nil {
+		v.cfg.Labels = map[string]string{}
+	}
+	v.cfg.Labels[key] = value
+}
+
+// OwnedPaths are the files and directories the VM made and Stop removes:
+// its run directory and a booted VM's RAM (a restored VM maps a snapshot's,
+// which it does not own).
+func (v *VM) OwnedPaths() []string {
+	paths := []string{v.cfg.RunDir}
+	if v.spec.SharedMemory {
+		paths = append(paths, filepath.Dir(v.spec.MemoryPath))
+	}
+	return paths
+}
+
+// Accel is the accelerator the VM runs on (kvm or tcg).
+func (v *VM) Accel() string { return v.spec.Accel }
+
+// Exited is closed when QEMU has exited, for whatever reason.
+func (v *VM) Exited() <-chan struct{} { return v.exited }
 
 // RAMFile is the file backing guest RAM (a booted VM's own; a restored
 // VM's is its snapshot's, mapped copy-on-write).
@@ -150,7 +183,11 @@ func (v *VM) launch(ctx context.Context) error {
 	defer stderr.Close()
 	v.cmd.Stdout, v.cmd.Stderr = stderr, stderr
 	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := v.cmd.Start(); err != nil {
+	start := v.cmd.Start
+	if v.cfg.StartIn != nil {
+		start = func() error { return v.cfg.StartIn(v.cmd.Start) }
+	}
+	if err := start(); err != nil {
 		return fmt.Errorf("start %s: %w", v.QEMU, err)
 	}
 	v.exited = make(chan struct{})
@@ -310,9 +347,16 @@ func (v *VM) Stop() error {
 		<-v.exited
 	}
 	var errs []error
-	if v.spec.SharedMemory {
-		errs = append(errs, os.RemoveAll(filepath.Dir(v.spec.MemoryPath)))
+	for _, p := range v.OwnedPaths() {
+		errs = append(errs, os.RemoveAll(p))
 	}
-	errs = append(errs, os.RemoveAll(v.cfg.RunDir))
 	return errors.Join(errs...)
+}
+
+// Announce makes QEMU send RARPs from the NIC's MAC and asks the guest to
+// announce its addresses (VIRTIO_NET_F_GUEST_ANNOUNCE): after a restored
+// VM took a new network identity, switches and neighbours learn it.
+func (v *VM) Announce(ctx context.Context) error {
+	args := map[string]any{"initial": 50, "max": 550, "rounds": 2, "step": 50}
+	return v.qmpErr(v.qmp.Execute(ctx, "announce-self", args, nil), "announce")
 }

@@ -53,6 +53,8 @@ type Manifest struct {
 	DirtyBytes int64 `json:"dirtyBytes"`
 	// PausedNanos is how long the VM was paused to take it.
 	PausedNanos int64 `json:"pausedNanos"`
+	// Labels are the VM's Config.Labels when it was taken.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // FileRef is a file of (or used by) a snapshot.

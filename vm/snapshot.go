@@ -3,6 +3,7 @@ package vm
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -70,9 +71,12 @@ func (v *VM) newManifest() (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
+	v.mu.Lock()
+	labels := maps.Clone(v.cfg.Labels)
+	v.mu.Unlock()
 	return &Manifest{Version: ManifestVersion, Created: time.Now().UTC(), Accel: v.spec.Accel, QEMUVersion: qv,
 		CPU: CPUFingerprint(), VCPU: v.spec.VCPU, MemoryMiB: v.spec.MemoryMiB,
-		BaseDisk: FileRef{Path: v.spec.BaseDisk, Size: fi.Size()}}, nil
+		BaseDisk: FileRef{Path: v.spec.BaseDisk, Size: fi.Size()}, Labels: labels}, nil
 }
 
 // saveWhilePaused is the part of a snapshot the VM waits for.

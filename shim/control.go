@@ -1,0 +1,134 @@
+package shim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containerd/ttrpc"
+
+	"github.com/sandlot-dev/sandlot/shim/controlapi"
+	"github.com/sandlot-dev/sandlot/vm"
+)
+
+// ControlSocket is the name of a pod's control socket in its directory.
+const ControlSocket = "control.sock"
+
+// controlServer serves the VM control API on the pod's control socket.
+type controlServer struct {
+	srv *ttrpc.Server
+	ln  net.Listener
+}
+
+// serveControl starts the control API (p.mu is held).
+func (p *pod) serveControl(api controlapi.VMControlService) error {
+	path := filepath.Join(p.dir(), ControlSocket)
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("control socket: %w", err)
+	}
+	srv, err := ttrpc.NewServer()
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	controlapi.RegisterVMControlService(srv, api)
+	go func() { _ = srv.Serve(context.Background(), ln) }()
+	p.control = &controlServer{srv: srv, ln: ln}
+	return nil
+}
+
+func (c *controlServer) close() error {
+	err := c.srv.Close()
+	if errors.Is(err, ttrpc.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// controlAPI implements the control API for one pod.
+type controlAPI struct {
+	s   *service
+	pod *pod
+}
+
+func (a *controlAPI) Pause(ctx context.Context, _ *controlapi.PauseRequest) (*controlapi.PauseResponse, error) {
+	return &controlapi.PauseResponse{}, a.withVM(func() error { return a.pod.vm.Pause(ctx) })
+}
+
+func (a *controlAPI) Resume(ctx context.Context, _ *controlapi.ResumeRequest) (*controlapi.ResumeResponse, error) {
+	return &controlapi.ResumeResponse{}, a.withVM(func() error { return a.pod.vm.Resume(ctx) })
+}
+
+func (a *controlAPI) Snapshot(ctx context.Context, r *controlapi.SnapshotRequest) (*controlapi.SnapshotResponse, error) {
+	if !filepath.IsAbs(r.GetDir()) {
+		return nil, fmt.Errorf("snapshot directory %q is not an absolute path", r.GetDir())
+	}
+	start := time.Now()
+	resp := &controlapi.SnapshotResponse{}
+	err := a.withVM(func() error {
+		m, err := a.pod.vm.Snapshot(ctx, r.GetDir())
+		if err != nil {
+			return err
+		}
+		resp.ManifestJson, err = json.Marshal(m)
+		resp.PausedNanos = m.PausedNanos
+		return err
+	})
+	resp.TookNanos = int64(time.Since(start))
+	return resp, err
+}
+
+func (a *controlAPI) Restore(ctx context.Context, r *controlapi.RestoreRequest) (*controlapi.RestoreResponse, error) {
+	start := time.Now()
+	if err := a.s.restoreInPlace(ctx, a.pod, r.GetDir()); err != nil {
+		return nil, err
+	}
+	return &controlapi.RestoreResponse{TookNanos: int64(time.Since(start))}, nil
+}
+
+func (a *controlAPI) Stats(_ context.Context, _ *controlapi.StatsRequest) (*controlapi.StatsResponse, error) {
+	resp := &controlapi.StatsResponse{}
+	return resp, a.withVM(func() error {
+		st, err := a.pod.vm.Stats()
+		if err != nil {
+			return err
+		}
+		resp.State = string(a.pod.vm.State())
+		resp.PssBytes, resp.PrivateBytes, resp.CpuNanos = st.PSSBytes, st.PrivateBytes, int64(st.CPU)
+		resp.QemuPid, resp.Accel = int32(a.pod.vm.PID()), a.pod.vm.Accel()
+		return nil
+	})
+}
+
+func (a *controlAPI) SetIdentity(ctx context.Context, r *controlapi.SetIdentityRequest) (*controlapi.SetIdentityResponse, error) {
+	return &controlapi.SetIdentityResponse{}, a.withVM(func() error {
+		id := a.pod.identity
+		id.SandboxID, id.AccessToken, id.Env = r.GetSandboxId(), r.GetAccessToken(), r.GetEnv()
+		if r.GetHostname() != "" {
+			id.Hostname = r.GetHostname()
+		}
+		id.Network, id.UnixNano = nil, time.Now().UnixNano() // the network stays the pod's
+		res, err := a.pod.vm.Control().SetIdentity(ctx, id, nil)
+		if err == nil {
+			err = res.Err()
+		}
+		if err != nil {
+			return fmt.Errorf("set identity: %w", err)
+		}
+		id.Network = a.pod.identity.Network
+		a.pod.identity = id
+		return nil
+	})
+}
+
+// withVM runs fn with the pod's VM present and the pod locked.
+func (a *controlAPI) withVM(fn func() error) error {
+	return a.pod.withVM(func(*vm.VM) error { return fn() })
+}

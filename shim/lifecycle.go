@@ -1,0 +1,318 @@
+package shim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
+	"github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/guest/control"
+	"github.com/sandlot-dev/sandlot/vm"
+)
+
+// createApp starts the pod's VM for its app container: restored from the
+// snapshot the pod's annotations name, else cold-booted from the image.
+func (s *service) createApp(ctx context.Context, r *taskAPI.CreateTaskRequest, spec *specs.Spec, io stdio) (*container, error) {
+	s.mu.Lock()
+	p, ok := s.pods[spec.Annotations[annSandboxID]]
+	s.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: pod sandbox %s of container %s is not served by this shim", errdefs.ErrFailedPrecondition, spec.Annotations[annSandboxID], r.ID)
+	}
+	cfg, err := loadConfig(r.Options)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
+	}
+	p.cfg = cfg
+	vs, adopt, err := s.vmSpec(ctx, r, spec, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &container{id: r.ID, bundle: r.Bundle, pod: p, spec: spec, execs: map[string]*process{}, adoptPID: adopt}
+	c.init = newProcess("", io, s.exitHandler(c))
+	if err := p.start(ctx, vs, &controlAPI{s: s, pod: p}); err != nil {
+		return nil, err
+	}
+	if err := writeCleanup(r.Bundle, p.cleanupRecord()); err != nil {
+		_ = p.stop()
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.containers[r.ID] = c
+	return c, nil
+}
+
+// vmSpec validates what the container asks for and sizes the VM.
+func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec *specs.Spec, cfg Config) (vmSpec, int, error) {
+	ann := spec.Annotations
+	if spec.Process == nil || len(spec.Process.Args) == 0 {
+		return vmSpec{}, 0, fmt.Errorf("%w: image %s has no entrypoint or command, and the container gives none", errdefs.ErrInvalidArgument, ann[annImageName])
+	}
+	vs := vmSpec{VCPU: cfg.DefaultVCPU, MemoryMiB: cfg.DefaultMemoryMiB, ImageName: ann[annImageName], Env: envMap(spec.Process.Env)}
+	var err error
+	if vs.VCPU, err = annotatedInt(ann, sandlotv1.AnnotationVCPU, vs.VCPU, 1, 64); err != nil {
+		return vmSpec{}, 0, err
+	}
+	if vs.MemoryMiB, err = annotatedInt(ann, sandlotv1.AnnotationMemoryMiB, vs.MemoryMiB, 64, 1<<20); err != nil {
+		return vmSpec{}, 0, err
+	}
+	if err := fitsNode(vs.MemoryMiB); err != nil {
+		return vmSpec{}, 0, err
+	}
+	if vs.ImageDigest, err = imageDigest(ctx, s.address, namespace(ctx), vs.ImageName); err != nil {
+		return vmSpec{}, 0, fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
+	}
+	if loc := ann[sandlotv1.AnnotationRestoreLocation]; loc != "" {
+		adopt, err := restoreSource(loc, vs.ImageDigest)
+		vs.Restore = loc
+		return vs, adopt, err
+	}
+	vs.BaseDisk, err = baseDisk(ctx, cfg.ImageDir, vs.ImageDigest, r.Rootfs, filepath.Join(r.Bundle, "rootfs"))
+	return vs, 0, err
+}
+
+// restoreSource checks a snapshot can start this container: it exists
+// here, and was taken from the same image. It returns the guest PID of
+// the snapshot's app process.
+func restoreSource(dir, digest string) (int, error) {
+	if !filepath.IsAbs(dir) {
+		return 0, fmt.Errorf("%w: snapshot location %q is not a directory on this node", errdefs.ErrInvalidArgument, dir)
+	}
+	m, err := vm.ReadManifest(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return 0, fmt.Errorf("%w: unknown snapshot %s: %w", errdefs.ErrNotFound, dir, err)
+		}
+		return 0, fmt.Errorf("%w: snapshot %s: %w", errdefs.ErrInvalidArgument, dir, err)
+	}
+	if got := m.Labels[labelImageDigest]; got != digest {
+		return 0, fmt.Errorf("%w: snapshot %s was taken from image %s (%s), the container's image is %s",
+			errdefs.ErrFailedPrecondition, dir, m.Labels[labelImageName], got, digest)
+	}
+	pid, _ := strconv.Atoi(m.Labels[labelInitPID])
+	return pid, nil
+}
+
+func annotatedInt(ann map[string]string, key string, def, lo, hi int) (int, error) {
+	v, ok := ann[key]
+	if !ok {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, fmt.Errorf("%w: annotation %s=%q: want an integer in [%d, %d]", errdefs.ErrInvalidArgument, key, v, lo, hi)
+	}
+	return n, nil
+}
+
+// fitsNode refuses a VM larger than the node's memory.
+func fitsNode(mib int) error {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, _ := strconv.Atoi(f[1])
+			if mib > kb/1024 {
+				return fmt.Errorf("%w: the VM wants %d MiB of memory, the node has %d MiB", errdefs.ErrResourceExhausted, mib, kb/1024)
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+func envMap(env []string) map[string]string {
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return m
+}
+
+// start runs a process: nothing for the pause container; in the VM for
+// the app container (its init adopts a restored VM's process).
+func (s *service) start(ctx context.Context, c *container, p *process) error {
+	if c.sandbox {
+		if p.id != "" {
+			return fmt.Errorf("%w: exec in a pause container", errdefs.ErrNotImplemented)
+		}
+		p.mu.Lock()
+		p.status = task.Status_RUNNING
+		p.mu.Unlock()
+		return nil
+	}
+	g, err := c.pod.guest()
+	if err != nil {
+		return fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
+	}
+	if p.id == "" && c.adoptPID > 0 {
+		c.pod.setLabel(labelInitPID, strconv.Itoa(c.adoptPID))
+		sub := g.Subscribe(c.adoptPID)
+		return p.run(ctx, g, sub.C, sub.Close, c.adoptPID)
+	}
+	spec := c.spec.Process
+	if p.id != "" {
+		spec = p.spec
+	}
+	params, err := startParams(spec, p.stdio.Terminal)
+	if err != nil {
+		return err
+	}
+	proc, err := g.Start(ctx, params)
+	if err != nil {
+		return fmt.Errorf("start %v in the VM: %w", params.Args, err)
+	}
+	if p.id == "" {
+		c.pod.setLabel(labelInitPID, strconv.Itoa(proc.PID))
+	}
+	return p.run(ctx, g, proc.Events(), proc.Close, proc.PID)
+}
+
+func startParams(spec *specs.Process, terminal bool) (control.StartParams, error) {
+	if spec == nil || len(spec.Args) == 0 {
+		return control.StartParams{}, fmt.Errorf("%w: no command", errdefs.ErrInvalidArgument)
+	}
+	uid, gid := spec.User.UID, spec.User.GID
+	sp := control.StartParams{Args: spec.Args, Env: spec.Env, Cwd: spec.Cwd, UID: &uid, GID: &gid, Terminal: terminal}
+	if spec.ConsoleSize != nil {
+		sp.Cols, sp.Rows = uint16(spec.ConsoleSize.Width), uint16(spec.ConsoleSize.Height)
+	}
+	return sp, nil
+}
+
+// kill signals a process. The pause container's (which runs nothing)
+// exits at once.
+func (s *service) kill(ctx context.Context, c *container, p *process, sig int) error {
+	pid, status, _, _ := p.snapshot()
+	switch {
+	case status == task.Status_STOPPED:
+		return fmt.Errorf("process already finished: %w", errdefs.ErrNotFound)
+	case c.sandbox || status == task.Status_CREATED:
+		p.exited(128 + uint32(sig))
+		return nil
+	}
+	g, err := c.pod.guest()
+	if err != nil {
+		p.exited(exitVMGone)
+		return nil
+	}
+	if err := g.SignalGroup(ctx, pid, sig); err != nil && !errors.Is(err, &control.Error{Code: control.CodeNotFound}) {
+		return fmt.Errorf("signal %d to guest process %d: %w", sig, pid, err)
+	}
+	return nil
+}
+
+// delete removes an exec, or a container: the app container's VM stops
+// and the pod's network is given back.
+func (s *service) delete(ctx context.Context, c *container, p *process) error {
+	if p.id != "" {
+		if p.running() {
+			return fmt.Errorf("%w: exec %s is still running", errdefs.ErrFailedPrecondition, p.id)
+		}
+		s.mu.Lock()
+		delete(c.execs, p.id)
+		s.mu.Unlock()
+		return nil
+	}
+	var err error
+	if !c.sandbox {
+		err = c.pod.stop()
+		_ = os.Remove(filepath.Join(c.bundle, cleanupFile))
+	}
+	if !p.running() {
+		p.exited(exitVMGone) // no-op when it exited already
+	}
+	s.mu.Lock()
+	delete(s.containers, c.id)
+	if c.sandbox {
+		delete(s.pods, c.id)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("stop the VM of %s: %w", c.id, err)
+	}
+	return nil
+}
+
+// guestClient is what ResizePty and CloseIO need of the guest.
+type guestClient interface {
+	Resize(ctx context.Context, pid int, cols, rows uint16) error
+	CloseStdin(ctx context.Context, pid int) error
+}
+
+func (s *service) guestCall(c *container, p *process, fn func(context.Context, int, guestClient) error) error {
+	pid, status, _, _ := p.snapshot()
+	if c.sandbox || status != task.Status_RUNNING {
+		return nil
+	}
+	g, err := c.pod.guest()
+	if err != nil {
+		return err
+	}
+	return fn(context.Background(), pid, g)
+}
+
+// restoreInPlace replaces a pod's VM with a restore of one of the pod's
+// snapshots (rollback): same pod, network and control socket. The app
+// container's init follows the snapshot's process; execs end.
+func (s *service) restoreInPlace(ctx context.Context, p *pod, dir string) error {
+	c := s.appOf(p)
+	if c == nil {
+		return fmt.Errorf("%w: the pod has no app container", errdefs.ErrFailedPrecondition)
+	}
+	adopt, err := restoreSource(dir, p.label(labelImageDigest))
+	if err != nil {
+		return err
+	}
+	c.init.detach()
+	for _, e := range s.execsOf(c) {
+		e.exited(exitVMGone) // the snapshot does not know them
+	}
+	g, err := p.replace(ctx, dir)
+	if err == nil && adopt > 0 {
+		sub := g.Subscribe(adopt)
+		err = c.init.run(ctx, g, sub.C, sub.Close, adopt)
+	}
+	if err != nil || adopt == 0 {
+		c.init.exited(exitVMGone)
+	}
+	if err != nil {
+		return err
+	}
+	return writeCleanup(c.bundle, p.cleanupRecord())
+}
+
+func (s *service) execsOf(c *container) []*process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*process, 0, len(c.execs))
+	for _, e := range c.execs {
+		out = append(out, e)
+	}
+	return out
+}
+
+func (s *service) appOf(p *pod) *container {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.containers {
+		if !c.sandbox && c.pod == p {
+			return c
+		}
+	}
+	return nil
+}

@@ -1,0 +1,285 @@
+package shim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/guest/control"
+	"github.com/sandlot-dev/sandlot/guest/identity"
+	"github.com/sandlot-dev/sandlot/shim/controlapi"
+	"github.com/sandlot-dev/sandlot/shim/podnet"
+	"github.com/sandlot-dev/sandlot/vm"
+)
+
+// Manifest labels the shim records in every snapshot of a pod's VM.
+const (
+	labelImageDigest = "sandlot.dev/image-digest"
+	labelImageName   = "sandlot.dev/image-name"
+	labelInitPID     = "sandlot.dev/init-pid"
+)
+
+// tapName is the VM's tap in the pod's network namespace (one per netns).
+const tapName = "tap0"
+
+// pod is one CRI pod sandbox: the network namespace its pause container
+// holds and, from the app container's Create on, the VM.
+type pod struct {
+	id       string // CRI sandbox ID
+	uid      string // the pod's UID: names its directory under <root>/pods
+	netns    string
+	hostname string
+
+	mu       sync.Mutex
+	cfg      Config
+	vm       *vm.VM
+	net      podnet.Pod
+	attached bool // the tap and filters are in place
+	identity identity.Identity
+	labels   map[string]string
+	vmSpec   vmSpec // what the VM was started with, for a restore in place
+	control  *controlServer
+	// onVMExit is told when QEMU exits on its own (not by stop).
+	onVMExit func()
+	stopping bool
+}
+
+// vmSpec is what the app container asks of the VM.
+type vmSpec struct {
+	BaseDisk    string
+	Restore     string // a snapshot directory, or "" to cold boot
+	VCPU        int
+	MemoryMiB   int
+	ImageDigest string
+	ImageName   string
+	Env         map[string]string
+}
+
+func (p *pod) dir() string { return p.cfg.podDir(p.uid) }
+
+// start takes over the pod's network and boots or restores the VM. On
+// failure nothing is left behind.
+func (p *pod) start(ctx context.Context, s vmSpec, api controlapi.VMControlService) (err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.vm != nil {
+		return errors.New("the pod's VM is running already: sandlot runs one app container per pod")
+	}
+	if err := os.MkdirAll(p.dir(), 0o700); err != nil {
+		return fmt.Errorf("pod directory: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			p.teardownLocked()
+		}
+	}()
+	if err := p.attachNetwork(); err != nil {
+		return err
+	}
+	p.identity = p.newIdentity(s.Env)
+	p.labels = map[string]string{labelImageDigest: s.ImageDigest, labelImageName: s.ImageName}
+	cfg := p.vmConfig(s)
+	trace := time.Now()
+	if s.Restore != "" {
+		p.vm, err = vm.Restore(ctx, p.cfg.QEMU, cfg, s.Restore, p.identity)
+	} else {
+		p.vm, err = vm.Boot(ctx, p.assets(), cfg, p.identity)
+	}
+	if err != nil {
+		return err
+	}
+	if err := p.openNetwork(ctx); err != nil {
+		return err
+	}
+	p.watchVM(p.vm)
+	logf(ctx, "pod %s: VM %s in %v", p.uid, map[bool]string{true: "restored", false: "booted"}[s.Restore != ""], time.Since(trace))
+	p.vmSpec = s
+	return p.serveControl(api)
+}
+
+func (p *pod) assets() vm.Assets {
+	return vm.Assets{QEMU: p.cfg.QEMU, Kernel: p.cfg.Kernel, Initrd: p.cfg.Initrd, Modules: p.cfg.Modules}
+}
+
+func (p *pod) vmConfig(s vmSpec) vm.Config {
+	return vm.Config{
+		Name: "pod-" + p.uid, Accel: p.cfg.Accel, VCPU: s.VCPU, MemoryMiB: s.MemoryMiB,
+		RunDir: filepath.Join(p.dir(), "vm"), MemoryDir: p.cfg.MemoryDir,
+		BaseDisk: s.BaseDisk, LayerMiB: p.cfg.LayerMiB,
+		Net:     vm.NetSpec{MAC: p.net.MAC, Tap: tapName},
+		StartIn: func(start func() error) error { return podnet.Run(p.netns, start) },
+		Labels:  maps.Clone(p.labels),
+	}
+}
+
+// attachNetwork reads the pod's interface and puts the tap in front of it,
+// gate closed: nothing from the guest leaves before it took the pod's MAC.
+func (p *pod) attachNetwork() error {
+	if p.netns == "" {
+		return errors.New("the pod has no network namespace (host-network pods cannot run in a VM)")
+	}
+	n, err := podnet.Inspect(p.netns, "")
+	if err != nil {
+		return err
+	}
+	p.net = n
+	if err := podnet.Attach(p.netns, n, tapName); err != nil {
+		return err
+	}
+	p.attached = true
+	return nil
+}
+
+// openNetwork opens the gate once the guest has the pod's identity and
+// announces it.
+func (p *pod) openNetwork(ctx context.Context) error {
+	if err := podnet.OpenGate(p.netns, p.net, tapName); err != nil {
+		return err
+	}
+	return p.vm.Announce(ctx)
+}
+
+func (p *pod) newIdentity(env map[string]string) identity.Identity {
+	return identity.Identity{
+		SandboxID:   env[sandlotv1.EnvSandboxID],
+		AccessToken: env[sandlotv1.EnvAccessToken],
+		Env:         maps.Clone(env),
+		Hostname:    p.hostname,
+		Network:     &identity.Network{Interface: "eth0", Address: p.net.Address, Gateway: p.net.Gateway, MAC: p.net.MAC},
+		UnixNano:    time.Now().UnixNano(),
+	}
+}
+
+// watchVM reports QEMU exiting on its own (a crash, the guest powering off).
+func (p *pod) watchVM(v *vm.VM) {
+	go func() {
+		<-v.Exited()
+		p.mu.Lock()
+		current, stopping, notify := p.vm == v, p.stopping, p.onVMExit
+		p.mu.Unlock()
+		if current && !stopping && notify != nil {
+			notify()
+		}
+	}()
+}
+
+// guest is the control client of the running VM, or an error.
+func (p *pod) guest() (*control.Client, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.vm == nil {
+		return nil, errors.New("the pod's VM is not running")
+	}
+	return p.vm.Control(), nil
+}
+
+// qemuPID is the VM's host process, 0 without one.
+func (p *pod) qemuPID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.vm == nil {
+		return 0
+	}
+	return p.vm.PID()
+}
+
+// stop ends the VM and gives the pod's network back.
+func (p *pod) stop() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.teardownLocked()
+}
+
+func (p *pod) teardownLocked() error {
+	p.stopping = true
+	var errs []error
+	if p.control != nil {
+		errs = append(errs, p.control.close())
+		p.control = nil
+	}
+	if p.vm != nil {
+		errs = append(errs, p.vm.Stop())
+		p.vm = nil
+	}
+	if p.attached {
+		errs = append(errs, podnet.Detach(p.netns, p.net, tapName))
+		p.attached = false
+	}
+	errs = append(errs, os.RemoveAll(p.dir()))
+	return errors.Join(errs...)
+}
+
+func (p *pod) label(key string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.labels[key]
+}
+
+// setLabel records a label in the pod's later snapshots.
+func (p *pod) setLabel(key, value string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.labels[key] = value
+	if p.vm != nil {
+		p.vm.SetLabel(key, value)
+	}
+}
+
+// replace stops the VM and restores the snapshot in dir in its place,
+// with the pod's network identity; it returns the new guest's client.
+func (p *pod) replace(ctx context.Context, dir string) (*control.Client, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.vm == nil {
+		return nil, errors.New("the pod's VM is not running")
+	}
+	p.stopping = true
+	err := p.vm.Stop()
+	p.vm = nil
+	if err != nil {
+		return nil, fmt.Errorf("stop the VM: %w", err)
+	}
+	s := p.vmSpec
+	s.Restore = dir
+	p.identity.UnixNano = time.Now().UnixNano()
+	v, err := vm.Restore(ctx, p.cfg.QEMU, p.vmConfig(s), dir, p.identity)
+	if err != nil {
+		return nil, err
+	}
+	p.vm, p.stopping = v, false
+	p.watchVM(v)
+	if err := v.Announce(ctx); err != nil {
+		return nil, err
+	}
+	return v.Control(), nil
+}
+
+// paused reports whether the VM's vCPUs are stopped.
+func (p *pod) paused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.vm != nil && p.vm.State() == vm.Paused
+}
+
+func (p *pod) pause(ctx context.Context) error {
+	return p.withVM(func(v *vm.VM) error { return v.Pause(ctx) })
+}
+
+func (p *pod) resume(ctx context.Context) error {
+	return p.withVM(func(v *vm.VM) error { return v.Resume(ctx) })
+}
+
+func (p *pod) withVM(fn func(*vm.VM) error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.vm == nil {
+		return errors.New("the pod's VM is not running")
+	}
+	return fn(p.vm)
+}

@@ -1,0 +1,193 @@
+package shim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/fifo"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandlot-dev/sandlot/guest/control"
+)
+
+// stdio are the FIFOs containerd gave a process.
+type stdio struct {
+	Stdin, Stdout, Stderr string
+	Terminal              bool
+}
+
+// process is a container's init process or an exec: a process inside the
+// VM (a guest PID) or, for the pause container, nothing at all.
+type process struct {
+	id    string // exec ID, "" for init
+	stdio stdio
+	spec  *specs.Process // an exec's
+
+	mu       sync.Mutex
+	guestPID int
+	status   task.Status
+	exit     uint32
+	exitedAt time.Time
+	done     chan struct{}
+	onExit   func(*process)
+	// stdout and stderr stay open across restores in place: CRI's log
+	// reader ends at the FIFO's EOF.
+	stdout, stderr io.WriteCloser
+	// gen counts attachments; a pump of an older one (a VM replaced by a
+	// restore) ends without recording an exit.
+	gen int
+}
+
+func newProcess(id string, io stdio, onExit func(*process)) *process {
+	return &process{id: id, stdio: io, status: task.Status_CREATED, done: make(chan struct{}), onExit: onExit}
+}
+
+// run attaches to guest process pid: its output goes to the FIFOs, its
+// stdin comes from one, and its exit is recorded.
+func (p *process) run(ctx context.Context, c *control.Client, events <-chan control.Event, closeEvents func(), pid int) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	first := p.stdout == nil
+	if first {
+		if err := p.openOutput(ctx); err != nil {
+			closeEvents()
+			return err
+		}
+	}
+	p.gen++
+	p.guestPID, p.status = pid, task.Status_RUNNING
+	go p.pump(p.gen, events, closeEvents)
+	if first && p.stdio.Stdin != "" {
+		go p.feed(c, pid)
+	}
+	return nil
+}
+
+// detach stops following the guest process (its VM is being replaced).
+func (p *process) detach() {
+	p.mu.Lock()
+	p.gen++
+	p.mu.Unlock()
+}
+
+// openOutput opens the FIFOs containerd reads (or discards output when
+// it gave none).
+func (p *process) openOutput(ctx context.Context) error {
+	open := func(path string) (io.WriteCloser, error) {
+		if path == "" {
+			return nopCloser{io.Discard}, nil
+		}
+		return fifo.OpenFifo(ctx, path, syscall.O_WRONLY, 0)
+	}
+	out, err := open(p.stdio.Stdout)
+	if err != nil {
+		return fmt.Errorf("open stdout: %w", err)
+	}
+	errw, err := open(p.stdio.Stderr)
+	if err != nil {
+		out.Close()
+		return fmt.Errorf("open stderr: %w", err)
+	}
+	p.stdout, p.stderr = out, errw
+	return nil
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+// pump copies the guest's output events to the FIFOs until the exit
+// event, then records the exit: a waiter sees all output in the log.
+func (p *process) pump(gen int, events <-chan control.Event, closeEvents func()) {
+	status := exitVMGone // the events end without an exit: the VM went away
+loop:
+	for ev := range events {
+		switch {
+		case ev.Name == control.EventOutput && ev.Stream == control.StreamStderr:
+			_, _ = p.stderr.Write(ev.Data)
+		case ev.Name == control.EventOutput:
+			_, _ = p.stdout.Write(ev.Data)
+		case ev.Name == control.EventExit && ev.Exit != nil:
+			status = uint32(ev.Exit.Status)
+			break loop
+		}
+	}
+	closeEvents()
+	p.mu.Lock()
+	current := p.gen == gen
+	p.mu.Unlock()
+	if current {
+		p.exited(status)
+	}
+}
+
+// exitVMGone is the exit status of processes whose VM went away (as if
+// SIGKILLed): the VM crashed, or its shim was killed.
+const exitVMGone = 128 + uint32(syscall.SIGKILL)
+
+// feed copies the stdin FIFO to the guest; EOF closes the guest's stdin.
+func (p *process) feed(c *control.Client, pid int) {
+	f, err := fifo.OpenFifo(context.Background(), p.stdio.Stdin, syscall.O_RDONLY, 0)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 && c.WriteStdin(context.Background(), pid, buf[:n]) != nil {
+			return
+		}
+		if err != nil {
+			_ = c.CloseStdin(context.Background(), pid)
+			return
+		}
+	}
+}
+
+// exited records the exit once.
+func (p *process) exited(status uint32) {
+	p.mu.Lock()
+	if p.status == task.Status_STOPPED {
+		p.mu.Unlock()
+		return
+	}
+	p.status, p.exit, p.exitedAt = task.Status_STOPPED, status, time.Now()
+	for _, w := range []io.WriteCloser{p.stdout, p.stderr} {
+		if w != nil {
+			w.Close()
+		}
+	}
+	p.mu.Unlock()
+	close(p.done)
+	if p.onExit != nil {
+		p.onExit(p)
+	}
+}
+
+// wait blocks until the process exited or ctx ends.
+func (p *process) wait(ctx context.Context) error {
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// snapshot is the process's state, consistent.
+func (p *process) snapshot() (pid int, status task.Status, exit uint32, exitedAt time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.guestPID, p.status, p.exit, p.exitedAt
+}
+
+func (p *process) running() bool {
+	_, st, _, _ := p.snapshot()
+	return st == task.Status_RUNNING
+}

@@ -1,0 +1,133 @@
+// Package shimtest runs the sandlot shim under a real containerd (CRI,
+// CNI bridge) with real QEMU: the shim's tests and benchmark share it.
+package shimtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/shim"
+	"github.com/sandlot-dev/sandlot/shim/controlapi"
+	"github.com/sandlot-dev/sandlot/test/crienv"
+	vmtest "github.com/sandlot-dev/sandlot/test/vm"
+)
+
+// Handler is the CRI runtime handler the harness registers the shim as.
+const Handler = "sandlot"
+
+// Env is a containerd with the sandlot runtime and its shim config.
+type Env struct {
+	*crienv.Env
+	Config shim.Config
+}
+
+// Start builds the shim, writes its config (everything under one
+// directory, guest RAM in a private /dev/shm directory) and starts
+// containerd with it.
+func Start(t testing.TB) *Env {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("run as root: the shim mounts image layers, makes taps and runs QEMU")
+	}
+	assets, err := vmtest.LoadEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "sl-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	mem, err := os.MkdirTemp("/dev/shm", "sandlot-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(mem) })
+	bin := filepath.Join(dir, "bin")
+	buildShim(t, bin)
+	cfg := shim.Config{Root: filepath.Join(dir, "sandlot"), ImageDir: filepath.Join(dir, "images"), MemoryDir: mem,
+		Kernel: assets.Assets.Kernel, Initrd: assets.Assets.Initrd, Modules: assets.Assets.Modules,
+		DefaultMemoryMiB: 256}
+	cfgPath := filepath.Join(dir, "sandlot-shim.json")
+	b, _ := json.Marshal(cfg)
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := crienv.Start(t, crienv.Options{Dir: filepath.Join(dir, "c"), ShimDir: bin, SandlotConfig: cfgPath})
+	return &Env{Env: env, Config: cfg}
+}
+
+// buildShim compiles the shim binary (static, as it ships) into dir.
+func buildShim(t testing.TB, dir string) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "containerd-shim-sandlot-v2"), "./cmd/containerd-shim-sandlot-v2")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the shim: %v: %s", err, out)
+	}
+}
+
+// Control dials the control API of a pod's VM.
+func (e *Env) Control(t testing.TB, podUID string) *controlapi.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := controlapi.Dial(ctx, filepath.Join(e.Config.Root, "pods", podUID, shim.ControlSocket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// RestoreAnnotations make a pod start from the snapshot in dir.
+func RestoreAnnotations(dir string) map[string]string {
+	return map[string]string{sandlotv1.AnnotationBoot: sandlotv1.BootRestore, sandlotv1.AnnotationRestoreLocation: dir}
+}
+
+// Leftovers lists what sandlot left on the host: QEMU processes, pod
+// directories (control sockets, VM run dirs), guest RAM files.
+func (e *Env) Leftovers() []string {
+	var out []string
+	if b, err := exec.Command("pgrep", "-af", "qemu-system.*pod-").Output(); err == nil && len(b) > 0 {
+		out = append(out, "qemu: "+strings.TrimSpace(string(b)))
+	}
+	for _, pattern := range []string{filepath.Join(e.Config.Root, "pods", "*"), filepath.Join(e.Config.MemoryDir, "*")} {
+		m, _ := filepath.Glob(pattern)
+		for _, p := range m {
+			out = append(out, "file: "+p)
+		}
+	}
+	return out
+}
+
+// WaitNoLeftovers waits until the host is clean, or fails listing what is left.
+func (e *Env) WaitNoLeftovers(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := e.Leftovers()
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind:\n%s", strings.Join(left, "\n"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// HealthURL is envd's health endpoint at a pod IP.
+func HealthURL(ip string) string { return fmt.Sprintf("http://%s:49983/health", ip) }
