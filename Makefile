@@ -40,10 +40,13 @@ vm-assets: ## Build the guest kernel, initramfs and base disks into the cache (r
 	hack/vm-assets.sh
 
 .PHONY: test
-test: envtest-assets vm-assets ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/vm$$')
-	@# The VM tests run QEMU guests under TCG on both cores: alone, after the rest.
-	go test -count=1 -timeout 20m ./test/vm/
+test: envtest-assets vm-assets containerd-bins ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), shim (real containerd + CNI + QEMU).
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/vm$$\|/test/shim$$')
+	@# The VM and shim tests run QEMU guests under TCG on both cores: alone, one package at a time, after the rest.
+	go test -count=1 -p 1 -timeout 20m ./test/vm/ ./test/shim/
+
+test-shim: vm-assets containerd-bins ## The shim under a real containerd (CRI, CNI bridge) with real QEMU: pods as VMs, snapshots, restarts, faults.
+	go test -count=1 -v -timeout 20m ./shim/... ./test/crienv/ ./test/shim/
 
 .PHONY: lint
 lint: ## gofmt and go vet.

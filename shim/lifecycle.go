@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
 	"github.com/containerd/containerd/api/types/task"
@@ -73,7 +74,7 @@ func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec
 		return vmSpec{}, 0, fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
 	}
 	if loc := ann[sandlotv1.AnnotationRestoreLocation]; loc != "" {
-		adopt, err := restoreSource(loc, vs.ImageDigest)
+		adopt, err := restoreSource(loc, vs.ImageDigest, cfg)
 		vs.Restore = loc
 		return vs, adopt, err
 	}
@@ -84,16 +85,19 @@ func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec
 // restoreSource checks a snapshot can start this container: it exists
 // here, and was taken from the same image. It returns the guest PID of
 // the snapshot's app process.
-func restoreSource(dir, digest string) (int, error) {
+func restoreSource(dir, digest string, cfg Config) (int, error) {
 	if !filepath.IsAbs(dir) {
 		return 0, fmt.Errorf("%w: snapshot location %q is not a directory on this node", errdefs.ErrInvalidArgument, dir)
 	}
 	m, err := vm.ReadManifest(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return 0, fmt.Errorf("%w: unknown snapshot %s: %w", errdefs.ErrNotFound, dir, err)
+			return 0, fmt.Errorf("%w: unknown snapshot: %w", errdefs.ErrNotFound, err)
 		}
-		return 0, fmt.Errorf("%w: snapshot %s: %w", errdefs.ErrInvalidArgument, dir, err)
+		return 0, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+	}
+	if err := compatible(m, cfg); err != nil {
+		return 0, fmt.Errorf("%w: snapshot %s: %w", errdefs.ErrFailedPrecondition, dir, err)
 	}
 	if got := m.Labels[labelImageDigest]; got != digest {
 		return 0, fmt.Errorf("%w: snapshot %s was taken from image %s (%s), the container's image is %s",
@@ -101,6 +105,22 @@ func restoreSource(dir, digest string) (int, error) {
 	}
 	pid, _ := strconv.Atoi(m.Labels[labelInitPID])
 	return pid, nil
+}
+
+// compatible checks this node's QEMU, accel and CPU can restore m.
+func compatible(m *vm.Manifest, cfg Config) error {
+	accel := cfg.Accel
+	if accel == "" {
+		var err error
+		if accel, err = vm.DetectAccel(); err != nil {
+			return err
+		}
+	}
+	qv, err := vm.QEMUVersion(cfg.QEMU)
+	if err != nil {
+		return err
+	}
+	return m.Compatible(accel, qv, vm.CPUFingerprint())
 }
 
 func annotatedInt(ann map[string]string, key string, def, lo, hi int) (int, error) {
@@ -210,10 +230,23 @@ func (s *service) kill(ctx context.Context, c *container, p *process, sig int) e
 		p.exited(exitVMGone)
 		return nil
 	}
-	if err := g.SignalGroup(ctx, pid, sig); err != nil && !errors.Is(err, &control.Error{Code: control.CodeNotFound}) {
-		return fmt.Errorf("signal %d to guest process %d: %w", sig, pid, err)
+	err = g.SignalGroup(ctx, pid, sig)
+	if err == nil || errors.Is(err, &control.Error{Code: control.CodeNotFound}) {
+		return nil
 	}
-	return nil
+	// The signal killed the app, whose exit stopped the VM before the
+	// guest's reply arrived.
+	if p.wait(waitBriefly(ctx)) == nil {
+		return nil
+	}
+	return fmt.Errorf("signal %d to guest process %d: %w", sig, pid, err)
+}
+
+// waitBriefly bounds a wait for an exit that is already under way.
+func waitBriefly(ctx context.Context) context.Context {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	context.AfterFunc(ctx, cancel)
+	return ctx
 }
 
 // delete removes an exec, or a container: the app container's VM stops
@@ -274,7 +307,7 @@ func (s *service) restoreInPlace(ctx context.Context, p *pod, dir string) error 
 	if c == nil {
 		return fmt.Errorf("%w: the pod has no app container", errdefs.ErrFailedPrecondition)
 	}
-	adopt, err := restoreSource(dir, p.label(labelImageDigest))
+	adopt, err := restoreSource(dir, p.label(labelImageDigest), p.cfg)
 	if err != nil {
 		return err
 	}

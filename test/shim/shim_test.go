@@ -3,10 +3,17 @@ package shimtest
 import (
 	"context"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/sandlot-dev/sandlot/shim/controlapi"
 	"github.com/sandlot-dev/sandlot/test/crienv"
 )
 
@@ -56,4 +63,184 @@ func waitLog(t *testing.T, path, want string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// running starts a sandlot pod with the busybox image and waits for envd
+// at its IP; it returns the pod, its container, IP and config.
+func (e *Env) running(t *testing.T, name, img string, ann map[string]string) (pod, ctr, ip string, cfg *runtimeapi.PodSandboxConfig) {
+	t.Helper()
+	pod, cfg = e.RunPod(t, name, Handler, ann)
+	ctr = e.CreateStart(t, pod, cfg, "sandbox", img, nil)
+	ip = e.PodIP(t, pod)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := crienv.WaitHTTP(ctx, HealthURL(ip)); err != nil {
+		t.Fatalf("envd of %s at %s: %v", name, ip, err)
+	}
+	return pod, ctr, ip, cfg
+}
+
+// sh runs a shell command in the container and returns its stdout.
+func (e *Env) sh(t *testing.T, ctr, cmd string) string {
+	t.Helper()
+	out, errOut, code := e.ExecSync(t, ctr, "sh", "-c", cmd)
+	if code != 0 {
+		t.Fatalf("%q exited %d: %s", cmd, code, errOut)
+	}
+	return out
+}
+
+// TestSnapshotRestoreControl: the control API snapshots a running pod; a
+// new pod annotated with the snapshot comes up from it with its own IP and
+// the file and in-memory value from before; pause stops the VM, resume
+// continues it, and a restore in place rolls a pod back.
+func TestSnapshotRestoreControl(t *testing.T) {
+	e := Start(t)
+	img := "sandlot.test/busybox:1"
+	e.ImportImage(t, img, busybox)
+	podA, ctrA, ipA, cfgA := e.running(t, "origin", img, nil)
+	// /root is on the disk layer; /dev/shm is guest RAM.
+	e.sh(t, ctrA, "echo on-disk > /root/file; echo in-memory > /dev/shm/value")
+	ctl := e.Control(t, cfgA.Metadata.Uid)
+	ctx := context.Background()
+	snap := filepath.Join(e.Dir, "snap1")
+	resp, err := ctl.Snapshot(ctx, &controlapi.SnapshotRequest{Dir: snap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("snapshot: paused %v, took %v", time.Duration(resp.PausedNanos), time.Duration(resp.TookNanos))
+
+	podB, ctrB, ipB, _ := e.running(t, "clone", img, RestoreAnnotations(snap))
+	if ipB == ipA {
+		t.Fatalf("the clone has the origin's IP %s", ipA)
+	}
+	if got := e.sh(t, ctrB, "cat /root/file /dev/shm/value; hostname; ip -4 -o addr show eth0"); !strings.Contains(got, "on-disk\nin-memory\nclone\n") || !strings.Contains(got, ipB+"/") {
+		t.Fatalf("the clone has %q", got)
+	}
+	// Both answer at their own IPs at once.
+	for _, ip := range []string{ipA, ipB} {
+		if err := crienv.WaitHTTP(ctx, HealthURL(ip)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Pause: no answer; resume: answers again.
+	if _, err := ctl.Pause(ctx, &controlapi.PauseRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	if err := crienv.WaitHTTP(short, HealthURL(ipA)); err == nil {
+		t.Fatal("a paused VM answered")
+	}
+	cancel()
+	if _, err := ctl.Resume(ctx, &controlapi.ResumeRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := crienv.WaitHTTP(ctx, HealthURL(ipA)); err != nil {
+		t.Fatalf("after resume: %v", err)
+	}
+
+	// Restore in place: back to the snapshot, same pod and IP, app running.
+	e.sh(t, ctrA, "echo changed > /root/file")
+	if _, err := ctl.Restore(ctx, &controlapi.RestoreRequest{Dir: snap}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.sh(t, ctrA, "cat /root/file; ip -4 -o addr show eth0"); !strings.HasPrefix(got, "on-disk\n") || !strings.Contains(got, ipA+"/") {
+		t.Fatalf("after the restore in place: %q", got)
+	}
+	if st := e.ContainerState(t, ctrA); st != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("container state after the restore in place: %v", st)
+	}
+	stats, err := ctl.Stats(ctx, &controlapi.StatsRequest{})
+	if err != nil || stats.PssBytes <= 0 || stats.State != "Running" {
+		t.Fatalf("stats: %+v, %v", stats, err)
+	}
+	e.RemovePod(t, podA)
+	e.RemovePod(t, podB)
+	e.WaitNoLeftovers(t)
+}
+
+// TestContainerdRestart: containerd restarted under three running pods
+// loses none of them.
+func TestContainerdRestart(t *testing.T) {
+	e := Start(t)
+	img := "sandlot.test/busybox:1"
+	e.ImportImage(t, img, busybox)
+	var pods, ctrs, ips []string
+	for _, name := range []string{"r1", "r2", "r3"} {
+		pod, ctr, ip, _ := e.running(t, name, img, nil)
+		pods, ctrs, ips = append(pods, pod), append(ctrs, ctr), append(ips, ip)
+	}
+	e.Restart(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range pods {
+		if err := crienv.WaitHTTP(ctx, HealthURL(ips[i])); err != nil {
+			t.Fatalf("pod %d after the restart: %v", i, err)
+		}
+		if got := e.sh(t, ctrs[i], "echo alive"); got != "alive\n" {
+			t.Fatalf("exec after the restart: %q", got)
+		}
+	}
+	for _, p := range pods {
+		e.RemovePod(t, p)
+	}
+	e.WaitNoLeftovers(t)
+}
+
+// TestKilledShim: a shim killed with SIGKILL takes its VM with it, the
+// container shows the failure, and removing the pod leaves nothing.
+func TestKilledShim(t *testing.T) {
+	e := Start(t)
+	img := "sandlot.test/busybox:1"
+	e.ImportImage(t, img, busybox)
+	pod, ctr, _, _ := e.running(t, "doomed", img, nil)
+	shimPID := e.shimOf(t, pod)
+	if err := syscall.Kill(shimPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for e.ContainerState(t, ctr) != runtimeapi.ContainerState_CONTAINER_EXITED {
+		if time.Now().After(deadline) {
+			t.Fatalf("container state %v after its shim died", e.ContainerState(t, ctr))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	st, err := e.Runtime.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ctr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status.ExitCode == 0 {
+		t.Fatalf("a container whose shim was killed exited 0: %+v", st.Status)
+	}
+	t.Logf("container status after the shim died: exit %d reason %q message %q", st.Status.ExitCode, st.Status.Reason, st.Status.Message)
+	if b, _ := exec.Command("pgrep", "-f", "qemu-system.*pod-"+mustPodUID(t, e, pod)).Output(); len(b) > 0 {
+		t.Fatalf("QEMU outlived its shim: %s", b)
+	}
+	e.RemovePod(t, pod)
+	e.WaitNoLeftovers(t)
+}
+
+// shimOf finds the shim process serving a pod (its -id is the pod's
+// sandbox ID: the pause container starts it).
+func (e *Env) shimOf(t *testing.T, pod string) int {
+	t.Helper()
+	out, err := exec.Command("pgrep", "-f", "containerd-shim-sandlot-v2 .*-id "+pod).Output()
+	if err != nil {
+		t.Fatalf("no shim for pod %s: %v", pod, err)
+	}
+	pid, err := strconv.Atoi(strings.Fields(string(out))[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+func mustPodUID(t *testing.T, e *Env, pod string) string {
+	t.Helper()
+	st, err := e.Runtime.PodSandboxStatus(context.Background(), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: pod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Status.Metadata.Uid
 }
