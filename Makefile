@@ -81,6 +81,9 @@ test-vm: vm-assets ## The VM layer on real QEMU (TCG here): boot, snapshot, clon
 	go test -count=1 -v -timeout 20m ./vm/... ./test/vm/...
 
 .PHONY: bench-vm
+bench-shim: vm-assets containerd-bins ## Pod start to first answer under containerd: sandlot cold boot and restore vs runc, single and 10 concurrent (BENCH_ARGS=-json).
+	go run ./test/bench/shim $(BENCH_ARGS)
+
 bench-vm: vm-assets ## VM layer timings and memory, with the bare-QEMU floor in the same run (BENCH_ARGS=-json).
 	go run ./test/bench/vm $(BENCH_ARGS)
 

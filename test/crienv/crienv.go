@@ -34,7 +34,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"text/template"
 	"time"
 
@@ -108,7 +107,7 @@ type Env struct {
 	ConfigPath   string // containerd's config.toml
 	LogPath      string // containerd's log, kept across Restart
 
-	t         testing.TB
+	t         T
 	opts      Options
 	bins      binaries
 	socketDir string // shim sockets; Dir/s unless that is too long
@@ -137,7 +136,7 @@ type hostState struct {
 // Start writes the config, starts containerd, waits until CRI reports
 // RuntimeReady and NetworkReady, and imports the pause image. A t.Cleanup
 // calls Stop.
-func Start(t testing.TB, o Options) *Env {
+func Start(t T, o Options) *Env {
 	t.Helper()
 	e := &Env{t: t, opts: o, bins: findBinaries(t), PauseImage: DefaultPauseImage}
 	e.checkSandlot(t)
@@ -161,7 +160,7 @@ func Start(t testing.TB, o Options) *Env {
 }
 
 // findBinaries fails the test with the command that installs what is missing.
-func findBinaries(t testing.TB) binaries {
+func findBinaries(t T) binaries {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatalf("crienv: needs root (containerd, runc, CNI, mounts)")
@@ -197,7 +196,7 @@ func findBinaries(t testing.TB) binaries {
 // checkSandlot makes ShimDir and SandlotConfig absolute (containerd runs
 // in Dir) and checks that the sandlot handler can work: its config exists
 // and containerd will find the shim on its PATH.
-func (e *Env) checkSandlot(t testing.TB) {
+func (e *Env) checkSandlot(t T) {
 	t.Helper()
 	for _, p := range []*string{&e.opts.ShimDir, &e.opts.SandlotConfig} {
 		if *p == "" {
@@ -245,7 +244,7 @@ func checkStatic(p string) error {
 }
 
 // setupDirs makes Dir and picks the shim socket directory.
-func (e *Env) setupDirs(t testing.TB) {
+func (e *Env) setupDirs(t T) {
 	t.Helper()
 	dir := e.opts.Dir
 	if dir == "" {
@@ -282,7 +281,7 @@ func (e *Env) setupDirs(t testing.TB) {
 // shimSocketDir is Dir/s unless a shim socket there (a 64-hex-digit name)
 // would not fit in sun_path, which happens with t.TempDir() for long test
 // names; then it is a short directory under /tmp that Stop removes.
-func (e *Env) shimSocketDir(t testing.TB) string {
+func (e *Env) shimSocketDir(t T) string {
 	t.Helper()
 	s := filepath.Join(e.Dir, "s")
 	if len(s)+1+64 <= maxSocketPath {
@@ -298,7 +297,7 @@ func (e *Env) shimSocketDir(t testing.TB) string {
 
 // setupNames derives bridge, network and cgroup names from Dir, so two Envs
 // never share them, and checks that the subnet is free.
-func (e *Env) setupNames(t testing.TB) {
+func (e *Env) setupNames(t T) {
 	t.Helper()
 	sum := sha256.Sum256([]byte(e.Dir))
 	id := hex.EncodeToString(sum[:4])
@@ -540,7 +539,7 @@ func (e *Env) containerdEnv() []string {
 // at `go test` does not kill it before the cleanup runs, with a parent-death
 // signal so a crashed test does not leave it behind. Shims get their own
 // process groups from containerd and survive Restart.
-func (e *Env) startContainerd(t testing.TB) {
+func (e *Env) startContainerd(t T) {
 	t.Helper()
 	logf, err := os.OpenFile(e.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -577,7 +576,7 @@ func (e *Env) startContainerd(t testing.TB) {
 
 // waitReady polls Version and Status until the runtime and the network
 // (the CNI config loaded) are ready.
-func (e *Env) waitReady(t testing.TB) {
+func (e *Env) waitReady(t T) {
 	t.Helper()
 	deadline := time.Now().Add(readyTimeout)
 	var last error
@@ -637,7 +636,7 @@ func (e *Env) logTail(lines int) string {
 
 // Restart SIGKILLs containerd and starts it again with the same config;
 // shims and containers keep running.
-func (e *Env) Restart(t testing.TB) {
+func (e *Env) Restart(t T) {
 	t.Helper()
 	e.killContainerd()
 	begin := time.Now()
@@ -1059,7 +1058,7 @@ type File struct {
 // ("sha256:..."), which is the image's target in containerd. ref needs a
 // registry host and a tag, e.g. "sandlot.test/app:1", because CRI would
 // otherwise normalize it to a different name (docker.io/library/...).
-func (e *Env) ImportImage(t testing.TB, ref string, img Image) string {
+func (e *Env) ImportImage(t T, ref string, img Image) string {
 	t.Helper()
 	if err := checkRef(ref); err != nil {
 		t.Fatalf("crienv: ImportImage: %v", err)
@@ -1467,7 +1466,7 @@ func newUID() string {
 
 // RunPod runs a pod sandbox with PodConfig(name, annotations) and the
 // runtime handler ("runc", "sandlot", or "" for the default).
-func (e *Env) RunPod(t testing.TB, name, handler string, annotations map[string]string) (string, *runtimeapi.PodSandboxConfig) {
+func (e *Env) RunPod(t T, name, handler string, annotations map[string]string) (string, *runtimeapi.PodSandboxConfig) {
 	t.Helper()
 	cfg := e.PodConfig(name, annotations)
 	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
@@ -1480,7 +1479,7 @@ func (e *Env) RunPod(t testing.TB, name, handler string, annotations map[string]
 }
 
 // PodIP is the pod's IP from PodSandboxStatus.
-func (e *Env) PodIP(t testing.TB, podID string) string {
+func (e *Env) PodIP(t T, podID string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 	defer cancel()
@@ -1527,7 +1526,7 @@ func ContainerLogPath(cfg *runtimeapi.PodSandboxConfig, name string) string {
 
 // CreateStart creates and starts a container running image's own command
 // and returns its ID.
-func (e *Env) CreateStart(t testing.TB, podID string, cfg *runtimeapi.PodSandboxConfig, name, image string, envs map[string]string) string {
+func (e *Env) CreateStart(t T, podID string, cfg *runtimeapi.PodSandboxConfig, name, image string, envs map[string]string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 	defer cancel()
@@ -1544,7 +1543,7 @@ func (e *Env) CreateStart(t testing.TB, podID string, cfg *runtimeapi.PodSandbox
 }
 
 // ContainerState is the container's CRI state.
-func (e *Env) ContainerState(t testing.TB, containerID string) runtimeapi.ContainerState {
+func (e *Env) ContainerState(t T, containerID string) runtimeapi.ContainerState {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 	defer cancel()
@@ -1557,7 +1556,7 @@ func (e *Env) ContainerState(t testing.TB, containerID string) runtimeapi.Contai
 
 // ExecSync runs cmd in the container (10 s timeout) and returns its output
 // and exit code; a failing RPC fails the test.
-func (e *Env) ExecSync(t testing.TB, containerID string, cmd ...string) (stdout, stderr string, exitCode int32) {
+func (e *Env) ExecSync(t T, containerID string, cmd ...string) (stdout, stderr string, exitCode int32) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), execTimeout+5*time.Second)
 	defer cancel()
@@ -1571,7 +1570,7 @@ func (e *Env) ExecSync(t testing.TB, containerID string, cmd ...string) (stdout,
 }
 
 // RemovePod stops and removes the pod sandbox and its containers.
-func (e *Env) RemovePod(t testing.TB, podID string) {
+func (e *Env) RemovePod(t T, podID string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 	defer cancel()

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"testing"
 	"time"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -33,7 +32,7 @@ type Env struct {
 // Start builds the shim, writes its config (everything under one
 // directory, guest RAM in a private /dev/shm directory) and starts
 // containerd with it.
-func Start(t testing.TB) *Env {
+func Start(t crienv.T) *Env {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("run as root: the shim mounts image layers, makes taps and runs QEMU")
@@ -67,7 +66,7 @@ func Start(t testing.TB) *Env {
 }
 
 // buildShim compiles the shim binary (static, as it ships) into dir.
-func buildShim(t testing.TB, dir string) {
+func buildShim(t crienv.T, dir string) {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
@@ -80,7 +79,7 @@ func buildShim(t testing.TB, dir string) {
 }
 
 // Control dials the control API of a pod's VM.
-func (e *Env) Control(t testing.TB, podUID string) *controlapi.Client {
+func (e *Env) Control(t crienv.T, podUID string) *controlapi.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -114,7 +113,7 @@ func (e *Env) Leftovers() []string {
 }
 
 // WaitNoLeftovers waits until the host is clean, or fails listing what is left.
-func (e *Env) WaitNoLeftovers(t testing.TB) {
+func (e *Env) WaitNoLeftovers(t crienv.T) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

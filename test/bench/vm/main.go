@@ -12,32 +12,21 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
 	"github.com/sandlot-dev/sandlot/test/bench/host"
+	"github.com/sandlot-dev/sandlot/test/bench/stats"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 	"github.com/sandlot-dev/sandlot/vm"
 )
-
-type result struct {
-	Name    string    `json:"name"`
-	Unit    string    `json:"unit"`
-	Samples []float64 `json:"samples"`
-	Min     float64   `json:"min"`
-	Median  float64   `json:"median"`
-	P95     float64   `json:"p95"`
-	Max     float64   `json:"max"`
-	Note    string    `json:"note,omitempty"`
-}
 
 type bench struct {
 	env     vmtest.Env
 	dir     string
 	accel   string
 	n       int
-	results []result
+	stats.Table
 	mu      sync.Mutex
 	seq     int
 }
@@ -73,60 +62,25 @@ func run(asJSON bool, n int) error {
 		return err
 	}
 	if asJSON {
-		return json.NewEncoder(os.Stdout).Encode(map[string]any{"accel": accel, "results": b.results})
+		return json.NewEncoder(os.Stdout).Encode(map[string]any{"accel": accel, "results": b.Results})
 	}
 	b.print()
 	return nil
 }
 
 func (b *bench) add(name, unit string, samples []float64, note string) {
-	s := append([]float64(nil), samples...)
-	sort.Float64s(s)
-	pick := func(p float64) float64 { return s[int(p*float64(len(s)-1)+0.5)] }
-	b.results = append(b.results, result{Name: name, Unit: unit, Samples: samples, Min: s[0], Median: pick(0.5),
-		P95: pick(0.95), Max: s[len(s)-1], Note: note})
-}
-
-func (b *bench) median(name string) float64 {
-	for _, r := range b.results {
-		if r.Name == name {
-			return r.Median
-		}
-	}
-	return 0
+	b.Add(name, unit, samples, note)
 }
 
 func (b *bench) print() {
 	qv, _ := vm.QEMUVersion("")
-	fmt.Printf("# sandlot VM layer, accel %s, QEMU %s, Debian bookworm guest (256 MiB, 1 vCPU), %s\n", b.accel, qv, host.Describe())
-	fmt.Printf("%-58s %6s %10s %10s %10s %10s\n", "measure", "n", "min", "median", "p95", "max")
-	for _, r := range b.results {
-		fmt.Printf("%-58s %6d %10s %10s %10s %10s\n", r.Name, len(r.Samples), fmtv(r.Min, r.Unit), fmtv(r.Median, r.Unit),
-			fmtv(r.P95, r.Unit), fmtv(r.Max, r.Unit))
-	}
-	ratio := func(a, f string) {
-		if x, y := b.median(a), b.median(f); y > 0 {
-			fmt.Printf("%s / %s: %.2fx\n", a, f, x/y)
-		}
-	}
+	b.Print(os.Stdout, fmt.Sprintf("sandlot VM layer, accel %s, QEMU %s, Debian bookworm guest (256 MiB, 1 vCPU), %s", b.accel, qv, host.Describe()))
 	fmt.Println()
-	ratio("restore to first answer (sandlot)", "restore to first answer (floor: bare QEMU)")
-	ratio("idle clone PSS (sandlot)", "idle clone PSS (floor: bare QEMU clone)")
+	b.Ratio(os.Stdout, "restore to first answer (sandlot)", "restore to first answer (floor: bare QEMU)")
+	b.Ratio(os.Stdout, "idle clone PSS (sandlot)", "idle clone PSS (floor: bare QEMU clone)")
 }
 
-func fmtv(v float64, unit string) string {
-	switch unit {
-	case "ms":
-		return fmt.Sprintf("%.1fms", v)
-	case "MiB":
-		return fmt.Sprintf("%.1fMiB", v)
-	case "%":
-		return fmt.Sprintf("%.1f%%", v)
-	}
-	return fmt.Sprintf("%.2f", v)
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+var ms = stats.MS
 
 // next numbers VMs: run directories, names, MACs and addresses.
 func (b *bench) next() int {

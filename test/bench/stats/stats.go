@@ -1,0 +1,89 @@
+// Package stats is the benchmark commands' table: samples summarised as
+// min / median / p95 / max, printed as text or JSON.
+package stats
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+)
+
+// Result is one measure's samples and summary.
+type Result struct {
+	Name    string    `json:"name"`
+	Unit    string    `json:"unit"`
+	Samples []float64 `json:"samples"`
+	Min     float64   `json:"min"`
+	Median  float64   `json:"median"`
+	P95     float64   `json:"p95"`
+	Max     float64   `json:"max"`
+	Note    string    `json:"note,omitempty"`
+}
+
+// Table collects results in the order they were measured.
+type Table struct {
+	Results []Result
+}
+
+// Add summarises samples under name (unit "ms", "MiB", "%" or "").
+func (t *Table) Add(name, unit string, samples []float64, note string) {
+	if len(samples) == 0 {
+		return
+	}
+	s := append([]float64(nil), samples...)
+	sort.Float64s(s)
+	pick := func(p float64) float64 { return s[int(p*float64(len(s)-1)+0.5)] }
+	t.Results = append(t.Results, Result{Name: name, Unit: unit, Samples: samples, Min: s[0], Median: pick(0.5),
+		P95: pick(0.95), Max: s[len(s)-1], Note: note})
+}
+
+// Median of a measure, 0 if absent.
+func (t *Table) Median(name string) float64 {
+	for _, r := range t.Results {
+		if r.Name == name {
+			return r.Median
+		}
+	}
+	return 0
+}
+
+// Print writes the table under a header line.
+func (t *Table) Print(w io.Writer, header string) {
+	fmt.Fprintf(w, "# %s\n", header)
+	fmt.Fprintf(w, "%-64s %6s %10s %10s %10s %10s\n", "measure", "n", "min", "median", "p95", "max")
+	for _, r := range t.Results {
+		fmt.Fprintf(w, "%-64s %6d %10s %10s %10s %10s\n", r.Name, len(r.Samples), format(r.Min, r.Unit),
+			format(r.Median, r.Unit), format(r.P95, r.Unit), format(r.Max, r.Unit))
+	}
+}
+
+// Ratio prints the ratio of two measures' medians.
+func (t *Table) Ratio(w io.Writer, a, b string) {
+	if x, y := t.Median(a), t.Median(b); y > 0 {
+		fmt.Fprintf(w, "%s / %s: %.2fx\n", a, b, x/y)
+	}
+}
+
+// JSON writes the results.
+func (t *Table) JSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(t.Results)
+}
+
+func format(v float64, unit string) string {
+	switch unit {
+	case "ms":
+		return fmt.Sprintf("%.1fms", v)
+	case "MiB":
+		return fmt.Sprintf("%.1fMiB", v)
+	case "%":
+		return fmt.Sprintf("%.1f%%", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// MS is a duration in milliseconds.
+func MS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
