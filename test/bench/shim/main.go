@@ -185,4 +185,3 @@ func (b *bench) snapshot() string {
 	b.table.Add("snapshot of a cold-booted pod: until persisted", "ms", []float64{stats.MS(time.Duration(resp.TookNanos))}, "")
 	return dir
 }
-

@@ -22,13 +22,13 @@ import (
 )
 
 type bench struct {
-	env     vmtest.Env
-	dir     string
-	accel   string
-	n       int
+	env   vmtest.Env
+	dir   string
+	accel string
+	n     int
 	stats.Table
-	mu      sync.Mutex
-	seq     int
+	mu  sync.Mutex
+	seq int
 }
 
 func main() {
