@@ -96,14 +96,33 @@ func RestoreAnnotations(dir string) map[string]string {
 	return map[string]string{sandlotv1.AnnotationBoot: sandlotv1.BootRestore, sandlotv1.AnnotationRestoreLocation: dir}
 }
 
-// Leftovers lists what sandlot left on the host: QEMU processes, pod
-// directories (control sockets, VM run dirs), guest RAM files.
-func (e *Env) Leftovers() []string {
+// vmLeftovers lists what a VM leaves if not cleaned up: QEMU processes,
+// pod directories (control sockets, VM run dirs), guest RAM files.
+func (e *Env) vmLeftovers() []string {
 	var out []string
 	if b, err := exec.Command("pgrep", "-af", "qemu-system.*pod-").Output(); err == nil && len(b) > 0 {
 		out = append(out, "qemu: "+strings.TrimSpace(string(b)))
 	}
-	for _, pattern := range []string{filepath.Join(e.Config.Root, "pods", "*"), filepath.Join(e.Config.MemoryDir, "*")} {
+	return append(out, globs(filepath.Join(e.Config.Root, "pods", "*"), filepath.Join(e.Config.MemoryDir, "*"))...)
+}
+
+// leftovers adds what a removed pod must not leave: mounts under the
+// environment and network namespaces (with the taps in them).
+func (e *Env) leftovers() []string {
+	out := e.vmLeftovers()
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], e.Dir+"/") {
+				out = append(out, "mount: "+f[4])
+			}
+		}
+	}
+	return append(out, globs(filepath.Join(e.Dir, "state", "io.containerd.grpc.v1.cri", "netns", "*"))...)
+}
+
+func globs(patterns ...string) []string {
+	var out []string
+	for _, pattern := range patterns {
 		m, _ := filepath.Glob(pattern)
 		for _, p := range m {
 			out = append(out, "file: "+p)
@@ -112,12 +131,18 @@ func (e *Env) Leftovers() []string {
 	return out
 }
 
-// WaitNoLeftovers waits until the host is clean, or fails listing what is left.
-func (e *Env) WaitNoLeftovers(t crienv.T) {
+// WaitNoLeftovers waits until the host is clean of every pod, or fails
+// listing what is left.
+func (e *Env) WaitNoLeftovers(t crienv.T) { e.waitClean(t, e.leftovers) }
+
+// WaitVMsGone waits until no VM is left (pods may still hold their netns).
+func (e *Env) WaitVMsGone(t crienv.T) { e.waitClean(t, e.vmLeftovers) }
+
+func (e *Env) waitClean(t crienv.T, list func() []string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		left := e.Leftovers()
+		left := list()
 		if len(left) == 0 {
 			return
 		}

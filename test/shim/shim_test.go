@@ -46,6 +46,19 @@ func TestPodIsAVM(t *testing.T) {
 		t.Fatalf("the guest's eth0 does not have the pod IP %s: %s", ip, out)
 	}
 	waitLog(t, crienv.ContainerLogPath(cfg, "sandbox"), "app-started")
+	bg := context.Background()
+	stats, err := e.Runtime.ContainerStats(bg, &runtimeapi.ContainerStatsRequest{ContainerId: ctr})
+	if err != nil || stats.GetStats().GetMemory().GetWorkingSetBytes().GetValue() == 0 || stats.GetStats().GetCpu().GetUsageCoreNanoSeconds().GetValue() == 0 {
+		t.Fatalf("ContainerStats: %v, %v", stats, err)
+	}
+	if _, err := e.Runtime.StopContainer(bg, &runtimeapi.StopContainerRequest{ContainerId: ctr, Timeout: 10}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.Runtime.ContainerStatus(bg, &runtimeapi.ContainerStatusRequest{ContainerId: ctr})
+	if err != nil || st.Status.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.Status.ExitCode != 143 {
+		t.Fatalf("after StopContainer (SIGTERM to the app): %+v, %v", st.GetStatus(), err)
+	}
+	e.WaitVMsGone(t) // the app's exit stopped the VM
 	e.RemovePod(t, pod)
 	e.WaitNoLeftovers(t)
 }
