@@ -22,7 +22,7 @@ import (
 
 // createApp starts the pod's VM for its app container: restored from the
 // snapshot the pod's annotations name, else cold-booted from the image.
-func (s *service) createApp(ctx context.Context, r *taskAPI.CreateTaskRequest, spec *specs.Spec, io stdio) (*container, error) {
+func (s *service) createApp(ctx context.Context, r *taskAPI.CreateTaskRequest, spec *specs.Spec, std stdio) (*container, error) {
 	s.mu.Lock()
 	p, ok := s.pods[spec.Annotations[annSandboxID]]
 	s.mu.Unlock()
@@ -39,7 +39,7 @@ func (s *service) createApp(ctx context.Context, r *taskAPI.CreateTaskRequest, s
 		return nil, err
 	}
 	c := &container{id: r.ID, bundle: r.Bundle, pod: p, spec: spec, execs: map[string]*process{}, adoptPID: adopt}
-	c.init = newProcess("", io, s.exitHandler(c))
+	c.init = newProcess("", std, s.exitHandler(c))
 	if err := p.start(ctx, vs, &controlAPI{s: s, pod: p}); err != nil {
 		return nil, err
 	}

@@ -45,9 +45,6 @@ type pod struct {
 	labels   map[string]string
 	vmSpec   vmSpec // what the VM was started with, for a restore in place
 	control  *controlServer
-	// onVMExit is told when QEMU exits on its own (not by stop).
-	onVMExit func()
-	stopping bool
 }
 
 // vmSpec is what the app container asks of the VM.
@@ -97,8 +94,11 @@ func (p *pod) start(ctx context.Context, s vmSpec, api controlapi.VMControlServi
 	if err := p.openNetwork(ctx); err != nil {
 		return err
 	}
-	p.watchVM(p.vm)
-	logf(ctx, "pod %s: VM %s in %v", p.uid, map[bool]string{true: "restored", false: "booted"}[s.Restore != ""], time.Since(trace))
+	how := "booted"
+	if s.Restore != "" {
+		how = "restored from " + s.Restore
+	}
+	logf(ctx, "pod %s: VM %s in %v", p.uid, how, time.Since(trace))
 	p.vmSpec = s
 	return p.serveControl(api)
 }
@@ -156,19 +156,6 @@ func (p *pod) newIdentity(env map[string]string) identity.Identity {
 	}
 }
 
-// watchVM reports QEMU exiting on its own (a crash, the guest powering off).
-func (p *pod) watchVM(v *vm.VM) {
-	go func() {
-		<-v.Exited()
-		p.mu.Lock()
-		current, stopping, notify := p.vm == v, p.stopping, p.onVMExit
-		p.mu.Unlock()
-		if current && !stopping && notify != nil {
-			notify()
-		}
-	}()
-}
-
 // guest is the control client of the running VM, or an error.
 func (p *pod) guest() (*control.Client, error) {
 	p.mu.Lock()
@@ -197,7 +184,6 @@ func (p *pod) stop() error {
 }
 
 func (p *pod) teardownLocked() error {
-	p.stopping = true
 	var errs []error
 	if p.control != nil {
 		errs = append(errs, p.control.close())
@@ -239,7 +225,6 @@ func (p *pod) replace(ctx context.Context, dir string) (*control.Client, error) 
 	if p.vm == nil {
 		return nil, errors.New("the pod's VM is not running")
 	}
-	p.stopping = true
 	err := p.vm.Stop()
 	p.vm = nil
 	if err != nil {
@@ -252,8 +237,7 @@ func (p *pod) replace(ctx context.Context, dir string) (*control.Client, error) 
 	if err != nil {
 		return nil, err
 	}
-	p.vm, p.stopping = v, false
-	p.watchVM(v)
+	p.vm = v
 	if err := v.Announce(ctx); err != nil {
 		return nil, err
 	}

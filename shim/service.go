@@ -113,13 +113,13 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	if err != nil {
 		return nil, errgrpc.ToGRPC(err)
 	}
-	io := stdio{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal}
+	std := stdio{Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Terminal: r.Terminal}
 	var c *container
 	switch spec.Annotations[annContainerType] {
 	case "sandbox":
-		c, err = s.createPause(r, spec, io)
+		c, err = s.createPause(r, spec, std)
 	case "container":
-		c, err = s.createApp(ctx, r, spec, io)
+		c, err = s.createApp(ctx, r, spec, std)
 	default:
 		err = fmt.Errorf("%w: container %s has no %s annotation: sandlot runs CRI pods", errdefs.ErrInvalidArgument, r.ID, annContainerType)
 	}
@@ -133,7 +133,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 }
 
 // createPause records the pod: its network namespace, hostname and UID.
-func (s *service) createPause(r *taskAPI.CreateTaskRequest, spec *specs.Spec, io stdio) (*container, error) {
+func (s *service) createPause(r *taskAPI.CreateTaskRequest, spec *specs.Spec, std stdio) (*container, error) {
 	cfg, err := loadConfig(r.Options)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
@@ -144,7 +144,7 @@ func (s *service) createPause(r *taskAPI.CreateTaskRequest, spec *specs.Spec, io
 	}
 	p := &pod{id: r.ID, uid: uid, netns: netnsPath(spec), hostname: spec.Hostname, cfg: cfg}
 	c := &container{id: r.ID, bundle: r.Bundle, sandbox: true, pod: p, spec: spec, execs: map[string]*process{}}
-	c.init = newProcess("", io, s.exitHandler(c))
+	c.init = newProcess("", std, s.exitHandler(c))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pods[r.ID] = p

@@ -22,9 +22,8 @@ import (
 // shim's Create) at StartContainer, so that is where the shim's refusals
 // surface; an image without a command CRI refuses itself at CreateContainer.
 func TestBadInput(t *testing.T) {
-	e := Start(t)
-	img, other := "sandlot.test/busybox:1", "sandlot.test/other:1"
-	e.ImportImage(t, img, busybox)
+	e, img := startBusybox(t)
+	other := "sandlot.test/other:1"
 	e.ImportImage(t, other, crienv.Image{Cmd: busybox.Cmd, Files: map[string]crienv.File{"/etc/other": {Data: []byte("x")}}})
 	e.ImportImage(t, "sandlot.test/nocmd:1", crienv.Image{})
 	pod, _, _, cfg := e.running(t, "origin", img, nil)

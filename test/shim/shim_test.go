@@ -20,13 +20,19 @@ import (
 // busybox is the image the VMs run: the app prints a line and waits.
 var busybox = crienv.Image{Cmd: []string{"/bin/sh", "-c", "echo app-started; exec sleep 1000000"}}
 
+// startBusybox starts the environment with the busybox image imported.
+func startBusybox(t *testing.T) (*Env, string) {
+	e := Start(t)
+	const ref = "sandlot.test/busybox:1"
+	e.ImportImage(t, ref, busybox)
+	return e, ref
+}
+
 // TestPodIsAVM: a CRI pod under the sandlot handler is a VM that owns the
 // pod IP, runs the image's command, execs, reports status and logs, and
 // leaves nothing behind.
 func TestPodIsAVM(t *testing.T) {
-	e := Start(t)
-	img := "sandlot.test/busybox:1"
-	e.ImportImage(t, img, busybox)
+	e, img := startBusybox(t)
 	start := time.Now()
 	pod, cfg := e.RunPod(t, "vm1", Handler, nil)
 	ctr := e.CreateStart(t, pod, cfg, "sandbox", img, map[string]string{"GREETING": "hi"})
@@ -108,9 +114,7 @@ func (e *Env) sh(t *testing.T, ctr, cmd string) string {
 // the file and in-memory value from before; pause stops the VM, resume
 // continues it, and a restore in place rolls a pod back.
 func TestSnapshotRestoreControl(t *testing.T) {
-	e := Start(t)
-	img := "sandlot.test/busybox:1"
-	e.ImportImage(t, img, busybox)
+	e, img := startBusybox(t)
 	podA, ctrA, ipA, cfgA := e.running(t, "origin", img, nil)
 	// /root is on the disk layer; /dev/shm is guest RAM.
 	e.sh(t, ctrA, "echo on-disk > /root/file; echo in-memory > /dev/shm/value")
@@ -176,9 +180,7 @@ func TestSnapshotRestoreControl(t *testing.T) {
 // TestContainerdRestart: containerd restarted under three running pods
 // loses none of them.
 func TestContainerdRestart(t *testing.T) {
-	e := Start(t)
-	img := "sandlot.test/busybox:1"
-	e.ImportImage(t, img, busybox)
+	e, img := startBusybox(t)
 	var pods, ctrs, ips []string
 	for _, name := range []string{"r1", "r2", "r3"} {
 		pod, ctr, ip, _ := e.running(t, name, img, nil)
@@ -202,23 +204,16 @@ func TestContainerdRestart(t *testing.T) {
 }
 
 // TestKilledShim: a shim killed with SIGKILL takes its VM with it, the
-// container shows the failure, and removing the pod leaves nothing.
+// container shows the failure, and removing the pod leaves nothing; so
+// does a QEMU killed under a live shim.
 func TestKilledShim(t *testing.T) {
-	e := Start(t)
-	img := "sandlot.test/busybox:1"
-	e.ImportImage(t, img, busybox)
+	e, img := startBusybox(t)
 	pod, ctr, _, _ := e.running(t, "doomed", img, nil)
 	shimPID := e.shimOf(t, pod)
 	if err := syscall.Kill(shimPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for e.ContainerState(t, ctr) != runtimeapi.ContainerState_CONTAINER_EXITED {
-		if time.Now().After(deadline) {
-			t.Fatalf("container state %v after its shim died", e.ContainerState(t, ctr))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	e.waitExited(t, ctr)
 	st, err := e.Runtime.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ctr})
 	if err != nil {
 		t.Fatal(err)
@@ -232,6 +227,37 @@ func TestKilledShim(t *testing.T) {
 	}
 	e.RemovePod(t, pod)
 	e.WaitNoLeftovers(t)
+
+	// QEMU dying under a live shim: the app container exits as killed and
+	// the shim cleans up the VM's files.
+	pod, ctr, _, cfg := e.running(t, "crashing", img, nil)
+	out, err := exec.Command("pgrep", "-f", "qemu-system.*pod-"+cfg.Metadata.Uid).Output()
+	if err != nil {
+		t.Fatalf("no QEMU for pod %s: %v", cfg.Metadata.Uid, err)
+	}
+	qemu, _ := strconv.Atoi(strings.Fields(string(out))[0])
+	if err := syscall.Kill(qemu, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	e.waitExited(t, ctr)
+	if st, err := e.Runtime.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ctr}); err != nil || st.Status.ExitCode != 137 {
+		t.Fatalf("container status after QEMU died: %+v, %v", st.GetStatus(), err)
+	}
+	e.WaitVMsGone(t)
+	e.RemovePod(t, pod)
+	e.WaitNoLeftovers(t)
+}
+
+// waitExited waits for a container to be reported exited.
+func (e *Env) waitExited(t *testing.T, ctr string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for e.ContainerState(t, ctr) != runtimeapi.ContainerState_CONTAINER_EXITED {
+		if time.Now().After(deadline) {
+			t.Fatalf("container state %v, want exited", e.ContainerState(t, ctr))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // shimOf finds the shim process serving a pod (its -id is the pod's
