@@ -9,7 +9,7 @@ export SANDLOT_CACHE
 K8S_VERSION ?= v1.37.2
 ENVTEST_ASSETS := $(SANDLOT_CACHE)/k8s/$(K8S_VERSION)
 CONTROLLER_GEN := go tool controller-gen
-BINARIES := sandlot-controller sandlot-guest
+BINARIES := sandlot-controller sandlot-guest containerd-shim-sandlot-v2
 GENERATED := api config guest/envdpb shim/controlapi
 
 .PHONY: help
@@ -40,10 +40,10 @@ vm-assets: ## Build the guest kernel, initramfs and base disks into the cache (r
 	hack/vm-assets.sh
 
 .PHONY: test
-test: envtest-assets vm-assets containerd-bins ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), shim (real containerd + CNI + QEMU).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/vm$$\|/test/shim$$')
-	@# The VM and shim tests run QEMU guests under TCG on both cores: alone, one package at a time, after the rest.
-	go test -count=1 -p 1 -timeout 20m ./test/vm/ ./test/shim/
+test: envtest-assets vm-assets cluster-bins ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), shim (real containerd + CNI + QEMU), e2e (a real two-node cluster).
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/vm$$\|/test/shim$$\|/test/e2e$$')
+	@# The VM, shim and cluster tests run QEMU guests under TCG on both cores: alone, one package at a time, after the rest.
+	go test -count=1 -p 1 -timeout 30m ./test/vm/ ./test/shim/ ./test/e2e/
 
 test-shim: vm-assets containerd-bins ## The shim under a real containerd (CRI, CNI bridge) with real QEMU: pods as VMs, snapshots, restarts, faults.
 	go test -count=1 -v -timeout 20m ./shim/... ./test/crienv/ ./test/shim/
@@ -86,6 +86,23 @@ bench-shim: vm-assets containerd-bins ## Pod start to first answer under contain
 
 bench-vm: vm-assets ## VM layer timings and memory, with the bare-QEMU floor in the same run (BENCH_ARGS=-json).
 	go run ./test/bench/vm $(BENCH_ARGS)
+
+.PHONY: cluster-bins
+cluster-bins: containerd-bins ## Build etcd and the Kubernetes components (apiserver, controller-manager, scheduler, kubelet, kube-proxy) into the cache.
+	K8S_VERSION=$(K8S_VERSION) hack/k8s-bins.sh kube-controller-manager kube-scheduler kubelet kube-proxy
+
+.PHONY: up
+up: build cluster-bins vm-assets ## A local cluster running sandlot (NODES=2 for two nodes); idempotent. Prints the kubeconfig.
+	go build -o bin/sandlot-cluster ./hack/cluster
+	bin/sandlot-cluster up -nodes $${NODES:-1}
+
+.PHONY: test-e2e
+test-e2e: build cluster-bins vm-assets ## End to end on a real two-node cluster started for the run: quickstart, placement, cordon, node failure, services.
+	go test -count=1 -v -timeout 30m ./test/e2e/
+
+.PHONY: down
+down: ## Stop the local cluster and undo every host change.
+	@if [[ -x bin/sandlot-cluster ]]; then bin/sandlot-cluster down; else go run ./hack/cluster down; fi
 
 .PHONY: containerd-bins
 containerd-bins: ## Build containerd, ctr and the runc shim (v2.4.2) from Go modules into the cache.

@@ -22,8 +22,8 @@ func (d demand) add(o demand) demand {
 }
 
 // demandOf is what a VM of these resources requests, overhead included.
-func demandOf(r sandlotv1.Resources, overhead corev1.ResourceList) demand {
-	d := demand{MilliCPU: int64(r.VCPU) * 1000, Memory: int64(r.MemoryMiB) << 20}
+func demandOf(r sandlotv1.Resources, overhead corev1.ResourceList, milliCPUPerVCPU int64) demand {
+	d := demand{MilliCPU: int64(r.VCPU) * milliCPUPerVCPU, Memory: int64(r.MemoryMiB) << 20}
 	d.MilliCPU += overhead.Cpu().MilliValue()
 	d.Memory += overhead.Memory().Value()
 	return d

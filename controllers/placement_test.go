@@ -82,9 +82,13 @@ func TestPlace(t *testing.T) {
 }
 
 func TestDemandOfCountsOverhead(t *testing.T) {
-	d := demandOf(sandlotv1.Resources{VCPU: 2, MemoryMiB: 512},
-		corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("96Mi")})
+	overhead := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("96Mi")}
+	d := demandOf(sandlotv1.Resources{VCPU: 2, MemoryMiB: 512}, overhead, 1000)
 	if d.MilliCPU != 2100 || d.Memory != (512+96)<<20 {
 		t.Fatalf("demand = %+v", d)
+	}
+	// Overcommitted CPU: a quarter core per vCPU.
+	if d := demandOf(sandlotv1.Resources{VCPU: 2, MemoryMiB: 512}, overhead, 250); d.MilliCPU != 600 {
+		t.Fatalf("demand at 250m per vCPU = %+v", d)
 	}
 }

@@ -33,6 +33,9 @@ type SandboxReconciler struct {
 
 	// Workers is how many Sandboxes are reconciled at once (default 1).
 	Workers int
+	// MilliCPUPerVCPU is the CPU a pod requests per vCPU (default 1000: a
+	// core each; less overcommits the nodes' CPUs).
+	MilliCPUPerVCPU int64
 
 	placeMu sync.Mutex
 	assumed assumedPlacements
@@ -223,4 +226,11 @@ func (r *SandboxReconciler) deletePod(ctx context.Context, sbx *sandlotv1.Sandbo
 		}
 	}
 	return false, nil
+}
+
+func (r *SandboxReconciler) milliCPUPerVCPU() int64 {
+	if r.MilliCPUPerVCPU <= 0 {
+		return 1000
+	}
+	return r.MilliCPUPerVCPU
 }

@@ -28,6 +28,8 @@ type podPlan struct {
 	VM        sandlotv1.VMSpec
 	Env       []sandlotv1.EnvVar
 	Restore   restoreSource
+	// MilliCPUPerVCPU is the CPU request per vCPU (1000 = a core each).
+	MilliCPUPerVCPU int64
 }
 
 // buildPod renders the Pod whose VM is the sandbox. The shim reads the
@@ -35,7 +37,7 @@ type podPlan struct {
 // reference to the Sandbox's Secret.
 func buildPod(sbx *sandlotv1.Sandbox, plan podPlan) *corev1.Pod {
 	res := corev1.ResourceList{
-		corev1.ResourceCPU:    *resourceCPU(plan.VM.Resources.VCPU),
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(plan.VM.Resources.VCPU)*plan.MilliCPUPerVCPU, resource.DecimalSI),
 		corev1.ResourceMemory: quantityMiB(plan.VM.Resources.MemoryMiB),
 	}
 	pod := &corev1.Pod{
@@ -144,8 +146,4 @@ func ownerRef(sbx *sandlotv1.Sandbox) metav1.OwnerReference {
 // quantityMiB renders MiB as a resource quantity.
 func quantityMiB(mib int32) resource.Quantity {
 	return *resource.NewQuantity(int64(mib)<<20, resource.BinarySI)
-}
-
-func resourceCPU(vcpu int32) *resource.Quantity {
-	return resource.NewQuantity(int64(vcpu), resource.DecimalSI)
 }

@@ -79,7 +79,7 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	want := demandOf(src.VM.Resources, overhead)
+	want := demandOf(src.VM.Resources, overhead, r.milliCPUPerVCPU())
 	nodes := &corev1.NodeList{}
 	if err := r.List(ctx, nodes, client.MatchingLabels{sandlotv1.LabelRuntime: "true"}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list nodes: %w", err)
@@ -93,7 +93,8 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 		setPending(st, sbx.Generation, p.Reason, p.Message)
 		return ctrl.Result{RequeueAfter: retryPlacement}, nil
 	}
-	plan := podPlan{Name: sbx.Name, Node: p.Node, SandboxID: st.SandboxID, VM: src.VM, Env: src.Env, Restore: src.Restore}
+	plan := podPlan{Name: sbx.Name, Node: p.Node, SandboxID: st.SandboxID, VM: src.VM, Env: src.Env, Restore: src.Restore,
+		MilliCPUPerVCPU: r.milliCPUPerVCPU()}
 	if err := r.Create(ctx, buildPod(sbx, plan)); err != nil && !apierrors.IsAlreadyExists(err) {
 		r.assumed.forget(key)
 		setPending(st, sbx.Generation, sandlotv1.ReasonPodCreateFailed, err.Error())
@@ -160,7 +161,7 @@ func (r *SandboxReconciler) usage(ctx context.Context, self types.NamespacedName
 			continue
 		}
 		placed[key] = true
-		used[s.Status.NodeName] = used[s.Status.NodeName].add(demandOf(*s.Status.Resources, overhead))
+		used[s.Status.NodeName] = used[s.Status.NodeName].add(demandOf(*s.Status.Resources, overhead, r.milliCPUPerVCPU()))
 	}
 	for key, a := range r.assumed.pending(placed) {
 		if key != self {

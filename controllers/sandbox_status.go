@@ -49,6 +49,11 @@ func viewPod(pod *corev1.Pod) podView {
 			return podView{Phase: sandlotv1.SandboxStarting, Ready: metav1.ConditionFalse,
 				Reason: sandlotv1.ReasonPodPending, Message: "pod is running but has no IP yet"}
 		}
+		if c := podCondition(pod, corev1.PodReady); c != nil && c.Status == corev1.ConditionFalse {
+			return podView{Phase: sandlotv1.SandboxRunning, Ready: metav1.ConditionFalse,
+				Reason: sandlotv1.ReasonPodNotReady, Message: fmt.Sprintf("pod %s is not ready: %s %s", pod.Name, c.Reason, c.Message),
+				IP: pod.Status.PodIP, StartedAt: podStartedAt(pod)}
+		}
 		return podView{Phase: sandlotv1.SandboxRunning, Ready: metav1.ConditionTrue,
 			Reason: sandlotv1.ReasonPodRunning, Message: "pod " + pod.Name + " is running",
 			IP: pod.Status.PodIP, StartedAt: podStartedAt(pod)}
@@ -64,6 +69,16 @@ func viewPod(pod *corev1.Pod) podView {
 		return podView{Phase: sandlotv1.SandboxStarting, Ready: metav1.ConditionFalse,
 			Reason: sandlotv1.ReasonPodPending, Message: podWaiting(pod)}
 	}
+}
+
+// podCondition is the pod's condition of type ct, nil if absent.
+func podCondition(pod *corev1.Pod, ct corev1.PodConditionType) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == ct {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 // podFailure names why a pod failed: the pod's reason (Evicted, ...) or

@@ -42,6 +42,8 @@ func CacheOptions() cache.Options {
 type Options struct {
 	// SandboxWorkers is how many Sandboxes are reconciled concurrently.
 	SandboxWorkers int
+	// MilliCPUPerVCPU is the CPU a sandbox pod requests per vCPU (0: 1000).
+	MilliCPUPerVCPU int64
 }
 
 // DefaultSandboxWorkers: sandbox reconciles mostly wait on the API
@@ -57,7 +59,7 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 		opts.SandboxWorkers = DefaultSandboxWorkers
 	}
 	c, r := mgr.GetClient(), mgr.GetAPIReader()
-	if err := (&SandboxReconciler{Client: c, APIReader: r, Workers: opts.SandboxWorkers}).SetupWithManager(mgr); err != nil {
+	if err := (&SandboxReconciler{Client: c, APIReader: r, Workers: opts.SandboxWorkers, MilliCPUPerVCPU: opts.MilliCPUPerVCPU}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&TemplateReconciler{Client: c}).SetupWithManager(mgr); err != nil {

@@ -10,7 +10,9 @@
 #     initramfs/<key>/modules.env        the SANDLOT_MODULES value (':'-separated, load order)
 #     initramfs/<key>/manifest           what <key> (a sha256) is the hash of: agent + modules
 #     initramfs/current -> <key>
-#     rootfs/debian-bookworm/            debootstrap.tar.zst (cached tree), base.ext4 (+ .sha256)
+#     rootfs/debian-bookworm/            debootstrap.tar.zst (cached tree), base.ext4 (+ .sha256),
+#                                        image.tar: the same tree as an OCI archive for
+#                                        `ctr -n k8s.io images import` (+ image.digest)
 #     rootfs/busybox/                    base.ext4 (+ .sha256): busybox-static, a few MiB
 #     current.env                        KEY=value lines naming the current assets
 # skipping everything that already exists (each step records what it was
@@ -19,14 +21,14 @@
 #
 #   hack/vm-assets.sh                 # everything (as root: debootstrap, chroot, chown)
 #   hack/vm-assets.sh kernel initramfs busybox debian   # only these steps
-#   hack/vm-assets.sh check           # self-test: rebuild the initramfs and both disks
-#                                     # into a temp dir, compare sha256s, fsck, PVH note
+#   hack/vm-assets.sh check           # self-test: rebuild the initramfs, both disks and
+#                                     # the image into a temp dir, compare sha256s, fsck, PVH note
 #
 # Environment: SANDLOT_CACHE; SANDLOT_KERNEL_PKG (default linux-image-cloud-amd64);
 # SANDLOT_GUEST_MODULES (module names; dependencies are added);
 # SANDLOT_DEBIAN_MIRROR (default: the first bookworm URI of the apt sources).
-# Network: Debian mirrors only (apt-get download, debootstrap); the agent is
-# built from the Go module cache/proxy like the rest of the repo.
+# Network: Debian mirrors only (apt-get download, debootstrap); the agent and
+# hack/ociimage are built from the Go module cache/proxy like the rest of the repo.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,6 +42,13 @@ DEBIAN_INCLUDE=python3,iproute2,procps
 # it, changes (forces a rebuild of the base disks).
 DEBIAN_IMAGE_RECIPE=2
 BUSYBOX_IMAGE_RECIPE=2
+# The Debian tree as a container image, for clusters without a registry: a
+# tag other than latest, so kubelet's default pull policy is IfNotPresent.
+DEBIAN_OCI_REF=docker.io/library/sandlot-python:bookworm
+# The image's own process says it is up (kubectl logs shows it), then waits:
+# envd and the code interpreter are the guest agent's, not the image's.
+DEBIAN_OCI_CONFIG=(-cmd /bin/sh -cmd -c -cmd 'echo "sandlot sandbox $(hostname) ready"; exec sleep infinity'
+	-env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin -workdir /)
 
 log() { printf '[vm-assets %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() {
@@ -345,6 +354,12 @@ used_inodes() {
 		}'
 }
 
+# clamp_mtimes TREE EPOCH: what was created after EPOCH (by the image steps)
+# gets EPOCH as its mtime, so the same recipe gives the same bytes.
+clamp_mtimes() {
+	find "$1" -newermt "@$2" -exec touch -h -d "@$2" {} +
+}
+
 # make_ext4 TREE OUT NAME EPOCH: a reproducible ext4 image of TREE (which
 # this changes: mtimes after EPOCH are clamped to it). Same tree content ->
 # same bytes: fixed UUID and hash seed, mke2fs clock = EPOCH, and the
@@ -354,7 +369,7 @@ make_ext4() {
 	local tree="$1" out="$2" name="$3" epoch="$4" uuid seed
 	uuid="$(uuid_for "base:$name")"
 	seed="$(uuid_for "hash:$name")"
-	find "$tree" -newermt "@$epoch" -exec touch -h -d "@$epoch" {} +
+	clamp_mtimes "$tree" "$epoch"
 	# Size: the content in 4 KiB blocks (apparent sizes, so the same tree
 	# gives the same size anywhere), inode tables, 10 % + 16 MiB headroom.
 	local blocks entries inodes mib
@@ -546,16 +561,29 @@ build_debian() {
 		need_root "debootstrap"
 	fi
 	debian_tarball
-	local recipe
+	build_debian_disk
+	build_debian_oci
+	rm -rf "$WORK/debian"
+}
+
+# debian_work_tree: WORK/debian, made once per run by debian_tree; the base
+# disk and the image are built from it, so they hold the same files.
+debian_work_tree() {
+	[[ -d "$WORK/debian" ]] && return
+	need_root "the Debian rootfs (chroot useradd)"
+	debian_tree "$WORK/debian"
+}
+
+build_debian_disk() {
+	local dir="$ASSETS/rootfs/debian-$DEBIAN_SUITE" recipe
 	recipe="$(debian_image_recipe)"
 	if [[ -f "$dir/base.ext4" && -f "$dir/base.ext4.sha256" && "$(cat "$dir/recipe" 2>/dev/null)" == "$recipe" ]]; then
 		log "rootfs debian-$DEBIAN_SUITE present"
 		return
 	fi
-	need_root "the Debian rootfs (chroot useradd)"
 	log "rootfs debian-$DEBIAN_SUITE: building the base disk"
 	local t="$WORK/debian" epoch start img="$dir/.base.ext4.tmp.$$"
-	debian_tree "$t"
+	debian_work_tree
 	epoch="$(cat "$dir/debootstrap.epoch")"
 	# shellcheck disable=SC2016 # dpkg-query's format, not shell
 	chroot "$t" dpkg-query -W -f='${Package} ${Version}\n' >"$dir/packages.txt"
@@ -565,8 +593,53 @@ build_debian() {
 	log "  mkfs + timestamps + fsck: $((SECONDS - start)) s"
 	publish_image "$img" "$dir"
 	echo "$recipe" >"$dir/recipe"
-	rm -rf "$t"
 	log "rootfs debian-$DEBIAN_SUITE built"
+}
+
+# debian_oci_recipe: the tree's recipe, the image config, and the writer's
+# source (a change in how the archive is laid out rebuilds it).
+debian_oci_recipe() {
+	local src
+	src="$(find "$REPO/hack/ociimage" "$REPO/test/oci" -name '*.go' ! -name '*_test.go' | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-16)"
+	echo "$(debian_image_recipe) oci $DEBIAN_OCI_REF ${DEBIAN_OCI_CONFIG[*]} writer $src"
+}
+
+# build_ociimage OUT: hack/ociimage, built once per run.
+build_ociimage() {
+	[[ -x "$1" ]] && return
+	need go
+	(cd "$REPO" && go build -trimpath -buildvcs=false -o "$1" ./hack/ociimage)
+}
+
+# make_oci TREE OUT EPOCH: TREE as the image archive OUT; prints its
+# manifest digest. Call it with stdout redirected, not in $(...), where
+# errexit is off.
+make_oci() {
+	local tree="$1" out="$2" epoch="$3"
+	build_ociimage "$WORK/ociimage"
+	clamp_mtimes "$tree" "$epoch"
+	"$WORK/ociimage" -dir "$tree" -ref "$DEBIAN_OCI_REF" -o "$out" "${DEBIAN_OCI_CONFIG[@]}"
+}
+
+build_debian_oci() {
+	local dir="$ASSETS/rootfs/debian-$DEBIAN_SUITE" recipe
+	recipe="$(debian_oci_recipe)"
+	if [[ -f "$dir/image.tar" && -f "$dir/image.digest" && "$(cat "$dir/image.recipe" 2>/dev/null)" == "$recipe" ]]; then
+		log "image $DEBIAN_OCI_REF present"
+		return
+	fi
+	log "image $DEBIAN_OCI_REF: building $dir/image.tar"
+	local start=$SECONDS out="$dir/.image.tar.tmp.$$" epoch
+	epoch="$(cat "$dir/debootstrap.epoch")"
+	debian_work_tree
+	log "  tree ready in $((SECONDS - start)) s"
+	start=$SECONDS
+	PARTIAL+=("$out" "$out.digest")
+	make_oci "$WORK/debian" "$out" "$epoch" >"$out.digest"
+	mv "$out" "$dir/image.tar"
+	mv "$out.digest" "$dir/image.digest"
+	echo "$recipe" >"$dir/image.recipe"
+	log "  archive written in $((SECONDS - start)) s: $(stat -c %s "$dir/image.tar") bytes, manifest $(cat "$dir/image.digest")"
 }
 
 # ---------------------------------------------------------------- summary
@@ -584,6 +657,11 @@ write_env() {
 			local v="${r%%-*}"
 			echo "SANDLOT_VM_BASE_${v^^}=$ASSETS/rootfs/$r/base.ext4"
 		done
+		local img="$ASSETS/rootfs/debian-$DEBIAN_SUITE/image.tar"
+		if [[ -f "$img" ]]; then
+			echo "SANDLOT_VM_IMAGE_DEBIAN=$img"
+			echo "SANDLOT_VM_IMAGE_DEBIAN_REF=$DEBIAN_OCI_REF"
+		fi
 	} >"$ASSETS/current.env.tmp.$$"
 	mv "$ASSETS/current.env.tmp.$$" "$ASSETS/current.env"
 }
@@ -654,10 +732,33 @@ check() {
 			log "check: FAIL debian base.ext4 rebuilt as $got, recorded $want"
 			fail=1
 		fi
+		check_oci "$WORK/cd" "$epoch" || fail=1
 		rm -rf "$WORK/cd" "$WORK/cd.ext4"
 	fi
 	((fail == 0)) || die "check failed"
 	log "check: all good"
+}
+
+# check_oci TREE EPOCH: the image archive rebuilt from TREE (the Debian tree
+# check made) has the digest and bytes recorded.
+check_oci() {
+	local dir="$ASSETS/rootfs/debian-$DEBIAN_SUITE" got want
+	[[ -f "$dir/image.tar" ]] || return 0
+	if [[ "$(cat "$dir/image.recipe" 2>/dev/null)" != "$(debian_oci_recipe)" ]]; then
+		log "check: the image's recipe changed since image.tar was built (run the debian step); skipping its comparison"
+		return 0
+	fi
+	make_oci "$1" "$WORK/check.oci.tar" "$2" >"$WORK/check.oci.digest"
+	got="$(cat "$WORK/check.oci.digest")"
+	want="$(cat "$dir/image.digest")"
+	if [[ "$got" == "$want" && "$(sha256 "$WORK/check.oci.tar")" == "$(sha256 "$dir/image.tar")" ]]; then
+		log "check: image.tar rebuilt identically (manifest $got)"
+		rm -f "$WORK/check.oci.tar"
+		return 0
+	fi
+	log "check: FAIL image.tar rebuilt with manifest $got, recorded $want"
+	rm -f "$WORK/check.oci.tar"
+	return 1
 }
 
 # ------------------------------------------------------------------- main

@@ -37,8 +37,11 @@ const (
 
 // Reasons of ConditionReady and of a Sandbox's terminal states.
 const (
-	ReasonPodPending           = "PodPending"
-	ReasonPodRunning           = "PodRunning"
+	ReasonPodPending = "PodPending"
+	ReasonPodRunning = "PodRunning"
+	// ReasonPodNotReady: the pod runs but is not Ready (e.g. its node
+	// stopped reporting: the node lifecycle controller marks it so).
+	ReasonPodNotReady          = "PodNotReady"
 	ReasonPodFailed            = "PodFailed"
 	ReasonPodSucceeded         = "PodSucceeded"
 	ReasonPodLost              = "PodLost"

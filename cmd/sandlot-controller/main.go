@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"os"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,10 +40,16 @@ func run(ctx context.Context) error {
 	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader, so that replicas can stand by")
 	flag.StringVar(&leaderNamespace, "leader-election-namespace", "", "namespace of the leader lease (defaults to the pod's)")
 	flag.IntVar(&opts.SandboxWorkers, "sandbox-workers", controllers.DefaultSandboxWorkers, "Sandboxes reconciled concurrently")
+	cpuPerVCPU := flag.String("cpu-per-vcpu", "1", "CPU a sandbox pod requests per vCPU (e.g. 250m overcommits the nodes' CPUs 4:1)")
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
+	q, err := resource.ParseQuantity(*cpuPerVCPU)
+	if err != nil || q.MilliValue() <= 0 {
+		return fmt.Errorf("--cpu-per-vcpu %q: want a positive CPU quantity such as 1 or 250m", *cpuPerVCPU)
+	}
+	opts.MilliCPUPerVCPU = q.MilliValue()
 
 	scheme, err := newScheme()
 	if err != nil {

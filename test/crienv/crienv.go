@@ -12,7 +12,6 @@ package crienv
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -21,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -42,6 +42,8 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/sandlot-dev/sandlot/test/oci"
 )
 
 const (
@@ -89,6 +91,9 @@ type Options struct {
 	SandlotConfig string
 	// Subnet is the CNI bridge subnet, DefaultSubnet when "".
 	Subnet string
+	// Bridge creates the CNI bridge with its gateway address up front
+	// (the CNI plugin adopts it): a kubelet binds the node IP there.
+	Bridge bool
 }
 
 // Env is a running containerd with CRI.
@@ -145,6 +150,12 @@ func Start(t T, o Options) *Env {
 	t.Cleanup(e.Stop)
 	e.setupNames(t)
 	e.host = snapshotHost(e.Bridge)
+	if e.opts.Bridge {
+		ones, _ := e.Subnet.Mask.Size()
+		if err := MakeBridge(e.Bridge, fmt.Sprintf("%s/%d", e.Gateway, ones)); err != nil {
+			t.Fatalf("crienv: %v", err)
+		}
+	}
 	if err := e.writeConfigs(); err != nil {
 		t.Fatalf("crienv: %v", err)
 	}
@@ -880,6 +891,9 @@ func unescapeMount(s string) string {
 
 // unmountUnder lazily unmounts everything below dir, deepest first, so the
 // test's TempDir removal never walks into a live overlay or netns.
+// UnmountUnder lazily unmounts every mount under dir, deepest first.
+func UnmountUnder(dir string) error { return unmountUnder(dir) }
+
 func unmountUnder(dir string) error {
 	if !filepath.IsAbs(dir) || filepath.Clean(dir) == "/" {
 		return nil // a half-initialized Env: never touch the whole host
@@ -911,9 +925,13 @@ func (e *Env) deleteBridge() error {
 
 // removeCgroups removes CgroupParent in every hierarchy. runc removes the
 // containers' cgroups but, like kubelet's pod cgroups, never their parent.
-func (e *Env) removeCgroups() error {
-	if e.CgroupParent == "" {
-		return nil // a half-initialized Env: never walk a hierarchy's root
+func (e *Env) removeCgroups() error { return RemoveCgroup(e.CgroupParent) }
+
+// RemoveCgroup removes cgroup path (e.g. "/mypods") and everything under
+// it from every hierarchy, deepest first.
+func RemoveCgroup(path string) error {
+	if path == "" || path == "/" {
+		return nil // a half-initialized caller: never walk a hierarchy's root
 	}
 	roots, err := cgroupRoots()
 	if err != nil {
@@ -921,7 +939,7 @@ func (e *Env) removeCgroups() error {
 	}
 	var errs []error
 	for _, root := range roots {
-		errs = append(errs, rmdirTree(filepath.Join(root, e.CgroupParent)))
+		errs = append(errs, rmdirTree(filepath.Join(root, path)))
 	}
 	return errors.Join(errs...)
 }
@@ -1068,6 +1086,24 @@ func (e *Env) ImportImage(t T, ref string, img Image) string {
 	if err != nil {
 		t.Fatalf("crienv: ImportImage %s: %v", ref, err)
 	}
+	e.importArchive(t, archive, ref, digest)
+	return digest
+}
+
+// ImportArchive imports an OCI image archive (one image, ref in its
+// index) made elsewhere, e.g. by hack/ociimage.
+func (e *Env) ImportArchive(t T, archive, ref string) string {
+	t.Helper()
+	digest, err := oci.ManifestDigest(archive)
+	if err != nil {
+		t.Fatalf("crienv: ImportArchive %s: %v", archive, err)
+	}
+	e.importArchive(t, archive, ref, digest)
+	return digest
+}
+
+func (e *Env) importArchive(t T, archive, ref, digest string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 	defer cancel()
 	// Not `import --digests`: it names the archive's index digest
@@ -1081,7 +1117,6 @@ func (e *Env) ImportImage(t T, ref string, img Image) string {
 	if err := e.waitImage(ctx, ref, repoDigest); err != nil {
 		t.Fatalf("crienv: ImportImage %s: %v", ref, err)
 	}
-	return digest
 }
 
 // ctr runs `ctr -a <Address> -n k8s.io args...`.
@@ -1122,129 +1157,22 @@ func (e *Env) waitImage(ctx context.Context, ref, repoDigest string) error {
 	}
 }
 
-// OCI image layout JSON, only the fields we write.
-type (
-	ociDescriptor struct {
-		MediaType   string            `json:"mediaType"`
-		Digest      string            `json:"digest"`
-		Size        int64             `json:"size"`
-		Platform    *ociPlatform      `json:"platform,omitempty"`
-		Annotations map[string]string `json:"annotations,omitempty"`
-	}
-	ociPlatform struct {
-		Architecture string `json:"architecture"`
-		OS           string `json:"os"`
-	}
-	ociManifest struct {
-		SchemaVersion int             `json:"schemaVersion"`
-		MediaType     string          `json:"mediaType"`
-		Config        ociDescriptor   `json:"config"`
-		Layers        []ociDescriptor `json:"layers"`
-	}
-	ociIndex struct {
-		SchemaVersion int             `json:"schemaVersion"`
-		MediaType     string          `json:"mediaType"`
-		Manifests     []ociDescriptor `json:"manifests"`
-	}
-	ociConfig struct {
-		Architecture string          `json:"architecture"`
-		OS           string          `json:"os"`
-		Config       ociImageConfig  `json:"config"`
-		RootFS       ociRootFS       `json:"rootfs"`
-		History      []ociHistoryRow `json:"history"`
-	}
-	ociImageConfig struct {
-		User       string   `json:"User,omitempty"`
-		Env        []string `json:"Env,omitempty"`
-		Entrypoint []string `json:"Entrypoint,omitempty"`
-		Cmd        []string `json:"Cmd,omitempty"`
-		WorkingDir string   `json:"WorkingDir,omitempty"`
-	}
-	ociRootFS struct {
-		Type    string   `json:"type"`
-		DiffIDs []string `json:"diff_ids"`
-	}
-	ociHistoryRow struct {
-		CreatedBy string `json:"created_by"`
-	}
-)
-
-const (
-	mediaIndex    = "application/vnd.oci.image.index.v1+json"
-	mediaManifest = "application/vnd.oci.image.manifest.v1+json"
-	mediaConfig   = "application/vnd.oci.image.config.v1+json"
-	mediaLayer    = "application/vnd.oci.image.layer.v1.tar+gzip"
-)
-
-// blob is content-addressed data for the archive's blobs/sha256.
-type blob struct {
-	digest string
-	data   []byte
-}
-
-func newBlob(data []byte) blob {
-	sum := sha256.Sum256(data)
-	return blob{digest: "sha256:" + hex.EncodeToString(sum[:]), data: data}
-}
-
-func jsonBlob(v any) (blob, error) {
-	b, err := json.Marshal(v)
-	return newBlob(b), err
-}
-
-func (b blob) descriptor(mediaType string) ociDescriptor {
-	return ociDescriptor{MediaType: mediaType, Digest: b.digest, Size: int64(len(b.data))}
-}
-
-// writeOCIArchive writes an OCI layout tar with one layer and returns the
-// manifest's digest. index.json names the manifest with both the annotation
-// ctr reads (io.containerd.image.name) and the OCI one.
+// writeOCIArchive writes img as an OCI layout tar with one layer and
+// returns the manifest's digest.
 func writeOCIArchive(file, ref string, img Image) (string, error) {
 	files, err := img.rootfs()
 	if err != nil {
 		return "", err
 	}
-	layer, diffID, err := buildLayer(files)
-	if err != nil {
-		return "", fmt.Errorf("layer: %w", err)
-	}
-	config, err := jsonBlob(img.config(diffID))
-	if err != nil {
-		return "", err
-	}
-	manifest, err := jsonBlob(ociManifest{SchemaVersion: 2, MediaType: mediaManifest,
-		Config: config.descriptor(mediaConfig), Layers: []ociDescriptor{layer.descriptor(mediaLayer)}})
-	if err != nil {
-		return "", err
-	}
-	md := manifest.descriptor(mediaManifest)
-	md.Platform = &ociPlatform{Architecture: runtime.GOARCH, OS: "linux"}
-	md.Annotations = map[string]string{"io.containerd.image.name": ref, "org.opencontainers.image.ref.name": ref[strings.LastIndex(ref, ":")+1:]}
-	index, err := json.Marshal(ociIndex{SchemaVersion: 2, MediaType: mediaIndex, Manifests: []ociDescriptor{md}})
-	if err != nil {
-		return "", err
-	}
-	entries := []tarEntry{
-		{name: "oci-layout", data: []byte(`{"imageLayoutVersion":"1.0.0"}`)},
-		{name: "index.json", data: index},
-	}
-	for _, b := range []blob{layer, config, manifest} {
-		entries = append(entries, tarEntry{name: "blobs/sha256/" + strings.TrimPrefix(b.digest, "sha256:"), data: b.data})
-	}
-	return manifest.digest, writeTarFile(file, entries)
+	return oci.WriteArchive(file, ref, img.config(), func(w io.Writer) error { return writeLayer(w, files) })
 }
 
-func (img Image) config(diffID string) ociConfig {
+func (img Image) config() oci.Config {
 	env := img.Env
 	if !img.NoBusybox && !hasPath(env) {
 		env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
 	}
-	return ociConfig{
-		Architecture: runtime.GOARCH, OS: "linux",
-		Config:  ociImageConfig{User: img.User, Env: env, Entrypoint: img.Entrypoint, Cmd: img.Cmd, WorkingDir: img.WorkingDir},
-		RootFS:  ociRootFS{Type: "layers", DiffIDs: []string{diffID}},
-		History: []ociHistoryRow{{CreatedBy: "crienv"}},
-	}
+	return oci.Config{User: img.User, Env: env, Entrypoint: img.Entrypoint, Cmd: img.Cmd, WorkingDir: img.WorkingDir}
 }
 
 func hasPath(env []string) bool {
@@ -1320,10 +1248,9 @@ func addBusybox(files map[string]File) error {
 	return nil
 }
 
-// buildLayer tars files (adding missing parent directories) in a stable
-// order and gzips the tar; it returns the layer blob and the tar's digest
-// (the config's diff_id).
-func buildLayer(files map[string]File) (blob, string, error) {
+// writeLayer tars files (adding missing parent directories) to w in a
+// stable order.
+func writeLayer(w io.Writer, files map[string]File) error {
 	for p := range files {
 		for d := path.Dir(p); d != "."; d = path.Dir(d) {
 			if _, ok := files[d]; !ok {
@@ -1336,26 +1263,13 @@ func buildLayer(files map[string]File) (blob, string, error) {
 		names = append(names, p)
 	}
 	sort.Strings(names) // a parent sorts before its children
-	var raw bytes.Buffer
-	tw := tar.NewWriter(&raw)
+	tw := tar.NewWriter(w)
 	for _, name := range names {
 		if err := writeRootfsEntry(tw, name, files[name]); err != nil {
-			return blob{}, "", fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	if err := tw.Close(); err != nil {
-		return blob{}, "", err
-	}
-	diffID := newBlob(raw.Bytes()).digest
-	var gz bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed) // only fails for a bad level
-	if _, err := zw.Write(raw.Bytes()); err != nil {
-		return blob{}, "", err
-	}
-	if err := zw.Close(); err != nil {
-		return blob{}, "", err
-	}
-	return newBlob(gz.Bytes()), diffID, nil
+	return tw.Close()
 }
 
 // layerTime is every entry's mtime, so the same Image gives the same digest.
@@ -1397,35 +1311,6 @@ func tarMode(m os.FileMode) int64 {
 		mode |= 0o1000
 	}
 	return mode
-}
-
-type tarEntry struct {
-	name string
-	data []byte
-}
-
-func writeTarFile(file string, entries []tarEntry) error {
-	f, err := os.Create(file)
-	if err != nil {
-		return err
-	}
-	tw := tar.NewWriter(f)
-	for _, ent := range entries {
-		h := &tar.Header{Name: ent.name, Mode: 0o644, Size: int64(len(ent.data)), ModTime: layerTime, Typeflag: tar.TypeReg}
-		if err := tw.WriteHeader(h); err != nil {
-			f.Close()
-			return err
-		}
-		if _, err := tw.Write(ent.data); err != nil {
-			f.Close()
-			return err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // PodConfig is the config RunPod uses: a fresh UID, namespace "default",
@@ -1602,4 +1487,59 @@ func WaitHTTP(ctx context.Context, url string) error {
 		case <-time.After(pollInterval):
 		}
 	}
+}
+
+// MakeBridge creates an up bridge with addr (CIDR), its MAC pinned, as
+// the CNI bridge plugin does: a bridge's MAC otherwise follows its lowest
+// port's as pods come and go.
+func MakeBridge(name, addr string) error {
+	ip := func(args ...string) error {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	if err := ip("link", "add", name, "type", "bridge"); err != nil {
+		return err
+	}
+	mac, err := os.ReadFile(filepath.Join("/sys/class/net", name, "address"))
+	if err != nil {
+		return err
+	}
+	for _, args := range [][]string{
+		{"link", "set", name, "address", strings.TrimSpace(string(mac))},
+		{"addr", "add", addr, "dev", name},
+		{"link", "set", name, "up"},
+	} {
+		if err := ip(args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MakeCgroup creates cgroup path in every hierarchy (a kubelet's
+// cgroupRoot must exist). A v1 cpuset child starts with no CPUs or memory
+// nodes: it gets its parent's.
+func MakeCgroup(path string) error {
+	roots, err := cgroupRoots()
+	if err != nil {
+		return err
+	}
+	for _, root := range roots {
+		dir := filepath.Join(root, path)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("cgroup %s: %w", dir, err)
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			v, err := os.ReadFile(filepath.Join(root, f))
+			if err != nil {
+				continue // not a cpuset hierarchy
+			}
+			if err := os.WriteFile(filepath.Join(dir, f), v, 0o644); err != nil {
+				return fmt.Errorf("cgroup %s: %s: %w", dir, f, err)
+			}
+		}
+	}
+	return nil
 }

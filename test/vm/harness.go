@@ -30,6 +30,9 @@ type Env struct {
 	Assets vm.Assets
 	Debian string // base disk with python3
 	Busy   string // busybox base disk
+	// Image is the same python3 rootfs as an OCI image archive for
+	// ctr import, under ImageRef (the default sandbox image).
+	Image, ImageRef string
 }
 
 // LoadEnv reads $SANDLOT_CACHE/vm/current.env.
@@ -51,7 +54,8 @@ func LoadEnv() (Env, error) {
 		}
 	}
 	return Env{Assets: vm.Assets{Kernel: kv["SANDLOT_VM_KERNEL"], Initrd: kv["SANDLOT_VM_INITRD"], Modules: kv["SANDLOT_VM_MODULES"]},
-		Debian: kv["SANDLOT_VM_BASE_DEBIAN"], Busy: kv["SANDLOT_VM_BASE_BUSYBOX"]}, nil
+		Debian: kv["SANDLOT_VM_BASE_DEBIAN"], Busy: kv["SANDLOT_VM_BASE_BUSYBOX"],
+		Image: kv["SANDLOT_VM_IMAGE_DEBIAN"], ImageRef: kv["SANDLOT_VM_IMAGE_DEBIAN_REF"]}, nil
 }
 
 // Guest is how a test reaches one VM: its identity and forwarded ports.

@@ -1,0 +1,119 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+// proc is one cluster process (etcd, an API server, a kubelet, ...): its
+// own process group, its log under the cluster directory, and killed if
+// the harness dies (Pdeathsig, from a thread that lives as long as it).
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+}
+
+// startProc starts bin with args, logging to <dir>/logs/<name>.log.
+func startProc(dir, name, bin string, args []string, env []string) (*proc, error) {
+	logPath := filepath.Join(dir, "logs", name+".log")
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		// Pdeathsig fires when the starting thread exits: keep it for the
+		// process's lifetime.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		defer logf.Close()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	return p, nil
+}
+
+// exited reports whether the process ended.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM, then SIGKILL after grace.
+func (p *proc) stop(grace time.Duration) {
+	if p.exited() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// kill ends it at once (a node failure in a test).
+func (p *proc) kill() {
+	if !p.exited() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// tail is the end of the process's log, for errors.
+func (p *proc) tail() string {
+	b, err := os.ReadFile(p.log)
+	if err != nil {
+		return ""
+	}
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return string(b)
+}
+
+// waitFor polls ok until it returns nil, the process exits, or timeout.
+func (p *proc) waitFor(timeout time.Duration, what string, ok func() error) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		if last = ok(); last == nil {
+			return nil
+		}
+		if p.exited() {
+			return fmt.Errorf("%s exited (%v) before %s; its log ends:\n%s", p.name, p.err, what, p.tail())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return errors.Join(fmt.Errorf("%s: no %s after %v; its log ends:\n%s", p.name, what, timeout, p.tail()), last)
+}
