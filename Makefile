@@ -100,6 +100,10 @@ up: build cluster-bins vm-assets ## A local cluster running sandlot (NODES=2 for
 test-e2e: build cluster-bins vm-assets ## End to end on a real two-node cluster started for the run: quickstart, placement, cordon, node failure, services.
 	go test -count=1 -v -timeout 30m ./test/e2e/
 
+.PHONY: bench-e2e
+bench-e2e: cluster-bins vm-assets ## Sandbox create to Running and answering on a real cluster vs a runc pod of the same image, single and 10 concurrent (BENCH_ARGS=-json).
+	go run ./test/bench/e2e $(BENCH_ARGS)
+
 .PHONY: down
 down: ## Stop the local cluster and undo every host change.
 	@if [[ -x bin/sandlot-cluster ]]; then bin/sandlot-cluster down; else go run ./hack/cluster down; fi

@@ -40,6 +40,10 @@ func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src
 	switch {
 	case st.PodName != "" && (st.Phase == sandlotv1.SandboxStarting || st.Phase == sandlotv1.SandboxRunning ||
 		st.Phase == sandlotv1.SandboxResuming):
+		lost, err := r.confirmLost(ctx, sbx)
+		if err != nil || !lost {
+			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, err
+		}
 		setFailed(st, sbx.Generation, sandlotv1.ReasonPodLost, "pod "+st.PodName+" disappeared")
 		return ctrl.Result{}, nil
 	case src.Fail:
@@ -50,6 +54,25 @@ func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src
 		return ctrl.Result{}, nil
 	}
 	return r.startPod(ctx, sbx, src)
+}
+
+// confirmLost rereads the sandbox and its pod past the cache before a
+// pod is declared lost: a cached sandbox a status write behind (a pod
+// just replaced) or a pod the cache has not seen yet is no loss.
+func (r *SandboxReconciler) confirmLost(ctx context.Context, sbx *sandlotv1.Sandbox) (bool, error) {
+	key := types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Name}
+	fresh := &sandlotv1.Sandbox{}
+	if err := r.APIReader.Get(ctx, key, fresh); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	if fresh.ResourceVersion != sbx.ResourceVersion {
+		return false, nil
+	}
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Status.PodName}, &corev1.Pod{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	return false, err
 }
 
 // replacePod removes a pod its kubelet refused and sends the sandbox back

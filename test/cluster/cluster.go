@@ -226,6 +226,10 @@ func (c *Cluster) start(t crienv.T, name, bin string, args []string, env ...stri
 }
 
 func (c *Cluster) etcd(t crienv.T) error {
+	// Every start is a fresh cluster: no objects from an earlier run.
+	if err := os.RemoveAll(filepath.Join(c.Dir, "etcd")); err != nil {
+		return err
+	}
 	client, peer := "http://"+c.apiIP+":2379", "http://"+c.apiIP+":2380"
 	p, err := c.start(t, "etcd", filepath.Join(c.k8sBin, "etcd"), []string{
 		"--name", "default", "--data-dir", filepath.Join(c.Dir, "etcd"),

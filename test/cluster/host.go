@@ -52,18 +52,47 @@ const deviceSocket = "/var/lib/kubelet/device-plugins/kubelet.sock"
 
 func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
 
+// restoreIptables puts back a saved dump. iptables-restore only replaces
+// the tables in the dump; a table the cluster made (the nf_tables backend
+// creates them on first use: the kubelet's mangle chains) is flushed and
+// its chains deleted.
 func restoreIptables(tool, saved string) error {
-	f, err := os.Open(saved)
+	b, err := os.ReadFile(saved)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
 	cmd := exec.Command(tool + "-restore")
-	cmd.Stdin = f
+	cmd.Stdin = strings.NewReader(string(b))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%s-restore: %w: %s", tool, err, out)
 	}
+	had := tables(string(b))
+	now, err := exec.Command(tool + "-save").Output()
+	if err != nil {
+		return fmt.Errorf("%s-save: %w", tool, err)
+	}
+	for table := range tables(string(now)) {
+		if had[table] {
+			continue
+		}
+		for _, op := range []string{"-F", "-X"} {
+			if out, err := exec.Command(tool, "-t", table, op).CombinedOutput(); err != nil {
+				return fmt.Errorf("%s -t %s %s: %w: %s", tool, table, op, err, out)
+			}
+		}
+	}
 	return nil
+}
+
+// tables are the tables an iptables-save dump lists ("*filter" lines).
+func tables(dump string) map[string]bool {
+	out := map[string]bool{}
+	for _, l := range strings.Split(dump, "\n") {
+		if name, ok := strings.CutPrefix(l, "*"); ok {
+			out[name] = true
+		}
+	}
+	return out
 }
 
 // HostState is what a cluster may change on the host, to compare before
@@ -161,8 +190,22 @@ func normalize(kind string, in []string) []string {
 			if i := strings.Index(l, " ["); strings.HasPrefix(l, ":") && i > 0 {
 				l = l[:i]
 			}
+			// An empty table (headers, built-in chains accepting) is
+			// no rule: nf_tables keeps tables once made.
+			if strings.HasPrefix(l, "*") || l == "COMMIT" || builtinAccept(l) {
+				continue
+			}
 		}
 		out = append(out, l)
 	}
 	return out
+}
+
+func builtinAccept(l string) bool {
+	for _, c := range []string{"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"} {
+		if l == ":"+c+" ACCEPT" {
+			return true
+		}
+	}
+	return false
 }

@@ -74,6 +74,9 @@ func (c *Cluster) nodes(t crienv.T) error {
 
 func (c *Cluster) startNode(t crienv.T, i int, assets vmtest.Env) (*Node, error) {
 	n := &Node{Name: nodeName(i), IP: c.nodeIP(i), dir: filepath.Join(c.Dir, fmt.Sprintf("n%d", i))}
+	if err := os.RemoveAll(filepath.Join(n.dir, "kubelet")); err != nil { // a fresh node each start
+		return nil, err
+	}
 	n.SandlotRoot = filepath.Join(n.dir, "sandlot")
 	cfgPath, err := c.shimConfig(t, n, i, assets)
 	if err != nil {
@@ -227,8 +230,8 @@ func (c *Cluster) sandlotController(t crienv.T) error {
 		return nil
 	}
 	p, err := c.start(t, "sandlot-controller", filepath.Join(c.BinDir, "sandlot-controller"),
-		// A TCG guest idles at ~1 % of a core: 4 vCPUs share a core here.
-		[]string{"--metrics-bind-address=0", "--health-probe-bind-address=" + c.apiIP + ":8081", "--cpu-per-vcpu=250m"},
+		// A TCG guest idles at ~1 % of a core: twenty vCPUs share a core here.
+		[]string{"--metrics-bind-address=0", "--health-probe-bind-address=" + c.apiIP + ":8081", "--cpu-per-vcpu=50m"},
 		"KUBECONFIG="+c.Kubeconfig)
 	if err != nil {
 		return err

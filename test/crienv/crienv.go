@@ -308,13 +308,24 @@ func (e *Env) shimSocketDir(t T) string {
 
 // setupNames derives bridge, network and cgroup names from Dir, so two Envs
 // never share them, and checks that the subnet is free.
+// envID names an Env's host objects after its directory.
+func envID(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	return hex.EncodeToString(sum[:4])
+}
+
+// BridgeName is the CNI bridge of the Env in dir (14 bytes; IFNAMSIZ
+// allows 15).
+func BridgeName(dir string) string { return namePrefix + envID(dir) }
+
+// CgroupParentFor is the cgroup parent of the pods of the Env in dir.
+func CgroupParentFor(dir string) string { return "/" + namePrefix + "-" + envID(dir) }
+
 func (e *Env) setupNames(t T) {
 	t.Helper()
-	sum := sha256.Sum256([]byte(e.Dir))
-	id := hex.EncodeToString(sum[:4])
-	e.Bridge = namePrefix + id // 14 bytes; IFNAMSIZ allows 15
-	e.Network = namePrefix + "-" + id
-	e.CgroupParent = "/" + namePrefix + "-" + id
+	e.Bridge = BridgeName(e.Dir)
+	e.Network = namePrefix + "-" + envID(e.Dir)
+	e.CgroupParent = CgroupParentFor(e.Dir)
 	subnet := e.opts.Subnet
 	if subnet == "" {
 		subnet = DefaultSubnet

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The README's quickstart against a running `make up` cluster: apply the
+# sample, wait until the Sandbox runs, check the VM answers on its pod IP,
+# logs and execs inside the microVM, then delete it. CI runs it between
+# `make up` and `make down`.
+set -euo pipefail
+export KUBECONFIG="${KUBECONFIG:-${SANDLOT_CLUSTER_DIR:-/var/tmp/sandlot-up}/pki/admin.kubeconfig}"
+cd "$(dirname "$0")/.."
+k() { kubectl "$@" 2> >(grep -v 'Warning: version difference\|websocket.go' >&2); }
+
+k apply -f config/samples/quickstart.yaml
+for _ in $(seq 1 240); do
+	[[ "$(k get sbx hello -o jsonpath='{.status.phase}')" == Running ]] && break
+	sleep 0.5
+done
+k get sbx hello -o wide
+ip="$(k get sbx hello -o jsonpath='{.status.podIP}')"
+[[ -n "$ip" ]] || { echo "sandbox hello has no pod IP" >&2; exit 1; }
+code="$(curl -s -o /dev/null -w '%{http_code}' "http://$ip:49983/health")"
+[[ "$code" == 204 ]] || { echo "envd /health at $ip answered $code" >&2; exit 1; }
+echo "envd answers at $ip"
+k logs hello
+guest="$(k exec hello -- uname -r)"
+[[ "$guest" != "$(uname -r)" ]] || { echo "kubectl exec ran on the host kernel" >&2; exit 1; }
+echo "kubectl exec: guest kernel $guest, host kernel $(uname -r)"
+k delete -f config/samples/quickstart.yaml --wait
+echo "quickstart OK"
