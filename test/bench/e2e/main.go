@@ -202,7 +202,9 @@ func (b *bench) runcPod(ctx context.Context, name string) (time.Duration, func()
 		return 0, nil, err
 	}
 	done := func() { b.deleteAndWait(pod) }
-	ip, err := b.wait(ctx, pod, func() (string, bool) { return pod.Status.PodIP, pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != "" })
+	ip, err := b.wait(ctx, pod, func() (string, bool) {
+		return pod.Status.PodIP, pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != ""
+	})
 	if err == nil {
 		err = crienv.WaitHTTP(ctx, "http://"+ip+":49983/")
 	}
