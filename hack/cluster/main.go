@@ -201,8 +201,17 @@ func waitClean(before cluster.HostState) []string {
 func (d daemon) down() error {
 	pid := d.running()
 	if pid == 0 {
-		fmt.Println("no cluster is running")
-		return nil
+		if !exists(filepath.Join(d.dir, "baseline")) {
+			fmt.Println("no cluster is running")
+			return nil
+		}
+		// Its owner died without cleaning up (SIGKILL, a crash).
+		fmt.Println("no cluster process; sweeping what a dead one left in", d.dir)
+		if err := cluster.Sweep(d.dir); err != nil {
+			return err
+		}
+		_ = os.Remove(d.readyFile())
+		return os.RemoveAll(filepath.Join(d.dir, "baseline"))
 	}
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return err

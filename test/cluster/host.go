@@ -43,6 +43,8 @@ func (c *Cluster) saveBaseline(t crienv.T) error {
 		if !hadSock {
 			_ = os.Remove(deviceSocket)
 		}
+		// Gone once restored: a later sweep must not replay an old baseline.
+		_ = os.RemoveAll(dir)
 	})
 	return nil
 }
