@@ -56,6 +56,17 @@ func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src
 	return r.startPod(ctx, sbx, src)
 }
 
+// previousPodTerminating reports whether the pod named like the sandbox is
+// an earlier one still being deleted (a replaced pod): its name is reused
+// only once it is gone.
+func (r *SandboxReconciler) previousPodTerminating(ctx context.Context, key types.NamespacedName) (bool, error) {
+	pod := &corev1.Pod{}
+	if err := r.APIReader.Get(ctx, key, pod); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return pod.DeletionTimestamp != nil, nil
+}
+
 // confirmLost rereads the sandbox and its pod past the cache before a
 // pod is declared lost: a cached sandbox a status write behind (a pod
 // just replaced) or a pod the cache has not seen yet is no loss.
@@ -118,7 +129,16 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 	}
 	plan := podPlan{Name: sbx.Name, Node: p.Node, SandboxID: st.SandboxID, VM: src.VM, Env: src.Env, Restore: src.Restore,
 		MilliCPUPerVCPU: r.milliCPUPerVCPU()}
-	if err := r.Create(ctx, buildPod(sbx, plan)); err != nil && !apierrors.IsAlreadyExists(err) {
+	err = r.Create(ctx, buildPod(sbx, plan))
+	if apierrors.IsAlreadyExists(err) {
+		if waiting, werr := r.previousPodTerminating(ctx, key); werr != nil || waiting {
+			r.assumed.forget(key)
+			setPending(st, sbx.Generation, sandlotv1.ReasonPodPending, "waiting for the previous pod "+sbx.Name+" to go")
+			return ctrl.Result{RequeueAfter: 500 * time.Millisecond}, werr
+		}
+		err = nil // ours, from a reconcile whose status write was lost
+	}
+	if err != nil {
 		r.assumed.forget(key)
 		setPending(st, sbx.Generation, sandlotv1.ReasonPodCreateFailed, err.Error())
 		return ctrl.Result{}, fmt.Errorf("create pod for sandbox %s: %w", key, err)
