@@ -7,7 +7,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -444,22 +443,9 @@ func startTestEtcd(t *testing.T, bin string) string {
 		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer,
 		"--initial-cluster=default="+peer, "--unsafe-no-fsync")
 	etcd.waitFor(t, 30*time.Second, "/health", func() error {
-		return httpGetOK(client + "/health")
+		return httpOK(client + "/health")
 	})
 	return client
-}
-
-func httpGetOK(url string) error {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return nil
 }
 
 // pkiFreePort is a port nothing listens on right now (the process that

@@ -6,14 +6,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"syscall"
 	"time"
+
+	"github.com/sandlot-dev/sandlot/test/crienv"
 )
 
 // proc is one cluster process (etcd, an API server, a kubelet, ...): its
 // own process group, its log under the cluster directory, and killed if
-// the harness dies (Pdeathsig, from a thread that lives as long as it).
+// the harness dies (Pdeathsig, from a thread held as long as it runs).
 type proc struct {
 	name string
 	cmd  *exec.Cmd
@@ -37,22 +38,13 @@ func startProc(dir, name, bin string, args []string, env []string) (*proc, error
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		// Pdeathsig fires when the starting thread exits: keep it for the
-		// process's lifetime.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		defer logf.Close()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		p.err = cmd.Wait()
+	err = crienv.StartHeld(cmd, func(err error) {
+		logf.Close()
+		p.err = err
 		close(p.done)
-	}()
-	if err := <-started; err != nil {
+	})
+	if err != nil {
+		logf.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	return p, nil

@@ -572,23 +572,9 @@ func (e *Env) startContainerd(t T) {
 	cmd.Dir = e.Dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	started, exited := make(chan error), make(chan struct{})
-	go func() {
-		// Pdeathsig fires when the forking *thread* exits. Holding the
-		// thread until containerd ends keeps another goroutine from
-		// locking it and ending it (as netns code does) under containerd.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		defer logf.Close()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	if err := <-started; err != nil {
+	exited := make(chan struct{})
+	if err := StartHeld(cmd, func(error) { logf.Close(); close(exited) }); err != nil {
+		logf.Close()
 		t.Fatalf("crienv: start containerd: %v", err)
 	}
 	e.mu.Lock()
@@ -1553,4 +1539,23 @@ func MakeCgroup(path string) error {
 		}
 	}
 	return nil
+}
+
+// StartHeld starts cmd from a goroutine that keeps its OS thread until cmd
+// exits, then calls exited with Wait's error. Pdeathsig fires when the
+// forking *thread* exits: holding it keeps another goroutine from locking
+// it and ending it (as netns code does) under the process.
+func StartHeld(cmd *exec.Cmd, exited func(error)) error {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited(cmd.Wait())
+	}()
+	return <-started
 }

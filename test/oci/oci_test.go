@@ -3,25 +3,22 @@ package oci_test
 
 import (
 	"archive/tar"
-	"bufio"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/sandlot-dev/sandlot/test/crienv"
 	"github.com/sandlot-dev/sandlot/test/oci"
+	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 )
 
 // testTree makes a small tree with each kind of entry TarTree handles.
@@ -224,7 +221,7 @@ func unmarshal(t *testing.T, b []byte, v any) {
 func TestDebianImageRunsUnderRunc(t *testing.T) {
 	archive, ref := debianImage(t)
 	e := crienv.Start(t, crienv.Options{Dir: t.TempDir(), Subnet: "10.89.20.0/24"})
-	importArchive(t, e, archive, ref)
+	e.ImportArchive(t, archive, ref)
 
 	podID, cfg := e.RunPod(t, "python", "runc", nil)
 	ctrID := e.CreateStart(t, podID, cfg, "main", ref, nil)
@@ -247,65 +244,18 @@ func TestDebianImageRunsUnderRunc(t *testing.T) {
 	e.RemovePod(t, podID)
 }
 
-// debianImage reads the image's path and ref from the current.env
-// hack/vm-assets.sh writes.
+// debianImage is the image hack/vm-assets.sh built (current.env names it).
 func debianImage(t *testing.T) (archive, ref string) {
 	t.Helper()
-	cache := os.Getenv("SANDLOT_CACHE")
-	if cache == "" {
-		cache = filepath.Join(os.Getenv("HOME"), ".cache", "sandlot")
-	}
-	env := filepath.Join(cache, "vm", "current.env")
-	f, err := os.Open(env)
+	env, err := vmtest.LoadEnv()
 	if err != nil {
-		t.Fatalf("VM assets missing (%v): run `make vm-assets`", err)
+		t.Fatal(err)
 	}
-	defer f.Close()
-	kv := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			kv[k] = v
-		}
+	if env.Image == "" || env.ImageRef == "" {
+		t.Fatal("current.env names no Debian image (SANDLOT_VM_IMAGE_DEBIAN, _REF): run `make vm-assets`")
 	}
-	archive, ref = kv["SANDLOT_VM_IMAGE_DEBIAN"], kv["SANDLOT_VM_IMAGE_DEBIAN_REF"]
-	if archive == "" || ref == "" {
-		t.Fatalf("%s names no Debian image (SANDLOT_VM_IMAGE_DEBIAN, _REF): run `make vm-assets`", env)
-	}
-	if _, err := os.Stat(archive); err != nil {
+	if _, err := os.Stat(env.Image); err != nil {
 		t.Fatalf("Debian image: %v: run `make vm-assets`", err)
 	}
-	return archive, ref
-}
-
-// importArchive is `ctr images import` (what a node without a registry
-// does with the archive), then waits for CRI, which learns about images
-// from containerd's events, to know ref.
-func importArchive(t *testing.T, e *crienv.Env, archive, ref string) {
-	t.Helper()
-	cache := os.Getenv("SANDLOT_CACHE")
-	if cache == "" {
-		cache = filepath.Join(os.Getenv("HOME"), ".cache", "sandlot")
-	}
-	ctr := filepath.Join(cache, "containerd", crienv.ContainerdVersion, "ctr")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	begin := time.Now()
-	out, err := exec.CommandContext(ctx, ctr, "-a", e.Address, "-n", crienv.Namespace, "images", "import", archive).CombinedOutput()
-	if err != nil {
-		t.Fatalf("ctr images import %s: %v\n%s", archive, err, out)
-	}
-	t.Logf("ctr images import (with unpack): %v", time.Since(begin).Round(time.Millisecond))
-	for {
-		st, err := e.Images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
-		if err == nil && st.GetImage() != nil {
-			t.Logf("CRI image %s: id %s, %d bytes", ref, st.Image.GetId(), st.Image.GetSize())
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("CRI does not list %s after the import (last error %v)", ref, err)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return env.Image, env.ImageRef
 }

@@ -137,33 +137,11 @@ func (b *bench) series(name string, n int, f start) {
 }
 
 func (b *bench) concurrent(each, all string, c int, f start) {
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		samples []float64
-		dones   []func()
-		errs    []error
-	)
-	began := time.Now()
-	for range c {
-		wg.Go(func() {
-			d, done, err := f(context.Background(), b.name("c"))
-			mu.Lock()
-			defer mu.Unlock()
-			if done != nil {
-				dones = append(dones, done)
-			}
-			if err != nil {
-				errs = append(errs, err)
-				return
-			}
-			samples = append(samples, stats.MS(d))
-		})
-	}
-	wg.Wait()
-	total := time.Since(began)
-	for _, d := range dones {
-		d()
+	samples, total, cleanups, errs := stats.Concurrently(c, func() (time.Duration, func(), error) {
+		return f(context.Background(), b.name("c"))
+	})
+	for _, done := range cleanups {
+		done()
 	}
 	if len(errs) > 0 {
 		b.t.Fatalf("%s: %v", each, errs)

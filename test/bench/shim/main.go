@@ -97,33 +97,15 @@ func (b *bench) series(name string, n int, handler string, ann map[string]string
 
 // concurrent starts c pods at once: each pod's time, and until all answer.
 func (b *bench) concurrent(prefix, what string, c int, handler string, ann map[string]string) {
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		samples []float64
-		pods    []string
-		errs    []error
-	)
-	start := time.Now()
-	for range c {
-		wg.Go(func() {
-			pod, d, err := b.start(handler, ann)
-			mu.Lock()
-			defer mu.Unlock()
-			if pod != "" {
-				pods = append(pods, pod)
-			}
-			if err != nil {
-				errs = append(errs, err)
-				return
-			}
-			samples = append(samples, stats.MS(d))
-		})
-	}
-	wg.Wait()
-	all := time.Since(start)
-	for _, p := range pods {
-		b.e.RemovePod(b.t, p)
+	samples, all, cleanups, errs := stats.Concurrently(c, func() (time.Duration, func(), error) {
+		pod, d, err := b.start(handler, ann)
+		if pod == "" {
+			return d, nil, err
+		}
+		return d, func() { b.e.RemovePod(b.t, pod) }, err
+	})
+	for _, remove := range cleanups {
+		remove()
 	}
 	if len(errs) > 0 {
 		b.t.Fatalf("%s %s: %v", prefix, what, errs)

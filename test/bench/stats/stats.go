@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"sync"
 	"time"
 )
 
@@ -87,3 +88,31 @@ func format(v float64, unit string) string {
 
 // MS is a duration in milliseconds.
 func MS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// Concurrently runs start n times at once. Each returns its time, a
+// cleanup (run by the caller after measuring, so cleanups do not load the
+// machine while others still start) and an error.
+func Concurrently(n int, start func() (time.Duration, func(), error)) (samples []float64, total time.Duration, cleanups []func(), errs []error) {
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+	)
+	began := time.Now()
+	for range n {
+		wg.Go(func() {
+			d, cleanup, err := start()
+			mu.Lock()
+			defer mu.Unlock()
+			if cleanup != nil {
+				cleanups = append(cleanups, cleanup)
+			}
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			samples = append(samples, MS(d))
+		})
+	}
+	wg.Wait()
+	return samples, time.Since(began), cleanups, errs
+}
