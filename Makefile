@@ -9,7 +9,7 @@ export SANDLOT_CACHE
 K8S_VERSION ?= v1.37.2
 ENVTEST_ASSETS := $(SANDLOT_CACHE)/k8s/$(K8S_VERSION)
 CONTROLLER_GEN := go tool controller-gen
-BINARIES := sandlot-controller sandlot-guest containerd-shim-sandlot-v2
+BINARIES := sandlot-controller sandlot-agent sandlot-guest containerd-shim-sandlot-v2
 GENERATED := api config guest/envdpb shim/controlapi
 
 .PHONY: help

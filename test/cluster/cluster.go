@@ -42,9 +42,11 @@ type Options struct {
 	// Prefix is the first two octets of every cluster address: the API
 	// bridge is <prefix>.0.1, node i's pod network <prefix>.<i>.0/24.
 	Prefix string
-	// BinDir holds sandlot-controller and containerd-shim-sandlot-v2.
+	// BinDir holds sandlot-controller, sandlot-agent and
+	// containerd-shim-sandlot-v2.
 	BinDir string
-	// NoController leaves sandlot's controller out (a test runs its own).
+	// NoController leaves sandlot's controller and node agents out (a
+	// test runs its own).
 	NoController bool
 	Logf         func(format string, args ...any)
 }
@@ -100,7 +102,7 @@ func Start(t crienv.T, o Options) *Cluster {
 		// kube-proxy waits for its Node (it reads the node's IPs).
 		{"kube-proxy", c.proxy},
 		{"sandlot resources", c.resources},
-		{"sandlot controller", c.sandlotController},
+		{"sandlot controller and agents", c.sandlotController},
 	}
 	for _, s := range steps {
 		start := time.Now()
@@ -159,8 +161,8 @@ func (c *Cluster) preflight(t crienv.T) error {
 			return fmt.Errorf("%s not found in %s: run `make cluster-bins`", b, c.k8sBin)
 		}
 	}
-	for _, b := range []string{"sandlot-controller", "containerd-shim-sandlot-v2"} {
-		if _, err := os.Stat(filepath.Join(c.BinDir, b)); err != nil && !(b == "sandlot-controller" && c.NoController) {
+	for _, b := range []string{"sandlot-controller", "sandlot-agent", "containerd-shim-sandlot-v2"} {
+		if _, err := os.Stat(filepath.Join(c.BinDir, b)); err != nil && !(b != "containerd-shim-sandlot-v2" && c.NoController) {
 			return fmt.Errorf("%s not found in %s: run `make build`", b, c.BinDir)
 		}
 	}

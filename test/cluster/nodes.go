@@ -107,6 +107,22 @@ func (c *Cluster) startNode(t crienv.T, i int, assets vmtest.Env) (*Node, error)
 	return n, nil
 }
 
+// startAgent runs sandlot's node agent for n (a DaemonSet in production)
+// with a local store under the node's directory.
+func (c *Cluster) startAgent(t crienv.T, n *Node) error {
+	if c.NoController {
+		return nil
+	}
+	p, err := c.start(t, "sandlot-agent-"+n.Name, filepath.Join(c.BinDir, "sandlot-agent"), []string{
+		"--node-name=" + n.Name, "--sandlot-root=" + n.SandlotRoot, "--store=local",
+		"--store-dir=" + filepath.Join(n.dir, "store"), "--health-probe-bind-address=" + n.IP + ":8082",
+	}, "KUBECONFIG="+c.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	return p.waitFor(60*time.Second, "readyz", func() error { return httpOK("http://" + n.IP + ":8082/readyz") })
+}
+
 // shimConfig writes the node's sandlot shim configuration.
 func (c *Cluster) shimConfig(t crienv.T, n *Node, i int, assets vmtest.Env) (string, error) {
 	mem := fmt.Sprintf("/dev/shm/sandlot-%s-n%d", shortHash(c.Dir), i)
@@ -224,7 +240,8 @@ func (c *Cluster) resources(crienv.T) error {
 	return err
 }
 
-// sandlotController runs the controller from BinDir against the cluster.
+// sandlotController runs the controller from BinDir against the cluster,
+// and a node agent per node.
 func (c *Cluster) sandlotController(t crienv.T) error {
 	if c.NoController {
 		return nil
@@ -236,7 +253,15 @@ func (c *Cluster) sandlotController(t crienv.T) error {
 	if err != nil {
 		return err
 	}
-	return p.waitFor(60*time.Second, "readyz", func() error { return httpOK("http://" + c.apiIP + ":8081/readyz") })
+	if err := p.waitFor(60*time.Second, "readyz", func() error { return httpOK("http://" + c.apiIP + ":8081/readyz") }); err != nil {
+		return err
+	}
+	for _, n := range c.Nodes {
+		if err := c.startAgent(t, n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // KillKubelet stops a node's kubelet at once (its pods keep running), as
@@ -276,7 +301,7 @@ func (c *Cluster) node(name string) (*Node, error) {
 
 // Build compiles the sandlot binaries a cluster runs into dir.
 func Build(dir string) error {
-	for _, cmd := range []string{"sandlot-controller", "containerd-shim-sandlot-v2"} {
+	for _, cmd := range []string{"sandlot-controller", "sandlot-agent", "containerd-shim-sandlot-v2"} {
 		b := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "./cmd/"+cmd)
 		b.Dir = RepoRoot()
 		b.Env = append(os.Environ(), "CGO_ENABLED=0")

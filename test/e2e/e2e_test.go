@@ -339,3 +339,60 @@ print(json.load(urllib.request.urlopen(req, context=ctx, timeout=10))["gitVersio
 		t.Fatalf("apicheck printed %q (%v), want %s", out, err, cluster.K8sVersion)
 	}
 }
+
+// TestSnapshotRestore: the node agent snapshots a running sandbox into the
+// local store (Ready, NotApplicable remotely); a sandbox from that
+// snapshot restores it — a file and an in-memory value from before are
+// there — and the agent reports VMReady on both.
+func TestSnapshotRestore(t *testing.T) {
+	k := kube(t)
+	template(t, k, "small")
+	parent := sandboxes(t, k, "small", "parent")["parent"]
+	envdRun(t, k, parent, "echo on-disk > /root/file; echo in-memory > /dev/shm/value")
+	ctx := context.Background()
+	snap := &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: "parent-1", Namespace: "default"},
+		Spec: sandlotv1.SnapshotSpec{Source: sandlotv1.SnapshotSource{Sandbox: "parent"}}}
+	if err := k.Create(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Delete(context.Background(), snap) })
+	eventually(t, 2*time.Minute, "snapshot Ready", func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(snap), snap); err != nil {
+			return err
+		}
+		if snap.Status.Phase == sandlotv1.DataFailed {
+			t.Fatalf("snapshot failed: %+v", snap.Status.Conditions)
+		}
+		if snap.Status.Phase != sandlotv1.DataReady {
+			return fmt.Errorf("phase %q", snap.Status.Phase)
+		}
+		return nil
+	})
+	st := snap.Status
+	if st.RemoteStatus != sandlotv1.RemoteNotApplicable || st.TotalBytes == 0 || st.Fingerprint.QEMU == "" || st.Location == "" {
+		t.Fatalf("snapshot status %+v", st)
+	}
+	t.Logf("snapshot %s on %s: %d bytes at %s", snap.Name, st.NodeName, st.TotalBytes, st.Location)
+	child := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "child", Namespace: "default"},
+		Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Snapshot: snap.Name}, TimeoutSeconds: ptr.To[int32](1800)}}
+	if err := k.Create(ctx, child); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteSandbox(t, k, "child") })
+	restored := waitRunning(t, k, "child")
+	if got := envdRun(t, k, restored, "cat /root/file /dev/shm/value"); got != "on-disk\nin-memory\n" {
+		t.Fatalf("restored sandbox has %q", got)
+	}
+	for _, name := range []string{"parent", "child"} {
+		eventually(t, 30*time.Second, name+" VMReady", func() error {
+			var s sandlotv1.Sandbox
+			if err := k.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &s); err != nil {
+				return err
+			}
+			if !meta.IsStatusConditionTrue(s.Status.Conditions, sandlotv1.ConditionVMReady) {
+				return fmt.Errorf("VMReady not True: %+v", meta.FindStatusCondition(s.Status.Conditions, sandlotv1.ConditionVMReady))
+			}
+			return nil
+		})
+	}
+}

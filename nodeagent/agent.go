@@ -1,0 +1,120 @@
+// Package nodeagent is sandlot's node agent (a DaemonSet in production):
+// it does the node-side work for the Snapshots assigned to its node and
+// reports whether each sandbox's VM answers (VMReady), talking to the
+// shims over their control sockets and keeping the data in the store.
+// Its caches hold only objects for its node.
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/shim/controlapi"
+)
+
+// FieldManager is the agent's server-side-apply identity.
+const FieldManager = "sandlot-agent"
+
+// CacheOptions keep only this node's objects: Snapshots the controller
+// labelled for it, pods scheduled to it.
+func CacheOptions(node string) cache.Options {
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&sandlotv1.Snapshot{}: {Label: labels.SelectorFromSet(labels.Set{sandlotv1.LabelNode: node})},
+		&corev1.Pod{}:         {Field: fields.OneTermEqualSelector("spec.nodeName", node)},
+	}}
+}
+
+// Setup registers the agent's reconcilers.
+func Setup(mgr ctrl.Manager, n Node) error {
+	if err := ctrl.NewControllerManagedBy(mgr).Named("snapshot").For(&sandlotv1.Snapshot{}).
+		Complete(&SnapshotReconciler{Client: mgr.GetClient(), Node: n}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).Named("vmready").For(&corev1.Pod{}).
+		Complete(&VMReadyReconciler{Client: mgr.GetClient(), Node: n})
+}
+
+// VMReadyReconciler sets VMReady on the Sandbox of each sandlot pod on
+// this node: True once the pod's shim answers for a running VM.
+type VMReadyReconciler struct {
+	client.Client
+	Node
+}
+
+// vmReadyPoll re-checks a VM that does not answer yet.
+const vmReadyPoll = 2 * time.Second
+
+func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	pod := &corev1.Pod{}
+	if err := r.Get(ctx, req.NamespacedName, pod); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	sbx := pod.Labels[sandlotv1.LabelSandbox]
+	if sbx == "" || pod.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	status, reason, msg := r.probe(ctx, pod)
+	if err := r.applyVMReady(ctx, pod.Namespace, sbx, status, reason, msg); err != nil {
+		return ctrl.Result{}, err
+	}
+	if status != metav1.ConditionTrue {
+		return ctrl.Result{RequeueAfter: vmReadyPoll}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// probe asks the pod's shim whether its VM runs.
+func (r *VMReadyReconciler) probe(ctx context.Context, pod *corev1.Pod) (metav1.ConditionStatus, string, string) {
+	if pod.Status.Phase != corev1.PodRunning {
+		return metav1.ConditionFalse, "PodNotRunning", "pod " + pod.Name + " is " + string(pod.Status.Phase)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := controlapi.Dial(ctx, filepath.Join(r.SandlotRoot, "pods", string(pod.UID), "control.sock"))
+	if err != nil {
+		return metav1.ConditionFalse, "ShimUnreachable", err.Error()
+	}
+	defer c.Close()
+	st, err := c.Stats(ctx, &controlapi.StatsRequest{})
+	if err != nil {
+		return metav1.ConditionFalse, "VMUnreachable", err.Error()
+	}
+	if st.GetState() != "Running" {
+		return metav1.ConditionFalse, "VM" + st.GetState(), "the VM is " + st.GetState()
+	}
+	return metav1.ConditionTrue, "VMRunning", fmt.Sprintf("QEMU %d (%s) runs on %s", st.GetQemuPid(), st.GetAccel(), r.Name)
+}
+
+// applyVMReady writes only the agent's condition, by server-side apply:
+// the controller owns every other field of the status.
+func (r *VMReadyReconciler) applyVMReady(ctx context.Context, ns, name string, status metav1.ConditionStatus, reason, msg string) error {
+	sbx := &sandlotv1.Sandbox{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sbx); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if c := meta.FindStatusCondition(sbx.Status.Conditions, sandlotv1.ConditionVMReady); c != nil &&
+		c.Status == status && c.Reason == reason && c.ObservedGeneration == sbx.Generation {
+		return nil
+	}
+	cond := map[string]any{"type": sandlotv1.ConditionVMReady, "status": string(status), "reason": reason, "message": msg,
+		"observedGeneration": sbx.Generation, "lastTransitionTime": metav1.Now().UTC().Format(time.RFC3339)}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": sandlotv1.GroupVersion.String(), "kind": "Sandbox",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"status":   map[string]any{"conditions": []any{cond}},
+	}}
+	return r.Status().Patch(ctx, u, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership)
+}
