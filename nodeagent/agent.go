@@ -32,15 +32,22 @@ const FieldManager = "sandlot-agent"
 // labelled for it, pods scheduled to it.
 func CacheOptions(node string) cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&sandlotv1.Snapshot{}: {Label: labels.SelectorFromSet(labels.Set{sandlotv1.LabelNode: node})},
-		&corev1.Pod{}:         {Field: fields.OneTermEqualSelector("spec.nodeName", node)},
+		&sandlotv1.Snapshot{}:      {Label: labels.SelectorFromSet(labels.Set{sandlotv1.LabelNode: node})},
+		&sandlotv1.PausedSandbox{}: {Label: labels.SelectorFromSet(labels.Set{sandlotv1.LabelNode: node})},
+		&corev1.Pod{}:              {Field: fields.OneTermEqualSelector("spec.nodeName", node)},
 	}}
 }
 
 // Setup registers the agent's reconcilers.
 func Setup(mgr ctrl.Manager, n Node) error {
 	if err := ctrl.NewControllerManagedBy(mgr).Named("snapshot").For(&sandlotv1.Snapshot{}).
-		Complete(&SnapshotReconciler{Client: mgr.GetClient(), Node: n}); err != nil {
+		Complete(&DataReconciler{Client: mgr.GetClient(), Node: n,
+			New: func() dataObject { return snapshotObject{&sandlotv1.Snapshot{}} }}); err != nil {
+		return err
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).Named("pausedsandbox").For(&sandlotv1.PausedSandbox{}).
+		Complete(&DataReconciler{Client: mgr.GetClient(), Node: n,
+			New: func() dataObject { return pausedObject{&sandlotv1.PausedSandbox{}} }}); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("vmready").For(&corev1.Pod{}).

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -394,5 +395,54 @@ func TestSnapshotRestore(t *testing.T) {
 			}
 			return nil
 		})
+	}
+}
+
+// TestPauseResume: pausing makes the agent write the pause package and the
+// pod go (Sandbox Paused); resuming restores it on the node — same
+// sandbox ID, a file and an in-memory value intact — and the package is
+// released.
+func TestPauseResume(t *testing.T) {
+	k := kube(t)
+	template(t, k, "small")
+	sbx := sandboxes(t, k, "small", "napper")["napper"]
+	envdRun(t, k, sbx, "echo on-disk > /root/file; echo in-memory > /dev/shm/value")
+	setPaused(t, k, "napper", true)
+	eventually(t, 2*time.Minute, "Paused, pod gone", func() error {
+		var s sandlotv1.Sandbox
+		if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &s); err != nil {
+			return err
+		}
+		if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod still there (%v)", err)
+		}
+		if s.Status.Phase != sandlotv1.SandboxPaused {
+			return fmt.Errorf("phase %s (%s)", s.Status.Phase, s.Status.Message)
+		}
+		return nil
+	})
+	setPaused(t, k, "napper", false)
+	resumed := waitRunning(t, k, "napper")
+	if resumed.Status.SandboxID != sbx.Status.SandboxID {
+		t.Fatalf("sandbox ID %s after resume, %s before", resumed.Status.SandboxID, sbx.Status.SandboxID)
+	}
+	if got := envdRun(t, k, resumed, "cat /root/file /dev/shm/value"); got != "on-disk\nin-memory\n" {
+		t.Fatalf("resumed sandbox has %q", got)
+	}
+	eventually(t, time.Minute, "pause package released", func() error {
+		err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &sandlotv1.PausedSandbox{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("PausedSandbox still there (%v)", err)
+	})
+}
+
+func setPaused(t *testing.T, k client.Client, name string, paused bool) {
+	t.Helper()
+	s := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"paused":%t}}`, paused)))
+	if err := k.Patch(context.Background(), s, patch); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -23,13 +23,42 @@ import (
 	"github.com/sandlot-dev/sandlot/vm"
 )
 
-// SnapshotReconciler takes the Snapshots the controller assigned to this
-// node: the shim's Snapshot into the store, then the data's remote status
-// until it is final. It owns the data finalizer.
-type SnapshotReconciler struct {
+// DataReconciler makes the data the controller assigned to this node —
+// Snapshots, and the pause packages of PausedSandboxes — from a running
+// sandbox: the shim's Snapshot straight into the store, then the data's
+// remote status until it is final. It owns the data finalizer.
+type DataReconciler struct {
 	client.Client
 	Node
+	// New makes an empty object of the kind reconciled.
+	New func() dataObject
 }
+
+// dataObject is a Snapshot or a PausedSandbox.
+type dataObject interface {
+	client.Object
+	Data() *sandlotv1.DataStatus
+	// Source is the sandbox the data is taken from ("" for an import).
+	Source() string
+	// Kind names the store's key space ("snapshots", "paused").
+	Kind() string
+	// Obj is the API object itself (what the client and scheme know).
+	Obj() client.Object
+}
+
+type snapshotObject struct{ *sandlotv1.Snapshot }
+
+func (o snapshotObject) Data() *sandlotv1.DataStatus { return &o.Status.DataStatus }
+func (o snapshotObject) Source() string              { return o.Spec.Source.Sandbox }
+func (o snapshotObject) Kind() string                { return "snapshots" }
+func (o snapshotObject) Obj() client.Object          { return o.Snapshot }
+
+type pausedObject struct{ *sandlotv1.PausedSandbox }
+
+func (o pausedObject) Data() *sandlotv1.DataStatus { return &o.Status.DataStatus }
+func (o pausedObject) Source() string              { return o.Name } // a package is named after its sandbox
+func (o pausedObject) Kind() string                { return "paused" }
+func (o pausedObject) Obj() client.Object          { return o.PausedSandbox }
 
 // Node is what the agent knows of its node.
 type Node struct {
@@ -42,26 +71,26 @@ type Node struct {
 // remotePoll is how often a snapshot's remote status is read until final.
 const remotePoll = time.Second
 
-func (r *SnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	snap := &sandlotv1.Snapshot{}
-	if err := r.Get(ctx, req.NamespacedName, snap); err != nil {
+func (r *DataReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	snap := r.New()
+	if err := r.Get(ctx, req.NamespacedName, snap.Obj()); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if snap.Status.NodeName != r.Name {
+	if snap.Data().NodeName != r.Name {
 		return ctrl.Result{}, nil
 	}
-	if snap.DeletionTimestamp != nil {
+	if snap.GetDeletionTimestamp() != nil {
 		return r.deleteData(ctx, snap)
 	}
-	if controllerutil.AddFinalizer(snap, sandlotv1.FinalizerData) {
-		if err := r.Update(ctx, snap); err != nil {
+	if controllerutil.AddFinalizer(snap.Obj(), sandlotv1.FinalizerData) {
+		if err := r.Update(ctx, snap.Obj()); err != nil {
 			return ctrl.Result{}, fmt.Errorf("add data finalizer to %s: %w", req, err)
 		}
 	}
-	orig := snap.DeepCopy()
+	orig := snap.Obj().DeepCopyObject().(client.Object)
 	res, err := r.phase(ctx, snap)
-	snap.Status.ObservedGeneration = snap.Generation
-	if perr := r.Status().Patch(ctx, snap, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); perr != nil {
+	snap.Data().ObservedGeneration = snap.GetGeneration()
+	if perr := r.Status().Patch(ctx, snap.Obj(), client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); perr != nil {
 		return ctrl.Result{}, errors.Join(err, fmt.Errorf("status of snapshot %s: %w", req, perr))
 	}
 	return res, err
@@ -69,11 +98,11 @@ func (r *SnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 
 // phase moves the snapshot one step: take it, recover from an agent that
 // died while taking it, or follow its remote status.
-func (r *SnapshotReconciler) phase(ctx context.Context, snap *sandlotv1.Snapshot) (ctrl.Result, error) {
-	st := &snap.Status
+func (r *DataReconciler) phase(ctx context.Context, snap dataObject) (ctrl.Result, error) {
+	st := snap.Data()
 	switch st.Phase {
 	case sandlotv1.DataPending:
-		if snap.Spec.Source.Sandbox == "" {
+		if snap.Source() == "" {
 			return ctrl.Result{}, nil // imports are the controller's
 		}
 		return ctrl.Result{}, r.take(ctx, snap)
@@ -84,7 +113,7 @@ func (r *SnapshotReconciler) phase(ctx context.Context, snap *sandlotv1.Snapshot
 			return ctrl.Result{RequeueAfter: remotePoll}, r.finish(ctx, snap)
 		}
 		_ = os.RemoveAll(r.Store.Dir(key(snap)))
-		setFailed(st, snap.Generation, "AgentRestarted", "the node agent restarted while taking the snapshot; its partial data was removed")
+		setFailed(st, snap.GetGeneration(), "AgentRestarted", "the node agent restarted while taking the snapshot; its partial data was removed")
 		return ctrl.Result{}, nil
 	case sandlotv1.DataReady:
 		return r.followRemote(ctx, snap)
@@ -92,21 +121,21 @@ func (r *SnapshotReconciler) phase(ctx context.Context, snap *sandlotv1.Snapshot
 	return ctrl.Result{}, nil
 }
 
-func key(snap *sandlotv1.Snapshot) string { return "snapshots/" + string(snap.UID) }
+func key(o dataObject) string { return o.Kind() + "/" + string(o.GetUID()) }
 
 // take asks the sandbox's shim for the snapshot, straight into the store.
-func (r *SnapshotReconciler) take(ctx context.Context, snap *sandlotv1.Snapshot) error {
-	st := &snap.Status
+func (r *DataReconciler) take(ctx context.Context, snap dataObject) error {
+	st := snap.Data()
 	pod, err := r.sandboxPod(ctx, snap)
 	if err != nil {
-		setFailed(st, snap.Generation, "SandboxNotRunning", err.Error())
+		setFailed(st, snap.GetGeneration(), "SandboxNotRunning", err.Error())
 		return nil
 	}
 	// Record Creating first (its own write): a restarted agent must know
 	// a snapshot was under way.
-	orig := snap.DeepCopy()
+	orig := snap.Obj().DeepCopyObject().(client.Object)
 	st.Phase = sandlotv1.DataCreating
-	if err := r.Status().Patch(ctx, snap, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.Status().Patch(ctx, snap.Obj(), client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
 	}
 	dir := r.Store.Dir(key(snap))
@@ -116,32 +145,32 @@ func (r *SnapshotReconciler) take(ctx context.Context, snap *sandlotv1.Snapshot)
 	}
 	c, err := controlapi.Dial(ctx, filepath.Join(r.SandlotRoot, "pods", string(pod.UID), "control.sock"))
 	if err != nil {
-		setFailed(st, snap.Generation, "ShimUnreachable", err.Error())
+		setFailed(st, snap.GetGeneration(), "ShimUnreachable", err.Error())
 		return nil
 	}
 	defer c.Close()
 	resp, err := c.Snapshot(ctx, &controlapi.SnapshotRequest{Dir: dir})
 	if err != nil {
-		setFailed(st, snap.Generation, "SnapshotFailed", err.Error())
+		setFailed(st, snap.GetGeneration(), "SnapshotFailed", err.Error())
 		return nil
 	}
-	log.FromContext(ctx).Info("snapshot taken", "snapshot", snap.Name, "paused", time.Duration(resp.GetPausedNanos()),
+	log.FromContext(ctx).Info("data taken", "object", snap.GetName(), "paused", time.Duration(resp.GetPausedNanos()),
 		"took", time.Duration(resp.GetTookNanos()))
 	if _, err := r.Store.Commit(ctx, key(snap)); err != nil {
-		setFailed(st, snap.Generation, "StoreFailed", err.Error())
+		setFailed(st, snap.GetGeneration(), "StoreFailed", err.Error())
 		return nil
 	}
 	return r.finish(ctx, snap)
 }
 
 // sandboxPod is the running pod of the snapshot's sandbox, on this node.
-func (r *SnapshotReconciler) sandboxPod(ctx context.Context, snap *sandlotv1.Snapshot) (*corev1.Pod, error) {
+func (r *DataReconciler) sandboxPod(ctx context.Context, snap dataObject) (*corev1.Pod, error) {
 	sbx := &sandlotv1.Sandbox{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: snap.Namespace, Name: snap.Spec.Source.Sandbox}, sbx); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", snap.Spec.Source.Sandbox, err)
+	if err := r.Get(ctx, client.ObjectKey{Namespace: snap.GetNamespace(), Name: snap.Source()}, sbx); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", snap.Source(), err)
 	}
 	pod := &corev1.Pod{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: snap.Namespace, Name: sbx.Status.PodName}, pod); err != nil {
+	if err := r.Get(ctx, client.ObjectKey{Namespace: snap.GetNamespace(), Name: sbx.Status.PodName}, pod); err != nil {
 		return nil, fmt.Errorf("pod of sandbox %s: %w", sbx.Name, err)
 	}
 	if pod.Spec.NodeName != r.Name || pod.Status.Phase != corev1.PodRunning {
@@ -152,7 +181,7 @@ func (r *SnapshotReconciler) sandboxPod(ctx context.Context, snap *sandlotv1.Sna
 
 // applyManifest records what the snapshot holds. Location is the data's
 // directory on this node (the local store's restore path).
-func applyManifest(st *sandlotv1.SnapshotStatus, m *vm.Manifest, dir string) {
+func applyManifest(st *sandlotv1.DataStatus, m *vm.Manifest, dir string) {
 	st.Location = dir
 	st.TotalBytes = m.TotalBytes(dir)
 	st.DirtyBytes = m.DirtyBytes
@@ -167,8 +196,8 @@ func applyManifest(st *sandlotv1.SnapshotStatus, m *vm.Manifest, dir string) {
 // finish marks committed data Ready on this node: what its manifest says
 // and its remote status. (Also the path of an agent that restarted after
 // the commit but before the status write.)
-func (r *SnapshotReconciler) finish(ctx context.Context, snap *sandlotv1.Snapshot) error {
-	st := &snap.Status
+func (r *DataReconciler) finish(ctx context.Context, snap dataObject) error {
+	st := snap.Data()
 	rs, err := r.Store.Status(ctx, key(snap))
 	if err != nil {
 		return err
@@ -176,18 +205,18 @@ func (r *SnapshotReconciler) finish(ctx context.Context, snap *sandlotv1.Snapsho
 	dir := r.Store.Dir(key(snap))
 	m, err := vm.ReadManifest(dir)
 	if err != nil {
-		return fmt.Errorf("manifest of snapshot %s: %w", snap.Name, err)
+		return fmt.Errorf("manifest of %s: %w", snap.GetName(), err)
 	}
 	applyManifest(st, m, dir)
 	st.Phase, st.RemoteStatus = sandlotv1.DataReady, rs.Remote
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sandlotv1.ConditionReady, Status: metav1.ConditionTrue,
-		Reason: "Persisted", Message: "snapshot persisted on " + r.Name, ObservedGeneration: snap.Generation})
+		Reason: "Persisted", Message: "data persisted on " + r.Name, ObservedGeneration: snap.GetGeneration()})
 	return nil
 }
 
 // followRemote reads the remote status until it is final.
-func (r *SnapshotReconciler) followRemote(ctx context.Context, snap *sandlotv1.Snapshot) (ctrl.Result, error) {
-	st := &snap.Status
+func (r *DataReconciler) followRemote(ctx context.Context, snap dataObject) (ctrl.Result, error) {
+	st := snap.Data()
 	if st.RemoteStatus == sandlotv1.RemoteReady || st.RemoteStatus == sandlotv1.RemoteFailed || st.RemoteStatus == sandlotv1.RemoteNotApplicable {
 		return ctrl.Result{}, nil
 	}
@@ -206,8 +235,8 @@ func (r *SnapshotReconciler) followRemote(ctx context.Context, snap *sandlotv1.S
 
 // deleteData removes the data once the controller let the Snapshot go
 // (it holds deletion while a Sandbox restores from it).
-func (r *SnapshotReconciler) deleteData(ctx context.Context, snap *sandlotv1.Snapshot) (ctrl.Result, error) {
-	if controllerutil.ContainsFinalizer(snap, sandlotv1.FinalizerInUse) || !controllerutil.ContainsFinalizer(snap, sandlotv1.FinalizerData) {
+func (r *DataReconciler) deleteData(ctx context.Context, snap dataObject) (ctrl.Result, error) {
+	if controllerutil.ContainsFinalizer(snap.Obj(), sandlotv1.FinalizerInUse) || !controllerutil.ContainsFinalizer(snap.Obj(), sandlotv1.FinalizerData) {
 		return ctrl.Result{}, nil
 	}
 	err := r.Store.Delete(ctx, key(snap))
@@ -215,16 +244,16 @@ func (r *SnapshotReconciler) deleteData(ctx context.Context, snap *sandlotv1.Sna
 	case errors.Is(err, store.ErrInUse):
 		return ctrl.Result{RequeueAfter: remotePoll}, nil
 	case err != nil && !errors.Is(err, store.ErrNotFound):
-		return ctrl.Result{}, fmt.Errorf("delete data of snapshot %s: %w", snap.Name, err)
+		return ctrl.Result{}, fmt.Errorf("delete data of %s: %w", snap.GetName(), err)
 	}
-	controllerutil.RemoveFinalizer(snap, sandlotv1.FinalizerData)
-	if err := r.Update(ctx, snap); err != nil && !apierrors.IsNotFound(err) {
+	controllerutil.RemoveFinalizer(snap.Obj(), sandlotv1.FinalizerData)
+	if err := r.Update(ctx, snap.Obj()); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, nil
 }
 
-func setFailed(st *sandlotv1.SnapshotStatus, gen int64, reason, msg string) {
+func setFailed(st *sandlotv1.DataStatus, gen int64, reason, msg string) {
 	st.Phase = sandlotv1.DataFailed
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sandlotv1.ConditionReady, Status: metav1.ConditionFalse,
 		Reason: reason, Message: msg, ObservedGeneration: gen})
