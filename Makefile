@@ -40,7 +40,7 @@ vm-assets: ## Build the guest kernel, initramfs and base disks into the cache (r
 	hack/vm-assets.sh
 
 .PHONY: test
-test: envtest-assets vm-assets cluster-bins ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), shim (real containerd + CNI + QEMU), e2e (a real two-node cluster).
+test: envtest-assets vm-assets cluster-bins minio-bins ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), store (real MinIO), shim (real containerd + CNI + QEMU), e2e (a real two-node cluster).
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/vm$$\|/test/shim$$\|/test/e2e$$')
 	@# The VM, shim and cluster tests run QEMU guests under TCG on both cores: alone, one package at a time, after the rest.
 	go test -count=1 -p 1 -timeout 30m ./test/vm/ ./test/shim/ ./test/e2e/
@@ -86,6 +86,10 @@ bench-shim: vm-assets containerd-bins ## Pod start to first answer under contain
 
 bench-vm: vm-assets ## VM layer timings and memory, with the bare-QEMU floor in the same run (BENCH_ARGS=-json).
 	go run ./test/bench/vm $(BENCH_ARGS)
+
+.PHONY: minio-bins
+minio-bins: ## Build the MinIO server (the s3 store's tests run against it) from Go modules into the cache.
+	hack/minio-bins.sh
 
 .PHONY: cluster-bins
 cluster-bins: containerd-bins ## Build etcd and the Kubernetes components (apiserver, controller-manager, scheduler, kubelet, kube-proxy) into the cache.

@@ -1,0 +1,424 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// JuiceFSConfig configures the juicefs backend.
+//
+// The JuiceFS client must be mounted with --writeback: a write (and its
+// fsync) returns once the block is in the client's local staging area and
+// the upload to object storage happens later
+// (https://juicefs.com/docs/community/cache/#client-write-cache). Another
+// node sees the files at once (metadata is synchronous) but cannot read
+// blocks still staged on the writer, so a key is Ready only once the
+// writer's client staged nothing more after Commit.
+type JuiceFSConfig struct {
+	// MountDir is the JuiceFS CSI mount, the same volume on every node.
+	MountDir string
+	// MetricsURL is the client's Prometheus endpoint, whose gauge
+	// juicefs_staging_blocks counts the blocks not uploaded yet
+	// (https://juicefs.com/docs/community/p8s_metrics/); the client serves
+	// it on http://127.0.0.1:9567/metrics by default.
+	MetricsURL string
+	// StagingDir is the client's staging directory,
+	// <cache-dir>/<UUID>/rawstaging/ (one file per staged block,
+	// https://juicefs.com/docs/community/cache/#client-write-cache).
+	// At least one of MetricsURL and StagingDir is required; with both, a
+	// key is Ready only when both say nothing is staged.
+	StagingDir string
+	// Node names this node: a key is Ready when the client of the node
+	// that committed it has drained (default hostname).
+	Node string
+	// PollInterval is how often staging is checked while keys wait
+	// (default 1 s).
+	PollInterval time.Duration
+	// Logf receives progress messages (default: none).
+	Logf func(format string, args ...any)
+}
+
+// jfsMeta is the store's directory on the mount. Its markers are empty
+// files and directories: metadata only, visible to every node at once,
+// with no data block of their own to wait for.
+const jfsMeta = ".sandlot-store"
+
+// JuiceFS keeps snapshots on a JuiceFS mount shared by all nodes.
+type JuiceFS struct {
+	cfg   JuiceFSConfig
+	meta  string
+	http  *http.Client
+	locks keyLocks
+	pins  pins
+
+	mu         sync.Mutex
+	pending    map[string]bool // committed here, not Ready yet
+	lastStaged int64           // at the last check; -1 before the first
+	lastErr    error
+
+	kick   chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+var _ Store = (*JuiceFS)(nil)
+
+// NewJuiceFS opens a juicefs store and starts watching staging; call
+// Resume to pick up keys committed before a restart.
+func NewJuiceFS(cfg JuiceFSConfig) (*JuiceFS, error) {
+	if !filepath.IsAbs(cfg.MountDir) {
+		return nil, fmt.Errorf("store: juicefs: MountDir %q is not absolute", cfg.MountDir)
+	}
+	if cfg.MetricsURL == "" && cfg.StagingDir == "" {
+		return nil, errors.New("store: juicefs: MetricsURL or StagingDir is required to tell when data has left this node")
+	}
+	setDefault(&cfg.PollInterval, time.Second)
+	if cfg.Node == "" {
+		cfg.Node, _ = os.Hostname()
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	j := &JuiceFS{cfg: cfg, meta: filepath.Join(filepath.Clean(cfg.MountDir), jfsMeta), http: &http.Client{Timeout: 5 * time.Second},
+		pending: map[string]bool{}, lastStaged: -1, kick: make(chan struct{}, 1)}
+	for _, d := range []string{"commit", "ready"} {
+		if err := os.MkdirAll(filepath.Join(j.meta, d), 0o700); err != nil {
+			return nil, fmt.Errorf("store: juicefs: %w", err)
+		}
+	}
+	j.ctx, j.cancel = context.WithCancel(context.Background())
+	j.wg.Add(1)
+	go j.poll()
+	return j, nil
+}
+
+// Close stops watching staging; pending keys resume with Resume.
+func (j *JuiceFS) Close() error {
+	j.cancel()
+	j.wg.Wait()
+	return nil
+}
+
+// Dir implements Store.
+func (j *JuiceFS) Dir(key string) string {
+	if checkKey(key) != nil {
+		return ""
+	}
+	return filepath.Join(filepath.Clean(j.cfg.MountDir), filepath.FromSlash(key))
+}
+
+func (j *JuiceFS) commitDir(key string) string {
+	return filepath.Join(j.meta, "commit", escapeKey(key))
+}
+func (j *JuiceFS) readyPath(key string) string { return filepath.Join(j.meta, "ready", escapeKey(key)) }
+
+// Commit implements Store: it marks key committed by this node and
+// queues it for the staging watch.
+func (j *JuiceFS) Commit(ctx context.Context, key string) (Info, error) {
+	if err := checkKey(key); err != nil {
+		return Info{}, err
+	}
+	unlock := j.locks.lock(key)
+	defer unlock()
+	rec, err := commitRecord(key, j.Dir(key))
+	if err != nil {
+		return Info{}, err
+	}
+	if ok, _ := exists(j.readyPath(key)); ok {
+		return Info{Key: key, Bytes: rec.Bytes, Remote: api.RemoteReady}, nil
+	}
+	if err := touch(filepath.Join(j.commitDir(key), j.cfg.Node)); err != nil {
+		return Info{}, fmt.Errorf("store: commit %s: %w", key, err)
+	}
+	j.watch(key)
+	return Info{Key: key, Bytes: rec.Bytes, Remote: api.RemoteInProgress}, nil
+}
+
+// touch creates an empty file durably.
+func touch(p string) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(p))
+}
+
+func (j *JuiceFS) watch(key string) {
+	j.mu.Lock()
+	j.pending[key] = true
+	j.mu.Unlock()
+	select {
+	case j.kick <- struct{}{}:
+	default:
+	}
+}
+
+// committers lists the nodes that committed key.
+func (j *JuiceFS) committers(key string) ([]string, error) {
+	ents, err := os.ReadDir(j.commitDir(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	var nodes []string
+	for _, e := range ents {
+		nodes = append(nodes, e.Name())
+	}
+	sort.Strings(nodes)
+	return nodes, err
+}
+
+// Resume watches again the keys this node committed that are not Ready.
+func (j *JuiceFS) Resume(ctx context.Context) error {
+	ents, err := os.ReadDir(filepath.Join(j.meta, "commit"))
+	if err != nil {
+		return fmt.Errorf("store: resume: %w", err)
+	}
+	for _, e := range ents {
+		key, err := unescapeKey(e.Name())
+		if err != nil || checkKey(key) != nil {
+			continue
+		}
+		own, _ := exists(filepath.Join(j.commitDir(key), j.cfg.Node))
+		ready, _ := exists(j.readyPath(key))
+		if own && !ready {
+			j.watch(key)
+		}
+	}
+	return nil
+}
+
+// poll checks staging on every tick or new commit while keys wait.
+func (j *JuiceFS) poll() {
+	defer j.wg.Done()
+	t := time.NewTicker(j.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-j.ctx.Done():
+			return
+		case <-t.C:
+		case <-j.kick:
+		}
+		j.check()
+	}
+}
+
+// check marks the waiting keys Ready when nothing is staged. Only keys
+// that were waiting before the check began qualify: their blocks were
+// staged (fsynced) before Commit, so an empty staging area seen after it
+// means they were uploaded.
+func (j *JuiceFS) check() {
+	j.mu.Lock()
+	var keys []string
+	for k := range j.pending {
+		keys = append(keys, k)
+	}
+	j.mu.Unlock()
+	if len(keys) == 0 {
+		return
+	}
+	n, err := j.staged(j.ctx)
+	if j.ctx.Err() != nil {
+		return // closing
+	}
+	j.mu.Lock()
+	repeated := err != nil && j.lastErr != nil && err.Error() == j.lastErr.Error()
+	j.lastStaged, j.lastErr = n, err
+	j.mu.Unlock()
+	if err != nil {
+		if !repeated { // once per distinct error, not every poll
+			j.cfg.Logf("store: juicefs: reading staging: %v", err)
+		}
+		return
+	}
+	if n > 0 {
+		return
+	}
+	for _, k := range keys {
+		j.markReady(k)
+	}
+}
+
+func (j *JuiceFS) markReady(key string) {
+	unlock := j.locks.lock(key)
+	defer unlock()
+	j.mu.Lock()
+	waiting := j.pending[key]
+	j.mu.Unlock()
+	if !waiting { // deleted meanwhile
+		return
+	}
+	if err := touch(j.readyPath(key)); err != nil {
+		j.cfg.Logf("store: juicefs: marking %s ready: %v", key, err)
+		return
+	}
+	j.mu.Lock()
+	delete(j.pending, key)
+	j.mu.Unlock()
+	j.cfg.Logf("store: juicefs: %s ready", key)
+}
+
+// Open implements Store: the data is read in place on the mount, once
+// Ready (or on the node that wrote it, whose client has every block).
+func (j *JuiceFS) Open(ctx context.Context, key string) (string, func(), error) {
+	if err := checkKey(key); err != nil {
+		return "", nil, err
+	}
+	unlock := j.locks.lock(key)
+	defer unlock()
+	st, err := j.status(key)
+	if err != nil {
+		return "", nil, fmt.Errorf("store: open %s: %w", key, err)
+	}
+	if st.Remote != api.RemoteReady && !st.own {
+		return "", nil, fmt.Errorf("store: open %s: %w: %s", key, ErrNotReady, st.Message)
+	}
+	return j.Dir(key), j.pins.pin(key), nil
+}
+
+// Status implements Store.
+func (j *JuiceFS) Status(ctx context.Context, key string) (Status, error) {
+	if err := checkKey(key); err != nil {
+		return Status{}, err
+	}
+	st, err := j.status(key)
+	if err != nil {
+		return Status{}, fmt.Errorf("store: status %s: %w", key, err)
+	}
+	return st.Status, nil
+}
+
+type jfsStatus struct {
+	Status
+	own bool // committed by this node
+}
+
+func (j *JuiceFS) status(key string) (jfsStatus, error) {
+	nodes, err := j.committers(key)
+	if err != nil {
+		return jfsStatus{}, err
+	}
+	if len(nodes) == 0 {
+		if ok, err := exists(j.Dir(key)); err != nil || !ok {
+			return jfsStatus{}, cmpErr(err, ErrNotFound)
+		}
+		return jfsStatus{}, fmt.Errorf("%w (%s was written but never committed)", ErrNotCommitted, j.Dir(key))
+	}
+	files, err := scanDir(j.Dir(key))
+	if err != nil {
+		return jfsStatus{}, fmt.Errorf("committed but unreadable: %w", err)
+	}
+	st := jfsStatus{Status: Status{Bytes: sumSizes(files)}, own: contains(nodes, j.cfg.Node)}
+	if fi, err := os.Stat(j.readyPath(key)); err == nil {
+		st.Remote, st.ReadyTime = api.RemoteReady, fi.ModTime().UTC()
+		return st, nil
+	}
+	st.Remote = api.RemoteInProgress
+	st.Message = j.waitMessage(nodes, st.own)
+	return st, nil
+}
+
+func (j *JuiceFS) waitMessage(nodes []string, own bool) string {
+	if !own {
+		return fmt.Sprintf("waiting for the JuiceFS client of node %v to upload its staged blocks", nodes)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.lastErr != nil {
+		return fmt.Sprintf("waiting for this node's JuiceFS client to upload its staged blocks (cannot read staging: %v)", j.lastErr)
+	}
+	if j.lastStaged < 0 {
+		return "waiting for this node's JuiceFS client to upload its staged blocks (not checked yet)"
+	}
+	return fmt.Sprintf("waiting for this node's JuiceFS client to upload its staged blocks (%d staged at the last check)", j.lastStaged)
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// cmpErr is err, or def when err is nil.
+func cmpErr(err, def error) error {
+	if err != nil {
+		return err
+	}
+	return def
+}
+
+// Delete implements Store: markers first, so no node sees the key Ready
+// while its files disappear.
+func (j *JuiceFS) Delete(ctx context.Context, key string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	unlock := j.locks.lock(key)
+	defer unlock()
+	if j.pins.pinned(key) {
+		return inUse(key)
+	}
+	j.mu.Lock()
+	delete(j.pending, key)
+	j.mu.Unlock()
+	found := false
+	for _, p := range []string{j.readyPath(key), j.commitDir(key), j.Dir(key)} {
+		ok, err := exists(p)
+		if err == nil && ok {
+			found = true
+			err = removeAll(p)
+		}
+		if err != nil {
+			return fmt.Errorf("store: delete %s: %w", key, err)
+		}
+	}
+	if !found {
+		return fmt.Errorf("store: delete %s: %w", key, ErrNotFound)
+	}
+	return nil
+}
+
+// Usage implements Store: LocalBytes is what this node has staged and
+// not uploaded yet; RemoteBytes sums the committed keys' files.
+func (j *JuiceFS) Usage(ctx context.Context) (Usage, error) {
+	ents, err := os.ReadDir(filepath.Join(j.meta, "commit"))
+	if err != nil {
+		return Usage{}, fmt.Errorf("store: usage: %w", err)
+	}
+	var u Usage
+	for _, e := range ents {
+		key, err := unescapeKey(e.Name())
+		if err != nil || checkKey(key) != nil {
+			continue
+		}
+		u.Keys++
+		if files, err := scanDir(j.Dir(key)); err == nil {
+			u.RemoteBytes += sumSizes(files)
+		}
+	}
+	u.LocalBytes, err = j.stagedBytes(ctx)
+	if err != nil {
+		return u, fmt.Errorf("store: usage: %w", err)
+	}
+	return u, nil
+}

@@ -1,0 +1,177 @@
+package store
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// The JuiceFS client's staging gauges
+// (https://juicefs.com/docs/community/p8s_metrics/): blocks written to
+// the local staging area (--writeback) and not uploaded yet, and their
+// bytes.
+const (
+	metricStagingBlocks = "juicefs_staging_blocks"
+	metricStagingBytes  = "juicefs_staging_block_bytes"
+)
+
+// staged is the number of blocks this node's client has not uploaded:
+// the larger of what the metrics and the staging directory say.
+func (j *JuiceFS) staged(ctx context.Context) (int64, error) {
+	var n int64
+	if j.cfg.MetricsURL != "" {
+		v, err := j.scrape(ctx, metricStagingBlocks)
+		if err != nil {
+			return 0, err
+		}
+		n = max(n, int64(v))
+	}
+	if j.cfg.StagingDir != "" {
+		c, _, err := stagingFiles(j.cfg.StagingDir)
+		if err != nil {
+			return 0, err
+		}
+		n = max(n, c)
+	}
+	return n, nil
+}
+
+// stagedBytes is the disk this node's staged blocks take.
+func (j *JuiceFS) stagedBytes(ctx context.Context) (int64, error) {
+	if j.cfg.StagingDir != "" {
+		_, b, err := stagingFiles(j.cfg.StagingDir)
+		return b, err
+	}
+	v, err := j.scrape(ctx, metricStagingBytes)
+	return int64(v), err
+}
+
+// scrape sums every sample of metric at MetricsURL (one per mount the
+// endpoint serves, labelled vol_name and mp). A missing metric is an
+// error, never "nothing staged": an older client, or an endpoint that is
+// not JuiceFS, must not make keys Ready.
+func (j *JuiceFS) scrape(ctx context.Context, metric string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, j.cfg.MetricsURL, nil)
+	if err != nil {
+		return 0, fmt.Errorf("juicefs metrics: %w", err)
+	}
+	resp, err := j.http.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("juicefs metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("juicefs metrics: GET %s: %s", j.cfg.MetricsURL, resp.Status)
+	}
+	v, found, err := sumSamples(resp.Body, metric)
+	if err != nil {
+		return 0, fmt.Errorf("juicefs metrics %s: %w", j.cfg.MetricsURL, err)
+	}
+	if !found {
+		return 0, fmt.Errorf("juicefs metrics %s: no %s (is it a JuiceFS client mounted with --writeback?)", j.cfg.MetricsURL, metric)
+	}
+	return v, nil
+}
+
+// sumSamples adds up the samples of metric in the Prometheus text
+// exposition format: `name{label="value",...} value [timestamp]`.
+func sumSamples(r io.Reader, metric string) (sum float64, found bool, err error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, rest := splitMetricName(line)
+		if name != metric {
+			continue
+		}
+		v, err := sampleValue(rest)
+		if err != nil {
+			return 0, false, fmt.Errorf("%q: %w", line, err)
+		}
+		sum += v
+		found = true
+	}
+	return sum, found, sc.Err()
+}
+
+func splitMetricName(line string) (name, rest string) {
+	i := strings.IndexAny(line, "{ \t")
+	if i < 0 {
+		return line, ""
+	}
+	return line[:i], line[i:]
+}
+
+// sampleValue parses what follows a metric name: optional labels, then
+// the value. Label values are quoted and may hold '}' and escapes.
+func sampleValue(rest string) (float64, error) {
+	rest = strings.TrimLeft(rest, " \t")
+	if strings.HasPrefix(rest, "{") {
+		end, err := labelsEnd(rest)
+		if err != nil {
+			return 0, err
+		}
+		rest = rest[end:]
+	}
+	fields := strings.Fields(rest)
+	if len(fields) == 0 {
+		return 0, errors.New("no value")
+	}
+	return strconv.ParseFloat(fields[0], 64)
+}
+
+// labelsEnd is the index just past the '}' closing the label set at s[0].
+func labelsEnd(s string) (int, error) {
+	inQuote := false
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; {
+		case inQuote && c == '\\':
+			i++ // escaped character
+		case c == '"':
+			inQuote = !inQuote
+		case !inQuote && c == '}':
+			return i + 1, nil
+		}
+	}
+	return 0, errors.New("unterminated label set")
+}
+
+// stagingFiles counts the blocks in a client's staging directory
+// (<cache-dir>/<UUID>/rawstaging/chunks/..., one file per block, plus
+// ".tmp" files being written) and their allocated bytes. The directory
+// itself appears with the first staged block, but its parent (the
+// cache's <UUID> dir) must exist, or StagingDir is wrong and "nothing
+// staged" would be a lie.
+func stagingFiles(dir string) (n, bytes int64, err error) {
+	if _, err := os.Stat(filepath.Dir(dir)); err != nil {
+		return 0, 0, fmt.Errorf("juicefs staging dir %s: %w (want <cache-dir>/<UUID>/rawstaging of this mount)", dir, err)
+	}
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // uploaded (removed) while walking, or no staging yet
+		}
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			n++
+			bytes += allocated(p)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("juicefs staging dir %s: %w", dir, err)
+	}
+	return n, bytes, nil
+}

@@ -1,0 +1,272 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// readMarker reads key's completion marker: ErrNotReady when objects
+// exist without it, ErrNotFound when nothing does.
+func (s *S3) readMarker(ctx context.Context, key string) (marker, error) {
+	var m marker
+	name := s.object(key, markerName)
+	obj, err := s.client.GetObject(ctx, s.cfg.Bucket, name, minio.GetObjectOptions{})
+	var data []byte
+	if err == nil {
+		data, err = io.ReadAll(io.LimitReader(obj, 16<<20))
+		obj.Close()
+	}
+	if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
+		return m, s.noMarker(ctx, key)
+	}
+	if err != nil {
+		return m, fmt.Errorf("get s3://%s/%s: %w", s.cfg.Bucket, name, err)
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("parse s3://%s/%s: %w", s.cfg.Bucket, name, err)
+	}
+	return m, checkMarker(key, m)
+}
+
+// noMarker tells an upload under way (or abandoned) from nothing at all.
+func (s *S3) noMarker(ctx context.Context, key string) error {
+	ctx, cancel := context.WithCancel(ctx) // stops the lister after one
+	defer cancel()
+	prefix := s.object(key, "")
+	for o := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true, MaxKeys: 1}) {
+		if o.Err != nil {
+			return fmt.Errorf("list s3://%s/%s: %w", s.cfg.Bucket, prefix, o.Err)
+		}
+		return fmt.Errorf("%w: s3://%s/%s has objects but no completion marker (the upload is under way on another node, or failed)", ErrNotReady, s.cfg.Bucket, prefix)
+	}
+	return ErrNotFound
+}
+
+// checkMarker refuses a marker that could write outside the key's dir.
+func checkMarker(key string, m marker) error {
+	if m.Key != key {
+		return fmt.Errorf("completion marker of %s names key %q", key, m.Key)
+	}
+	for _, f := range m.Files {
+		bad := f.Path == "" || path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path ||
+			f.Path == ".." || strings.HasPrefix(f.Path, "../") || f.Size < 0
+		if bad {
+			return fmt.Errorf("completion marker of %s has a bad file entry %q", key, f.Path)
+		}
+	}
+	return nil
+}
+
+// fetch downloads key into a temporary dir, verifies every sha256, and
+// only then moves it to Dir(key): a failure never leaves partial data
+// where Open's callers look.
+func (s *S3) fetch(ctx context.Context, key string) error {
+	start := time.Now()
+	m, err := s.readMarker(ctx, key)
+	if err != nil {
+		return fmt.Errorf("store: open %s: %w", key, err)
+	}
+	tmp, err := os.MkdirTemp(filepath.Join(s.root, metaDir, "tmp"), escapeKey(key)+"-")
+	if err != nil {
+		return s.fetchErr(key, m, err)
+	}
+	installed := false
+	defer func() {
+		if !installed {
+			os.RemoveAll(tmp)
+		}
+	}()
+	if err := s.download(ctx, key, m, tmp); err != nil {
+		return s.fetchErr(key, m, err)
+	}
+	if err := verifyFiles(tmp, m.Files); err != nil {
+		return s.fetchErr(key, m, err)
+	}
+	if err := s.install(key, m, tmp); err != nil {
+		return s.fetchErr(key, m, err)
+	}
+	installed = true
+	el := time.Since(start)
+	s.cfg.Logf("store: downloaded %s: %d bytes in %s (%.1f MB/s)", key, m.Bytes, el.Round(time.Millisecond), float64(m.Bytes)/1e6/el.Seconds())
+	return nil
+}
+
+func (s *S3) fetchErr(key string, m marker, err error) error {
+	if errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("store: open %s: the cache %s is full (the snapshot needs up to %d bytes): %w", key, s.root, m.Bytes, err)
+	}
+	return fmt.Errorf("store: open %s: download: %w", key, err)
+}
+
+// install records the download, then renames it into place. A crash in
+// between leaves a state without a dir, which the next Open fetches again.
+func (s *S3) install(key string, m marker, tmp string) error {
+	st := s3State{Key: key, Origin: originRemote, Remote: api.RemoteReady, Bytes: m.Bytes, CommitTime: m.ReadyTime, ReadyTime: m.ReadyTime}
+	for _, f := range m.Files {
+		st.Files = append(st.Files, upFile{fileEntry: f, Uploaded: true})
+	}
+	if err := writeJSON(s.statePath(key), st); err != nil {
+		return err
+	}
+	dst := s.Dir(key)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(dst))
+}
+
+// part is one ranged GET.
+type part struct {
+	name   string // object
+	off, n int64
+	dst    *os.File
+}
+
+// download fetches every file of m into dir with parallel ranged GETs.
+func (s *S3) download(ctx context.Context, key string, m marker, dir string) error {
+	files, err := createFiles(dir, m.Files)
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	var parts []part
+	for i, f := range m.Files {
+		for off := int64(0); off < f.Size; off += s.cfg.PartSize {
+			parts = append(parts, part{name: s.object(key, f.Path), off: off, n: min(s.cfg.PartSize, f.Size-off), dst: files[i]})
+		}
+	}
+	if err := s.getParts(ctx, parts); err != nil {
+		return err
+	}
+	for i, f := range files {
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("fsync %s: %w", f.Name(), err)
+		}
+		if err := f.Chmod(m.Files[i].Mode.Perm()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createFiles creates each file at its final size; parts are written
+// into place and all-zero parts are skipped, so holes stay holes.
+func createFiles(dir string, entries []fileEntry) ([]*os.File, error) {
+	var files []*os.File
+	for _, e := range entries {
+		p := filepath.Join(dir, filepath.FromSlash(e.Path))
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return files, err
+		}
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			return files, err
+		}
+		files = append(files, f)
+		if err := f.Truncate(e.Size); err != nil {
+			return files, fmt.Errorf("size %s: %w", p, err)
+		}
+	}
+	return files, nil
+}
+
+// getParts runs the GETs, Parallel at a time; the first error stops the
+// rest.
+func (s *S3) getParts(ctx context.Context, parts []part) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := make(chan part)
+	var (
+		wg       sync.WaitGroup
+		once     sync.Once
+		firstErr error
+	)
+	zeros := make([]byte, s.cfg.PartSize)
+	for range s.cfg.Parallel {
+		wg.Go(func() {
+			buf := make([]byte, s.cfg.PartSize)
+			for p := range ch {
+				if err := s.getPart(ctx, p, buf, zeros); err != nil {
+					once.Do(func() { firstErr = err; cancel() })
+				}
+			}
+		})
+	}
+feed:
+	for _, p := range parts {
+		select {
+		case ch <- p:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(ch)
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return firstErr
+}
+
+func (s *S3) getPart(ctx context.Context, p part, buf, zeros []byte) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var opts minio.GetObjectOptions
+	if err := opts.SetRange(p.off, p.off+p.n-1); err != nil {
+		return err
+	}
+	obj, err := s.client.GetObject(ctx, s.cfg.Bucket, p.name, opts)
+	if err != nil {
+		return fmt.Errorf("get s3://%s/%s: %w", s.cfg.Bucket, p.name, err)
+	}
+	defer obj.Close()
+	b := buf[:p.n]
+	if _, err := io.ReadFull(obj, b); err != nil {
+		return fmt.Errorf("get s3://%s/%s bytes %d-%d: %w", s.cfg.Bucket, p.name, p.off, p.off+p.n-1, err)
+	}
+	if bytes.Equal(b, zeros[:p.n]) {
+		return nil
+	}
+	if _, err := p.dst.WriteAt(b, p.off); err != nil {
+		return fmt.Errorf("write %s at %d: %w", p.dst.Name(), p.off, err)
+	}
+	return nil
+}
+
+// verifyFiles checks every downloaded file against the marker's sha256.
+func verifyFiles(dir string, files []fileEntry) error {
+	for _, f := range files {
+		p := filepath.Join(dir, filepath.FromSlash(f.Path))
+		sum, n, err := hashFile(p)
+		if err != nil {
+			return err
+		}
+		if n != f.Size || sum != f.SHA256 {
+			return fmt.Errorf("%s: downloaded %d bytes with sha256 %s, the marker says %d bytes, %s", f.Path, n, sum, f.Size, f.SHA256)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,214 @@
+// Package minio runs a real MinIO server on 127.0.0.1 for tests of the s3
+// store. The binary comes from hack/minio-bins.sh (built from the Go
+// module proxy into $SANDLOT_CACHE/minio/<version>/minio).
+package minio
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	s3 "github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// Version is the MinIO module version hack/minio-bins.sh builds.
+const Version = "v0.0.0-20260212201848-7aac2a2c5b7c"
+
+// Fixed test credentials.
+const (
+	AccessKey = "sandlot-test"
+	SecretKey = "sandlot-test-secret"
+	Region    = "us-east-1"
+)
+
+// Server is one MinIO process with its own data dir.
+type Server struct {
+	// Endpoint is host:port (plain HTTP).
+	Endpoint string
+	// Bucket was created at Start.
+	Bucket string
+
+	t       testing.TB
+	bin     string
+	dataDir string
+	logPath string
+	console string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+var bucketSeq atomic.Int64
+
+// Binary is the MinIO server binary's path in the cache.
+func Binary() string {
+	cache := os.Getenv("SANDLOT_CACHE")
+	if cache == "" {
+		cache = filepath.Join(os.Getenv("HOME"), ".cache", "sandlot")
+	}
+	return filepath.Join(cache, "minio", Version, "minio")
+}
+
+// Start runs MinIO on free 127.0.0.1 ports with a temp data dir, waits
+// until it is ready, creates a bucket, and stops it in t.Cleanup.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin := Binary()
+	if fi, err := os.Stat(bin); err != nil || fi.Mode()&0o111 == 0 {
+		t.Fatalf("minio: server binary %s missing: run hack/minio-bins.sh", bin)
+	}
+	s := &Server{t: t, bin: bin, dataDir: t.TempDir(), Endpoint: freeAddr(t), console: freeAddr(t)}
+	s.logPath = filepath.Join(t.TempDir(), "minio.log")
+	t.Cleanup(s.Stop)
+	s.start()
+	s.Bucket = s.NewBucket(t)
+	return s
+}
+
+// freeAddr picks a free port; MinIO binds it right after, and the
+// console gets one too (the default :9001 collides between test
+// packages running in parallel).
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("minio: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func (s *Server) start() {
+	s.t.Helper()
+	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		s.t.Fatalf("minio: log: %v", err)
+	}
+	cmd := exec.Command(s.bin, "server", s.dataDir, "--address", s.Endpoint, "--console-address", s.console, "--quiet")
+	cmd.Env = append(os.Environ(),
+		"MINIO_ROOT_USER="+AccessKey, "MINIO_ROOT_PASSWORD="+SecretKey,
+		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_REGION="+Region)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Own process group: a Ctrl-C of the test does not reach it first,
+	// and Stop signals exactly this process.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		s.t.Fatalf("minio: start %s: %v", s.bin, err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(done) }()
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+	s.waitReady(done)
+}
+
+// waitReady polls /minio/health/ready (a second on an idle machine).
+func (s *Server) waitReady(done chan struct{}) {
+	s.t.Helper()
+	url := "http://" + s.Endpoint + "/minio/health/ready"
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			s.t.Fatalf("minio: exited before ready:\n%s", s.logTail())
+		default:
+		}
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.t.Fatalf("minio: not ready at %s after 60 s:\n%s", url, s.logTail())
+}
+
+func (s *Server) logTail() string {
+	data, _ := os.ReadFile(s.logPath)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	return strings.Join(lines[max(0, len(lines)-30):], "\n")
+}
+
+// Stop terminates MinIO (SIGTERM, then SIGKILL after 10 s); the data dir
+// stays for Restart. Stopping a stopped server does nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// Restart starts MinIO again on the same address and data.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	s.start()
+}
+
+// Client is a minio-go client for the server.
+func (s *Server) Client() *s3.Client {
+	s.t.Helper()
+	c, err := s3.New(s.Endpoint, &s3.Options{Creds: credentials.NewStaticV4(AccessKey, SecretKey, ""), Region: Region})
+	if err != nil {
+		s.t.Fatalf("minio: client: %v", err)
+	}
+	return c
+}
+
+// NewBucket creates a bucket of its own for t (tests sharing one server
+// stay apart).
+func (s *Server) NewBucket(t testing.TB) string {
+	t.Helper()
+	name := fmt.Sprintf("test-%d-%d", os.Getpid(), bucketSeq.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Client().MakeBucket(ctx, name, s3.MakeBucketOptions{Region: Region}); err != nil {
+		t.Fatalf("minio: make bucket %s: %v", name, err)
+	}
+	return name
+}
+
+// Objects lists the object names under prefix in bucket.
+func (s *Server) Objects(t testing.TB, bucket, prefix string) []string {
+	t.Helper()
+	var names []string
+	for o := range s.Client().ListObjects(context.Background(), bucket, s3.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if o.Err != nil {
+			t.Fatalf("minio: list %s/%s: %v", bucket, prefix, o.Err)
+		}
+		names = append(names, o.Key)
+	}
+	return names
+}
+
+// Log is MinIO's output so far (for failure messages).
+func (s *Server) Log() string {
+	data, _ := os.ReadFile(s.logPath)
+	return string(bytes.TrimSpace(data))
+}
