@@ -111,12 +111,7 @@ func (j *JuiceFS) Close() error {
 }
 
 // Dir implements Store.
-func (j *JuiceFS) Dir(key string) string {
-	if checkKey(key) != nil {
-		return ""
-	}
-	return filepath.Join(filepath.Clean(j.cfg.MountDir), filepath.FromSlash(key))
-}
+func (j *JuiceFS) Dir(key string) string { return keyDir(filepath.Clean(j.cfg.MountDir), key) }
 
 func (j *JuiceFS) commitDir(key string) string {
 	return filepath.Join(j.meta, "commit", escapeKey(key))

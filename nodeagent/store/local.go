@@ -46,11 +46,14 @@ func NewLocal(root string) (*Local, error) {
 }
 
 // Dir implements Store.
-func (l *Local) Dir(key string) string {
+func (l *Local) Dir(key string) string { return keyDir(l.root, key) }
+
+// keyDir is key's directory under root, "" for an invalid key.
+func keyDir(root, key string) string {
 	if checkKey(key) != nil {
 		return ""
 	}
-	return filepath.Join(l.root, filepath.FromSlash(key))
+	return filepath.Join(root, filepath.FromSlash(key))
 }
 
 func (l *Local) recordPath(key string) string {

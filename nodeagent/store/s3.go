@@ -209,12 +209,7 @@ func (s *S3) Close() error {
 
 // Dir implements Store: CacheRoot/<key>, on the node that wrote the key
 // and on the nodes that downloaded it alike.
-func (s *S3) Dir(key string) string {
-	if checkKey(key) != nil {
-		return ""
-	}
-	return filepath.Join(s.root, filepath.FromSlash(key))
-}
+func (s *S3) Dir(key string) string { return keyDir(s.root, key) }
 
 func (s *S3) statePath(key string) string {
 	return filepath.Join(s.root, metaDir, "state", escapeKey(key)+".json")
