@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -67,6 +68,18 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 	if err := nodeagent.Setup(mgr, node); err != nil {
+		return err
+	}
+	fp, err := nodeagent.Fingerprint("")
+	if err != nil {
+		return err
+	}
+	// The manager's client is not readable before Start: a direct client.
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	if err := nodeagent.PublishFingerprint(ctx, direct, node.Name, fp); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

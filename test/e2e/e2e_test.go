@@ -374,6 +374,13 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Fatalf("snapshot status %+v", st)
 	}
 	t.Logf("snapshot %s on %s: %d bytes at %s", snap.Name, st.NodeName, st.TotalBytes, st.Location)
+	var node corev1.Node
+	if err := k.Get(ctx, client.ObjectKey{Name: st.NodeName}, &node); err != nil {
+		t.Fatal(err)
+	}
+	if got := node.Labels[sandlotv1.LabelFingerprint]; got == "" || got != st.Fingerprint.Key() {
+		t.Fatalf("node %s fingerprint label %q, snapshot fingerprint %q", node.Name, got, st.Fingerprint.Key())
+	}
 	child := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "child", Namespace: "default"},
 		Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Snapshot: snap.Name}, TimeoutSeconds: ptr.To[int32](1800)}}
 	if err := k.Create(ctx, child); err != nil {

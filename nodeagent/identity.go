@@ -1,0 +1,45 @@
+package nodeagent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/vm"
+)
+
+// Fingerprint is what a snapshot taken on this node records, so the
+// controller restores it only on nodes that print the same: CPU model and
+// flags, QEMU version, accelerator. (The guest kernel is the same asset
+// on every node of a release; snapshots record none.)
+func Fingerprint(qemu string) (sandlotv1.Fingerprint, error) {
+	qv, err := vm.QEMUVersion(qemu)
+	if err != nil {
+		return sandlotv1.Fingerprint{}, err
+	}
+	accel, err := vm.DetectAccel()
+	if err != nil {
+		return sandlotv1.Fingerprint{}, err
+	}
+	return sandlotv1.Fingerprint{CPU: vm.CPUFingerprint(), QEMU: qv, Accel: accel}, nil
+}
+
+// PublishFingerprint labels the agent's node with its fingerprint key.
+func PublishFingerprint(ctx context.Context, c client.Client, node string, fp sandlotv1.Fingerprint) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"labels": map[string]string{sandlotv1.LabelFingerprint: fp.Key()}}})
+	if err != nil {
+		return err
+	}
+	n := &corev1.Node{}
+	n.Name = node
+	if err := c.Patch(ctx, n, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("label node %s with its fingerprint: %w", node, err)
+	}
+	return nil
+}
