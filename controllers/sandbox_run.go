@@ -91,7 +91,10 @@ func (r *SandboxReconciler) confirmLost(ctx context.Context, sbx *sandlotv1.Sand
 func (r *SandboxReconciler) replacePod(ctx context.Context, sbx *sandlotv1.Sandbox, pod *corev1.Pod, v podView) (ctrl.Result, error) {
 	st := &sbx.Status
 	r.assumed.forget(types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Name})
-	if pod.DeletionTimestamp == nil {
+	// Two steps: first the status says Pending (this reconcile's patch),
+	// then the pod goes. The other order, with the status write lost to a
+	// conflict, leaves a Starting sandbox without its pod: taken for lost.
+	if st.Phase == sandlotv1.SandboxPending && pod.DeletionTimestamp == nil {
 		uid := pod.UID
 		if err := r.Delete(ctx, pod, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, fmt.Errorf("delete rejected pod %s: %w", pod.Name, err)

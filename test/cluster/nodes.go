@@ -247,8 +247,8 @@ func (c *Cluster) sandlotController(t crienv.T) error {
 		return nil
 	}
 	p, err := c.start(t, "sandlot-controller", filepath.Join(c.BinDir, "sandlot-controller"),
-		// A TCG guest idles at ~1 % of a core: twenty vCPUs share a core here.
-		[]string{"--metrics-bind-address=0", "--health-probe-bind-address=" + c.apiIP + ":8081", "--cpu-per-vcpu=50m"},
+		// A TCG guest idles at ~1 % of a core: the local cluster overcommits.
+		[]string{"--metrics-bind-address=0", "--health-probe-bind-address=" + c.apiIP + ":8081", "--cpu-per-vcpu=10m"},
 		"KUBECONFIG="+c.Kubeconfig)
 	if err != nil {
 		return err
