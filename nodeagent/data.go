@@ -112,7 +112,9 @@ func (r *DataReconciler) phase(ctx context.Context, snap dataObject) (ctrl.Resul
 		if _, err := r.Store.Status(ctx, key(snap)); err == nil {
 			return ctrl.Result{RequeueAfter: remotePoll}, r.finish(ctx, snap)
 		}
-		_ = os.RemoveAll(r.Store.Dir(key(snap)))
+		if err := r.discard(ctx, snap); err != nil {
+			return ctrl.Result{}, err
+		}
 		setFailed(st, snap.GetGeneration(), "AgentRestarted", "the node agent restarted while taking the snapshot; its partial data was removed")
 		return ctrl.Result{}, nil
 	case sandlotv1.DataReady:
@@ -138,8 +140,10 @@ func (r *DataReconciler) take(ctx context.Context, snap dataObject) error {
 	if err := r.Status().Patch(ctx, snap.Obj(), client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
 	}
+	if err := r.discard(ctx, snap); err != nil { // an earlier attempt's leftovers
+		return err
+	}
 	dir := r.Store.Dir(key(snap))
-	_ = os.RemoveAll(dir)
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return err
 	}
@@ -161,6 +165,15 @@ func (r *DataReconciler) take(ctx context.Context, snap dataObject) error {
 		return nil
 	}
 	return r.finish(ctx, snap)
+}
+
+// discard removes what an unfinished attempt left in the store: the
+// store knows its own layout and records.
+func (r *DataReconciler) discard(ctx context.Context, snap dataObject) error {
+	if err := r.Store.Delete(ctx, key(snap)); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("discard partial data of %s: %w", snap.GetName(), err)
+	}
+	return nil
 }
 
 // sandboxPod is the running pod of the snapshot's sandbox, on this node.

@@ -31,6 +31,7 @@ import (
 	"github.com/sandlot-dev/sandlot/guest/envdpb/processpb"
 	"github.com/sandlot-dev/sandlot/guest/envdpb/processpb/processpbconnect"
 	"github.com/sandlot-dev/sandlot/test/cluster"
+	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 )
 
 // kube is a controller-runtime client for the cluster.
@@ -64,19 +65,18 @@ func template(t *testing.T, k client.Client, name string) {
 	}
 }
 
+// defaultImage is the sandbox image make vm-assets built and every node
+// imported (the quickstart sample names it too).
 func defaultImage(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), "config", "samples", "quickstart.yaml"))
+	env, err := vmtest.LoadEnv()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "image: "); ok {
-			return v
-		}
+	if env.ImageRef == "" {
+		t.Fatal("current.env names no default image: run `make vm-assets`")
 	}
-	t.Fatal("no image in the quickstart sample")
-	return ""
+	return env.ImageRef
 }
 
 // sandboxes creates sandboxes of a template and waits until they run.
