@@ -20,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/shim/controlapi"
@@ -40,15 +41,22 @@ func CacheOptions(node string) cache.Options {
 
 // Setup registers the agent's reconcilers.
 func Setup(mgr ctrl.Manager, n Node) error {
+	l := &layout{store: n.Store, shared: n.SharedStore}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("snapshot").For(&sandlotv1.Snapshot{}).
-		Complete(&DataReconciler{Client: mgr.GetClient(), Node: n,
+		Complete(&DataReconciler{Client: mgr.GetClient(), Node: n, layout: l,
 			New: func() dataObject { return snapshotObject{&sandlotv1.Snapshot{}} }}); err != nil {
 		return err
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("pausedsandbox").For(&sandlotv1.PausedSandbox{}).
-		Complete(&DataReconciler{Client: mgr.GetClient(), Node: n,
+		Complete(&DataReconciler{Client: mgr.GetClient(), Node: n, layout: l,
 			New: func() dataObject { return pausedObject{&sandlotv1.PausedSandbox{}} }}); err != nil {
 		return err
+	}
+	if n.StageSocket != "" {
+		srv := newStageServer(l)
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return srv.Serve(ctx, n.StageSocket) })); err != nil {
+			return err
+		}
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("vmready").For(&corev1.Pod{}).
 		Complete(&VMReadyReconciler{Client: mgr.GetClient(), Node: n})

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/nodeagent/stageapi"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/shim/controlapi"
 	"github.com/sandlot-dev/sandlot/vm"
@@ -30,6 +31,7 @@ import (
 type DataReconciler struct {
 	client.Client
 	Node
+	layout *layout
 	// New makes an empty object of the kind reconciled.
 	New func() dataObject
 }
@@ -40,7 +42,7 @@ type dataObject interface {
 	Data() *sandlotv1.DataStatus
 	// Source is the sandbox the data is taken from ("" for an import).
 	Source() string
-	// Kind names the store's key space ("snapshots", "paused").
+	// Kind is the API kind (the store key's space, stageapi.Key).
 	Kind() string
 	// Obj is the API object itself (what the client and scheme know).
 	Obj() client.Object
@@ -50,14 +52,14 @@ type snapshotObject struct{ *sandlotv1.Snapshot }
 
 func (o snapshotObject) Data() *sandlotv1.DataStatus { return &o.Status.DataStatus }
 func (o snapshotObject) Source() string              { return o.Spec.Source.Sandbox }
-func (o snapshotObject) Kind() string                { return "snapshots" }
+func (o snapshotObject) Kind() string                { return "Snapshot" }
 func (o snapshotObject) Obj() client.Object          { return o.Snapshot }
 
 type pausedObject struct{ *sandlotv1.PausedSandbox }
 
 func (o pausedObject) Data() *sandlotv1.DataStatus { return &o.Status.DataStatus }
 func (o pausedObject) Source() string              { return o.Name } // a package is named after its sandbox
-func (o pausedObject) Kind() string                { return "paused" }
+func (o pausedObject) Kind() string                { return "PausedSandbox" }
 func (o pausedObject) Obj() client.Object          { return o.PausedSandbox }
 
 // Node is what the agent knows of its node.
@@ -66,6 +68,12 @@ type Node struct {
 	// SandlotRoot is the shims' <root>: <root>/pods/<podUID>/control.sock.
 	SandlotRoot string
 	Store       store.Store
+	// SharedStore says other nodes restore from Store (s3, juicefs): base
+	// disks go into it and cross-node resumes are possible.
+	SharedStore bool
+	// StageSocket is where the shims ask for data to restore
+	// (package stageapi); "" serves none.
+	StageSocket string
 }
 
 // remotePoll is how often a snapshot's remote status is read until final.
@@ -123,7 +131,11 @@ func (r *DataReconciler) phase(ctx context.Context, snap dataObject) (ctrl.Resul
 	return ctrl.Result{}, nil
 }
 
-func key(o dataObject) string { return o.Kind() + "/" + string(o.GetUID()) }
+// key is the object's store key; a UID is never empty on a stored object.
+func key(o dataObject) string {
+	k, _ := stageapi.Key(o.Kind(), string(o.GetUID()))
+	return k
+}
 
 // take asks the sandbox's shim for the snapshot, straight into the store.
 func (r *DataReconciler) take(ctx context.Context, snap dataObject) error {
@@ -160,6 +172,10 @@ func (r *DataReconciler) take(ctx context.Context, snap dataObject) error {
 	}
 	log.FromContext(ctx).Info("data taken", "object", snap.GetName(), "paused", time.Duration(resp.GetPausedNanos()),
 		"took", time.Duration(resp.GetTookNanos()))
+	if err := r.layout.makePortable(ctx, key(snap)); err != nil {
+		setFailed(st, snap.GetGeneration(), "StoreFailed", "make the snapshot restorable on other nodes: "+err.Error())
+		return r.discard(ctx, snap)
+	}
 	if _, err := r.Store.Commit(ctx, key(snap)); err != nil {
 		setFailed(st, snap.GetGeneration(), "StoreFailed", err.Error())
 		return nil
@@ -211,7 +227,7 @@ func applyManifest(st *sandlotv1.DataStatus, m *vm.Manifest, dir string) {
 // the commit but before the status write.)
 func (r *DataReconciler) finish(ctx context.Context, snap dataObject) error {
 	st := snap.Data()
-	rs, err := r.Store.Status(ctx, key(snap))
+	rs, err := r.layout.remote(ctx, key(snap))
 	if err != nil {
 		return err
 	}
@@ -221,7 +237,8 @@ func (r *DataReconciler) finish(ctx context.Context, snap dataObject) error {
 		return fmt.Errorf("manifest of %s: %w", snap.GetName(), err)
 	}
 	applyManifest(st, m, dir)
-	st.Phase, st.RemoteStatus = sandlotv1.DataReady, rs.Remote
+	st.Phase = sandlotv1.DataReady
+	setRemote(st, snap.GetGeneration(), rs)
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sandlotv1.ConditionReady, Status: metav1.ConditionTrue,
 		Reason: "Persisted", Message: "data persisted on " + r.Name, ObservedGeneration: snap.GetGeneration()})
 	return nil
@@ -233,17 +250,38 @@ func (r *DataReconciler) followRemote(ctx context.Context, snap dataObject) (ctr
 	if st.RemoteStatus == sandlotv1.RemoteReady || st.RemoteStatus == sandlotv1.RemoteFailed || st.RemoteStatus == sandlotv1.RemoteNotApplicable {
 		return ctrl.Result{}, nil
 	}
-	rs, err := r.Store.Status(ctx, key(snap))
+	rs, err := r.layout.remote(ctx, key(snap))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	setRemote(st, snap.GetGeneration(), rs)
+	if rs.Remote == sandlotv1.RemoteInProgress {
+		return ctrl.Result{RequeueAfter: remotePoll}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// setRemote records a remote status and, for a store other nodes read,
+// the RemoteReady condition with the store's reason (retries, failure).
+func setRemote(st *sandlotv1.DataStatus, gen int64, rs store.Status) {
 	st.RemoteStatus = rs.Remote
-	if rs.Remote == sandlotv1.RemoteReady {
+	cond := metav1.Condition{Type: sandlotv1.ConditionRemoteReady, Status: metav1.ConditionFalse,
+		Reason: string(rs.Remote), Message: rs.Message, ObservedGeneration: gen}
+	switch rs.Remote {
+	case sandlotv1.RemoteNotApplicable:
+		return
+	case sandlotv1.RemoteReady:
 		t := metav1.NewTime(rs.ReadyTime)
 		st.RemoteReadyTime = &t
-		return ctrl.Result{}, nil
+		cond.Status = metav1.ConditionTrue
+		if cond.Message == "" {
+			cond.Message = "every file and the data it depends on are in the store"
+		}
 	}
-	return ctrl.Result{RequeueAfter: remotePoll}, nil
+	if cond.Message == "" {
+		cond.Message = "remote status " + string(rs.Remote)
+	}
+	meta.SetStatusCondition(&st.Conditions, cond)
 }
 
 // deleteData removes the data once the controller let the Snapshot go

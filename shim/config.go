@@ -35,6 +35,11 @@ type Config struct {
 	DefaultVCPU      int `json:"defaultVCPU"`
 	// LayerMiB sizes a cold-booted VM's writable layer (default 1024).
 	LayerMiB int `json:"layerMiB"`
+	// AgentSocket is the node agent's stage socket (package
+	// nodeagent/stageapi). With it a restore asks the agent for its data
+	// (downloaded first when another node wrote it); without it the pod's
+	// restore-location annotation must be a directory on this node.
+	AgentSocket string `json:"agentSocket,omitempty"`
 }
 
 // loadConfig reads the config named by a task's runtime options.

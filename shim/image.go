@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/sandlot-dev/sandlot/vm"
 )
 
 // imageDigest asks containerd for the digest of the image the container
@@ -63,6 +65,10 @@ func baseDisk(ctx context.Context, dir, digest string, rootfs []*types.Mount, mo
 	start := time.Now()
 	if err := buildDisk(rootfs, mountpoint, disk); err != nil {
 		return "", fmt.Errorf("base disk for image %s: %w", digest, err)
+	}
+	// Its sha256 once, now: every snapshot's manifest records it.
+	if _, err := vm.DiskSHA256(disk); err != nil {
+		return "", err
 	}
 	logf(ctx, "base disk %s built in %v", disk, time.Since(start))
 	return disk, nil

@@ -17,6 +17,7 @@ import (
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/guest/control"
+	"github.com/sandlot-dev/sandlot/nodeagent/stageapi"
 	"github.com/sandlot-dev/sandlot/vm"
 )
 
@@ -35,6 +36,9 @@ func (s *service) createApp(ctx context.Context, r *taskAPI.CreateTaskRequest, s
 	}
 	p.cfg = cfg
 	vs, adopt, err := s.vmSpec(ctx, r, spec, cfg)
+	if vs.release != nil {
+		defer vs.release() // the VM has mapped its data (or failed) by then
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -74,12 +78,41 @@ func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec
 		return vmSpec{}, 0, fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
 	}
 	if loc := ann[sandlotv1.AnnotationRestoreLocation]; loc != "" {
+		if cfg.AgentSocket != "" {
+			if loc, vs.release, err = stage(ctx, cfg.AgentSocket, ann); err != nil {
+				return vs, 0, err
+			}
+		}
 		adopt, err := restoreSource(loc, vs.ImageDigest, cfg)
 		vs.Restore = loc
 		return vs, adopt, err
 	}
 	vs.BaseDisk, err = baseDisk(ctx, cfg.ImageDir, vs.ImageDigest, r.Rootfs, filepath.Join(r.Bundle, "rootfs"))
 	return vs, 0, err
+}
+
+// stageTimeout bounds a download of the data by the node agent.
+const stageTimeout = 5 * time.Minute
+
+// stage asks the node agent for the pod's restore data on this node. It
+// never falls back to the annotated location: on another node that path
+// names the origin's copy, which this node must not read.
+func stage(ctx context.Context, socket string, ann map[string]string) (string, func(), error) {
+	req := stageapi.StageRequest{Kind: ann[sandlotv1.AnnotationRestoreKind], UID: ann[sandlotv1.AnnotationRestoreUID]}
+	ctx, cancel := context.WithTimeout(ctx, stageTimeout)
+	defer cancel()
+	c := stageapi.NewClient(socket)
+	resp, err := c.Stage(ctx, req)
+	switch {
+	case errors.Is(err, stageapi.ErrNotFound):
+		return "", nil, fmt.Errorf("%w: restore %s %s: %w", errdefs.ErrNotFound, req.Kind, req.UID, err)
+	case errors.Is(err, stageapi.ErrNotReady):
+		return "", nil, fmt.Errorf("%w: restore %s %s: %w", errdefs.ErrUnavailable, req.Kind, req.UID, err)
+	case err != nil:
+		return "", nil, fmt.Errorf("%w: restore %s %s: ask the node agent at %s: %w", errdefs.ErrUnavailable, req.Kind, req.UID, socket, err)
+	}
+	release := func() { _ = c.Release(context.Background(), resp.Token) }
+	return resp.Dir, release, nil
 }
 
 // restoreSource checks a snapshot can start this container: it exists

@@ -51,6 +51,9 @@ type pod struct {
 type vmSpec struct {
 	BaseDisk    string
 	Restore     string // a snapshot directory, or "" to cold boot
+	// release lets the node agent free the staged data once the VM has
+	// restored (nil when nothing was staged).
+	release func()
 	VCPU        int
 	MemoryMiB   int
 	ImageDigest string

@@ -64,7 +64,9 @@ type FileRef struct {
 	SHA256 string `json:"sha256,omitempty"`
 }
 
-func (f FileRef) abs(dir string) string {
+// Abs is the file's path: Path itself when absolute, else under dir
+// (relative paths may leave dir, e.g. "../<other snapshot>/memory").
+func (f FileRef) Abs(dir string) string {
 	if filepath.IsAbs(f.Path) {
 		return f.Path
 	}
@@ -76,11 +78,11 @@ func (m *Manifest) TotalBytes(dir string) int64 {
 	var n int64
 	for _, f := range []FileRef{m.State, m.Disk, m.Memory} {
 		if !filepath.IsAbs(f.Path) {
-			n += allocated(f.abs(dir))
+			n += allocated(f.Abs(dir))
 		}
 	}
 	if m.MemoryLayer != nil {
-		n += allocated(m.MemoryLayer.abs(dir))
+		n += allocated(m.MemoryLayer.Abs(dir))
 	}
 	return n
 }
@@ -101,12 +103,15 @@ func ReadManifest(dir string) (*Manifest, error) {
 	return m, nil
 }
 
-func (m *Manifest) write(dir string) error {
+// Write replaces dir's manifest atomically (data files first, the
+// manifest last: its presence means the snapshot is complete).
+func (m *Manifest) Write(dir string) error {
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
 	tmp := filepath.Join(dir, ManifestFile+".tmp")
+	_ = os.Remove(tmp) // a read-only leftover of a crashed write
 	if err := os.WriteFile(tmp, b, 0o400); err != nil {
 		return err
 	}
@@ -150,7 +155,7 @@ func (m *Manifest) checkFiles(dir string) error {
 		refs = append(refs, *m.MemoryLayer)
 	}
 	for _, f := range refs {
-		fi, err := os.Stat(f.abs(dir))
+		fi, err := os.Stat(f.Abs(dir))
 		if err != nil {
 			return fmt.Errorf("snapshot %s: %w", dir, err)
 		}
@@ -158,7 +163,7 @@ func (m *Manifest) checkFiles(dir string) error {
 			return fmt.Errorf("snapshot %s: %s is %d bytes, the manifest says %d (truncated or replaced)", dir, f.Path, fi.Size(), f.Size)
 		}
 	}
-	sum, err := fileSHA256(m.State.abs(dir))
+	sum, err := fileSHA256(m.State.Abs(dir))
 	if err != nil || sum != m.State.SHA256 {
 		return fmt.Errorf("snapshot %s: device state is corrupt (sha256 %s, manifest %s)", dir, sum, m.State.SHA256)
 	}
@@ -176,7 +181,7 @@ func Verify(dir string) error {
 		refs = append(refs, *m.MemoryLayer)
 	}
 	for _, f := range refs {
-		sum, err := fileSHA256(f.abs(dir))
+		sum, err := fileSHA256(f.Abs(dir))
 		if err != nil {
 			return fmt.Errorf("snapshot %s: %w", dir, err)
 		}
@@ -265,4 +270,20 @@ func QEMUVersion(bin string) (string, error) {
 	v, _, _ = strings.Cut(v, " ")
 	qemuVersions.Store(bin, v)
 	return v, nil
+}
+
+// DiskSHA256 is a base disk's sha256, read from the "<disk>.sha256"
+// sidecar the image cache writes when it builds the disk (base disks are
+// large and never change); without one it is computed and the sidecar
+// written for the next snapshot.
+func DiskSHA256(disk string) (string, error) {
+	if b, err := os.ReadFile(disk + ".sha256"); err == nil && len(strings.TrimSpace(string(b))) == 64 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	sum, err := fileSHA256(disk)
+	if err != nil {
+		return "", fmt.Errorf("base disk sha256: %w", err)
+	}
+	_ = os.WriteFile(disk+".sha256", []byte(sum+"\n"), 0o400) // a cache: a read-only dir just recomputes
+	return sum, nil
 }

@@ -21,9 +21,9 @@ func Restore(ctx context.Context, qemu string, cfg Config, dir string, id identi
 		return nil, err
 	}
 	base := *m
-	base.Memory.Path = m.Memory.abs(dir)
+	base.Memory.Path = m.Memory.Abs(dir)
 	v := &VM{cfg: cfg, spec: cfg.baseSpec(), QEMU: qemu, state: Created, base: &base, identity: id}
-	v.spec.BaseDisk = m.BaseDisk.Path
+	v.spec.BaseDisk = m.BaseDisk.Abs(dir)
 	v.spec.MemoryPath = base.Memory.Path
 	v.spec.Incoming = true
 	if err := v.move(Restoring); err != nil {
@@ -78,7 +78,7 @@ func (v *VM) restore(ctx context.Context, dir string, m *Manifest) error {
 	// The changed pages go in before the device state: loading virtio
 	// state checks the queues against the rings in guest RAM.
 	if m.MemoryLayer != nil {
-		if err := v.applyMemoryLayer(m.MemoryLayer.abs(dir), m.LayerRuns); err != nil {
+		if err := v.applyMemoryLayer(m.MemoryLayer.Abs(dir), m.LayerRuns); err != nil {
 			return err
 		}
 	}

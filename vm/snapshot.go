@@ -71,12 +71,16 @@ func (v *VM) newManifest() (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
+	diskSum, err := DiskSHA256(v.spec.BaseDisk)
+	if err != nil {
+		return nil, err
+	}
 	v.mu.Lock()
 	labels := maps.Clone(v.cfg.Labels)
 	v.mu.Unlock()
 	return &Manifest{Version: ManifestVersion, Created: time.Now().UTC(), Accel: v.spec.Accel, QEMUVersion: qv,
 		CPU: CPUFingerprint(), VCPU: v.spec.VCPU, MemoryMiB: v.spec.MemoryMiB,
-		BaseDisk: FileRef{Path: v.spec.BaseDisk, Size: fi.Size()}, Labels: labels}, nil
+		BaseDisk: FileRef{Path: v.spec.BaseDisk, Size: fi.Size(), SHA256: diskSum}, Labels: labels}, nil
 }
 
 // saveWhilePaused is the part of a snapshot the VM waits for.
@@ -137,5 +141,5 @@ func (v *VM) seal(dir string, m *Manifest) error {
 		}
 		m.MemoryLayer = &layer
 	}
-	return m.write(dir)
+	return m.Write(dir)
 }

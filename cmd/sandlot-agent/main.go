@@ -1,12 +1,16 @@
 // Command sandlot-agent is sandlot's node agent: the node-side work for
-// Snapshots assigned to its node and VMReady on its sandboxes.
+// the Snapshots and pause packages assigned to its node, the data its
+// shims restore from, and VMReady on its sandboxes.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -28,13 +32,65 @@ func main() {
 	}
 }
 
+// storeFlags configure the snapshot store.
+type storeFlags struct {
+	kind, dir string
+	s3        store.S3Config
+	juicefs   store.JuiceFSConfig
+}
+
+func (f *storeFlags) bind(fs *flag.FlagSet) {
+	fs.StringVar(&f.kind, "store", "local", "snapshot store backend: local, s3 or juicefs")
+	fs.StringVar(&f.dir, "store-dir", "/var/lib/sandlot/store", "local: the store; s3: this node's cache of the store")
+	fs.StringVar(&f.s3.Endpoint, "s3-endpoint", "", "s3: host:port or URL of an S3-compatible endpoint")
+	fs.StringVar(&f.s3.Bucket, "s3-bucket", "", "s3: the bucket")
+	fs.StringVar(&f.s3.Prefix, "s3-prefix", "", "s3: prefix of every object name")
+	fs.StringVar(&f.s3.Region, "s3-region", "", "s3: region (empty asks the server)")
+	fs.BoolVar(&f.s3.Insecure, "s3-insecure", false, "s3: plain HTTP to a host:port endpoint")
+	fs.DurationVar(&f.s3.Deadline, "s3-upload-deadline", time.Hour, "s3: an upload that has not succeeded by then is Failed (nothing is deleted)")
+	fs.DurationVar(&f.s3.MaxBackoff, "s3-max-backoff", time.Minute, "s3: longest wait between upload attempts")
+	fs.StringVar(&f.juicefs.MountDir, "juicefs-dir", "", "juicefs: the JuiceFS CSI mount shared by the nodes")
+	fs.StringVar(&f.juicefs.MetricsURL, "juicefs-metrics-url", "", "juicefs: the client's metrics endpoint (juicefs_staging_blocks)")
+	fs.StringVar(&f.juicefs.StagingDir, "juicefs-staging-dir", "", "juicefs: the client's <cache-dir>/<UUID>/rawstaging")
+}
+
+// open makes the store; shared says other nodes restore from it.
+func (f *storeFlags) open(ctx context.Context, node string) (st store.Store, shared bool, err error) {
+	switch f.kind {
+	case "local":
+		st, err = store.NewLocal(f.dir)
+		return st, false, err
+	case "s3":
+		f.s3.CacheRoot, f.s3.Node = f.dir, node
+		// Credentials come from the environment (a Secret in the DaemonSet).
+		f.s3.AccessKey, f.s3.SecretKey = os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
+		f.s3.Logf = logf("s3")
+		s3, err := store.NewS3(f.s3)
+		if err != nil {
+			return nil, false, err
+		}
+		return s3, true, s3.Resume(ctx)
+	case "juicefs":
+		f.juicefs.Node, f.juicefs.Logf = node, logf("juicefs")
+		st, err = store.NewJuiceFS(f.juicefs)
+		return st, true, err
+	}
+	return nil, false, fmt.Errorf("--store %q: want local, s3 or juicefs", f.kind)
+}
+
+func logf(name string) func(string, ...any) {
+	l := ctrl.Log.WithName("store").WithName(name)
+	return func(format string, args ...any) { l.Info(fmt.Sprintf(format, args...)) }
+}
+
 func run(ctx context.Context) error {
-	var metricsAddr, probeAddr, storeKind, storeDir string
+	var metricsAddr, probeAddr string
+	var stf storeFlags
 	var node nodeagent.Node
 	flag.StringVar(&node.Name, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	flag.StringVar(&node.SandlotRoot, "sandlot-root", "/run/sandlot", "the shims' <root> (the runtime option in containerd's config)")
-	flag.StringVar(&storeKind, "store", "local", "snapshot store backend: local")
-	flag.StringVar(&storeDir, "store-dir", "/var/lib/sandlot/store", "the store's directory on this node")
+	flag.StringVar(&node.StageSocket, "stage-socket", "", "where shims ask for data to restore (default <sandlot-root>/agent.sock)")
+	stf.bind(flag.CommandLine)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "address of the metrics endpoint (0 disables it)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8082", "address of /healthz and /readyz")
 	logOpts := zap.Options{}
@@ -44,14 +100,16 @@ func run(ctx context.Context) error {
 	if node.Name == "" {
 		return fmt.Errorf("--node-name (or $NODE_NAME) is required")
 	}
-	if storeKind != "local" {
-		return fmt.Errorf("--store %q: only local is available in this build", storeKind)
+	if node.StageSocket == "" {
+		node.StageSocket = filepath.Join(node.SandlotRoot, "agent.sock")
 	}
-	st, err := store.NewLocal(storeDir)
-	if err != nil {
-		return err
+	var err error
+	if node.Store, node.SharedStore, err = stf.open(ctx, node.Name); err != nil {
+		return fmt.Errorf("store %s: %w", stf.kind, err)
 	}
-	node.Store = st
+	if c, ok := node.Store.(io.Closer); ok {
+		defer c.Close()
+	}
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, sandlotv1.AddToScheme} {
 		if err := add(scheme); err != nil {

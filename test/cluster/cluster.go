@@ -48,7 +48,17 @@ type Options struct {
 	// NoController leaves sandlot's controller and node agents out (a
 	// test runs its own).
 	NoController bool
-	Logf         func(format string, args ...any)
+	// S3, when set, gives every node agent the s3 store (its cache under
+	// the node's directory) instead of the local one.
+	S3   *S3Store
+	Logf func(format string, args ...any)
+	// AgentArgs are extra flags for every node agent.
+	AgentArgs []string
+}
+
+// S3Store is an S3-compatible endpoint the node agents share.
+type S3Store struct {
+	Endpoint, Bucket, AccessKey, SecretKey, Region string
 }
 
 // Cluster is a running cluster.

@@ -108,19 +108,31 @@ func (c *Cluster) startNode(t crienv.T, i int, assets vmtest.Env) (*Node, error)
 }
 
 // startAgent runs sandlot's node agent for n (a DaemonSet in production)
-// with a local store under the node's directory.
+// with a local store, or the s3 store, under the node's directory.
 func (c *Cluster) startAgent(t crienv.T, n *Node) error {
 	if c.NoController {
 		return nil
 	}
-	p, err := c.start(t, "sandlot-agent-"+n.Name, filepath.Join(c.BinDir, "sandlot-agent"), []string{
-		"--node-name=" + n.Name, "--sandlot-root=" + n.SandlotRoot, "--store=local",
-		"--store-dir=" + filepath.Join(n.dir, "store"), "--health-probe-bind-address=" + n.IP + ":8082",
-	}, "KUBECONFIG="+c.Kubeconfig)
+	args, env := c.agentArgs(n)
+	p, err := c.start(t, "sandlot-agent-"+n.Name, filepath.Join(c.BinDir, "sandlot-agent"), args, env...)
 	if err != nil {
 		return err
 	}
 	return p.waitFor(60*time.Second, "readyz", func() error { return httpOK("http://" + n.IP + ":8082/readyz") })
+}
+
+func (c *Cluster) agentArgs(n *Node) (args, env []string) {
+	args = []string{"--node-name=" + n.Name, "--sandlot-root=" + n.SandlotRoot,
+		"--store-dir=" + filepath.Join(n.dir, "store"), "--health-probe-bind-address=" + n.IP + ":8082"}
+	env = []string{"KUBECONFIG=" + c.Kubeconfig}
+	if s := c.S3; s != nil {
+		args = append(args, "--store=s3", "--s3-endpoint="+s.Endpoint, "--s3-bucket="+s.Bucket, "--s3-insecure",
+			"--s3-region="+s.Region)
+		env = append(env, "AWS_ACCESS_KEY_ID="+s.AccessKey, "AWS_SECRET_ACCESS_KEY="+s.SecretKey)
+	} else {
+		args = append(args, "--store=local")
+	}
+	return append(args, c.AgentArgs...), env
 }
 
 // shimConfig writes the node's sandlot shim configuration.
@@ -132,6 +144,9 @@ func (c *Cluster) shimConfig(t crienv.T, n *Node, i int, assets vmtest.Env) (str
 	t.Cleanup(func() { os.RemoveAll(mem) })
 	cfg := shim.Config{Root: n.SandlotRoot, ImageDir: filepath.Join(n.dir, "images"), MemoryDir: mem,
 		Kernel: assets.Assets.Kernel, Initrd: assets.Assets.Initrd, Modules: assets.Assets.Modules}
+	if !c.NoController {
+		cfg.AgentSocket = filepath.Join(n.SandlotRoot, "agent.sock")
+	}
 	b, _ := json.MarshalIndent(cfg, "", "  ")
 	path := filepath.Join(n.dir, "sandlot-shim.json")
 	if err := os.MkdirAll(n.dir, 0o755); err != nil {
@@ -288,6 +303,26 @@ func (c *Cluster) RestartKubelet(node string) error {
 		return err
 	}
 	return n.kubelet.waitFor(90*time.Second, "node Ready", func() error { return c.nodeReady(n.Name) })
+}
+
+// KillAgent stops a node's agent at once (SIGKILL), as a crash would.
+func (c *Cluster) KillAgent(node string) error {
+	p := c.procs["sandlot-agent-"+node]
+	if p == nil {
+		return fmt.Errorf("no agent runs on %s", node)
+	}
+	p.kill()
+	return nil
+}
+
+// RestartAgent starts a node's agent again (after KillAgent) and waits
+// until it is ready. It lives as long as the cluster.
+func (c *Cluster) RestartAgent(node string) error {
+	n, err := c.node(node)
+	if err != nil {
+		return err
+	}
+	return c.startAgent(c.t, n)
 }
 
 func (c *Cluster) node(name string) (*Node, error) {

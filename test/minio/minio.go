@@ -7,11 +7,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,7 +42,7 @@ type Server struct {
 	// Bucket was created at Start.
 	Bucket string
 
-	t       testing.TB
+	t       T
 	bin     string
 	dataDir string
 	logPath string
@@ -62,16 +64,33 @@ func Binary() string {
 	return filepath.Join(cache, "minio", Version, "minio")
 }
 
+// T is what the server needs of a test: testing.TB, or crienv.T for a
+// TestMain or a benchmark command.
+type T interface {
+	Helper()
+	Cleanup(func())
+	Fatalf(format string, args ...any)
+}
+
 // Start runs MinIO on free 127.0.0.1 ports with a temp data dir, waits
 // until it is ready, creates a bucket, and stops it in t.Cleanup.
 func Start(t testing.TB) *Server {
+	t.Helper()
+	return StartIn(t, t.TempDir())
+}
+
+// StartIn is Start with its data and log under dir.
+func StartIn(t T, dir string) *Server {
 	t.Helper()
 	bin := Binary()
 	if fi, err := os.Stat(bin); err != nil || fi.Mode()&0o111 == 0 {
 		t.Fatalf("minio: server binary %s missing: run hack/minio-bins.sh", bin)
 	}
-	s := &Server{t: t, bin: bin, dataDir: t.TempDir(), Endpoint: freeAddr(t), console: freeAddr(t)}
-	s.logPath = filepath.Join(t.TempDir(), "minio.log")
+	s := &Server{t: t, bin: bin, dataDir: filepath.Join(dir, "data"), Endpoint: freeAddr(t), console: freeAddr(t)}
+	s.logPath = filepath.Join(dir, "minio.log")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatalf("minio: %v", err)
+	}
 	t.Cleanup(s.Stop)
 	s.start()
 	s.Bucket = s.NewBucket(t)
@@ -81,7 +100,7 @@ func Start(t testing.TB) *Server {
 // freeAddr picks a free port; MinIO binds it right after, and the
 // console gets one too (the default :9001 collides between test
 // packages running in parallel).
-func freeAddr(t testing.TB) string {
+func freeAddr(t T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("minio: free port: %v", err)
@@ -99,7 +118,8 @@ func (s *Server) start() {
 	cmd := exec.Command(s.bin, "server", s.dataDir, "--address", s.Endpoint, "--console-address", s.console, "--quiet")
 	cmd.Env = append(os.Environ(),
 		"MINIO_ROOT_USER="+AccessKey, "MINIO_ROOT_PASSWORD="+SecretKey,
-		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_REGION="+Region)
+		"MINIO_BROWSER=off", "MINIO_UPDATE=off", "MINIO_REGION="+Region,
+		"MINIO_PROMETHEUS_AUTH_TYPE=public") // Requests reads the request counters
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Own process group: a Ctrl-C of the test does not reach it first,
 	// and Stop signals exactly this process.
@@ -183,7 +203,7 @@ func (s *Server) Client() *s3.Client {
 
 // NewBucket creates a bucket of its own for t (tests sharing one server
 // stay apart).
-func (s *Server) NewBucket(t testing.TB) string {
+func (s *Server) NewBucket(t T) string {
 	t.Helper()
 	name := fmt.Sprintf("test-%d-%d", os.Getpid(), bucketSeq.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -195,7 +215,7 @@ func (s *Server) NewBucket(t testing.TB) string {
 }
 
 // Objects lists the object names under prefix in bucket.
-func (s *Server) Objects(t testing.TB, bucket, prefix string) []string {
+func (s *Server) Objects(t T, bucket, prefix string) []string {
 	t.Helper()
 	var names []string
 	for o := range s.Client().ListObjects(context.Background(), bucket, s3.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
@@ -211,4 +231,33 @@ func (s *Server) Objects(t testing.TB, bucket, prefix string) []string {
 func (s *Server) Log() string {
 	data, _ := os.ReadFile(s.logPath)
 	return string(bytes.TrimSpace(data))
+}
+
+// Requests is how many S3 requests of one API (e.g. "getobject",
+// "putobject") the server has answered since it started, from its
+// Prometheus counters: the proof that data came from (or went to) it.
+func (s *Server) Requests(t T, api string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + s.Endpoint + "/minio/v2/metrics/cluster")
+	if err != nil {
+		t.Fatalf("minio: metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("minio: metrics: %s: %v", resp.Status, err)
+	}
+	n := 0.0
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "minio_s3_requests_total{") || !strings.Contains(line, `api="`+api+`"`) {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			t.Fatalf("minio: metrics line %q: %v", line, err)
+		}
+		n += v
+	}
+	return int(n)
 }

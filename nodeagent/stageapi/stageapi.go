@@ -1,0 +1,125 @@
+// Package stageapi is how a shim asks its node's agent for the data a pod
+// restores from: the agent opens it in the store (downloading it and what
+// it depends on when another node wrote it) and answers with the local
+// directory; the shim releases it once the VM is restored. It is HTTP
+// with JSON bodies on a unix socket, and imports nothing of Kubernetes.
+package stageapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Paths of the two calls.
+const (
+	PathStage   = "/v1/stage"
+	PathRelease = "/v1/release"
+)
+
+// StageRequest names the data: the kind and UID of a Snapshot or a
+// PausedSandbox (the pod's restore annotations).
+type StageRequest struct {
+	Kind string `json:"kind"`
+	UID  string `json:"uid"`
+}
+
+// StageResponse is the data's directory on this node; Token releases it.
+type StageResponse struct {
+	Dir   string `json:"dir"`
+	Token string `json:"token"`
+}
+
+// ReleaseRequest ends a stage.
+type ReleaseRequest struct {
+	Token string `json:"token"`
+}
+
+// Error is a failed call: the HTTP status says which kind of failure
+// (404 unknown data, 409 not restorable on this node yet, 400 bad request).
+type Error struct {
+	Status  int    `json:"-"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("node agent: %s (HTTP %d)", e.Message, e.Status) }
+
+// ErrNotFound and ErrNotReady classify an *Error with errors.Is.
+var (
+	ErrNotFound = errors.New("data not found on this node or in the store")
+	ErrNotReady = errors.New("data not restorable on this node yet")
+)
+
+func (e *Error) Is(target error) bool {
+	return (target == ErrNotFound && e.Status == http.StatusNotFound) ||
+		(target == ErrNotReady && e.Status == http.StatusConflict)
+}
+
+// Key is the store key of a restorable kind's object: the agent keeps
+// Snapshots under "snapshots/<uid>" and pause packages under
+// "paused/<uid>".
+func Key(kind, uid string) (string, error) {
+	prefix, ok := map[string]string{"Snapshot": "snapshots", "PausedSandbox": "paused"}[kind]
+	if !ok || uid == "" {
+		return "", fmt.Errorf("restore source %s/%q: want kind Snapshot or PausedSandbox and a UID", kind, uid)
+	}
+	return prefix + "/" + uid, nil
+}
+
+// Client calls the agent's socket.
+type Client struct{ http *http.Client }
+
+// NewClient talks to the agent listening on socket.
+func NewClient(socket string) *Client {
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}
+	return &Client{http: &http.Client{Transport: &http.Transport{DialContext: dial}}}
+}
+
+// Stage opens the data on this node; downloads can take a while, so ctx
+// bounds it.
+func (c *Client) Stage(ctx context.Context, r StageRequest) (StageResponse, error) {
+	var out StageResponse
+	return out, c.call(ctx, PathStage, r, &out)
+}
+
+// Release ends a stage (a token the agent no longer knows is fine).
+func (c *Client) Release(ctx context.Context, token string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return c.call(ctx, PathRelease, ReleaseRequest{Token: token}, nil)
+}
+
+func (c *Client) call(ctx context.Context, path string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://agent"+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("node agent %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		e := &Error{Status: resp.StatusCode}
+		if json.NewDecoder(resp.Body).Decode(e) != nil || e.Message == "" {
+			e.Message = resp.Status
+		}
+		return e
+	}
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
