@@ -49,11 +49,11 @@ type pod struct {
 
 // vmSpec is what the app container asks of the VM.
 type vmSpec struct {
-	BaseDisk    string
-	Restore     string // a snapshot directory, or "" to cold boot
+	BaseDisk string
+	Restore  string // a snapshot directory, or "" to cold boot
 	// release lets the node agent free the staged data once the VM has
 	// restored (nil when nothing was staged).
-	release func()
+	release     func()
 	VCPU        int
 	MemoryMiB   int
 	ImageDigest string
