@@ -20,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -39,15 +40,22 @@ func CacheOptions(node string) cache.Options {
 	}}
 }
 
+// dataWorkers is how many Snapshots (and as many pause packages) one
+// agent takes at once.
+const dataWorkers = 4
+
 // Setup registers the agent's reconcilers.
 func Setup(mgr ctrl.Manager, n Node) error {
 	l := &layout{store: n.Store, shared: n.SharedStore}
-	if err := ctrl.NewControllerManagedBy(mgr).Named("snapshot").For(&sandlotv1.Snapshot{}).
+	// Snapshots of different VMs are taken side by side (the shim
+	// serializes those of one VM).
+	opts := controller.Options{MaxConcurrentReconciles: dataWorkers}
+	if err := ctrl.NewControllerManagedBy(mgr).Named("snapshot").For(&sandlotv1.Snapshot{}).WithOptions(opts).
 		Complete(&DataReconciler{Client: mgr.GetClient(), Node: n, layout: l,
 			New: func() dataObject { return snapshotObject{&sandlotv1.Snapshot{}} }}); err != nil {
 		return err
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).Named("pausedsandbox").For(&sandlotv1.PausedSandbox{}).
+	if err := ctrl.NewControllerManagedBy(mgr).Named("pausedsandbox").For(&sandlotv1.PausedSandbox{}).WithOptions(opts).
 		Complete(&DataReconciler{Client: mgr.GetClient(), Node: n, layout: l,
 			New: func() dataObject { return pausedObject{&sandlotv1.PausedSandbox{}} }}); err != nil {
 		return err

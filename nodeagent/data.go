@@ -76,6 +76,10 @@ type Node struct {
 	StageSocket string
 }
 
+// snapshotTimeout bounds the shim's Snapshot (it pauses the VM for
+// milliseconds; persisting RAM and disk takes seconds).
+const snapshotTimeout = 5 * time.Minute
+
 // remotePoll is how often a snapshot's remote status is read until final.
 const remotePoll = time.Second
 
@@ -96,35 +100,37 @@ func (r *DataReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 	}
 	orig := snap.Obj().DeepCopyObject().(client.Object)
-	res, err := r.phase(ctx, snap)
+	res, err := r.phase(ctx, snap, &orig)
 	snap.Data().ObservedGeneration = snap.GetGeneration()
-	if perr := r.Status().Patch(ctx, snap.Obj(), client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); perr != nil {
-		return ctrl.Result{}, errors.Join(err, fmt.Errorf("status of snapshot %s: %w", req, perr))
+	if perr := r.patchStatus(ctx, snap, &orig); perr != nil {
+		return ctrl.Result{}, errors.Join(err, fmt.Errorf("status of %s %s: %w", snap.Kind(), req, perr))
 	}
 	return res, err
 }
 
+// patchStatus writes the status changes since *orig, guarded by its
+// resourceVersion (the controller writes other fields of it), and makes
+// the result the new *orig.
+func (r *DataReconciler) patchStatus(ctx context.Context, snap dataObject, orig *client.Object) error {
+	if err := r.Status().Patch(ctx, snap.Obj(), client.MergeFromWithOptions(*orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return err
+	}
+	*orig = snap.Obj().DeepCopyObject().(client.Object)
+	return nil
+}
+
 // phase moves the snapshot one step: take it, recover from an agent that
 // died while taking it, or follow its remote status.
-func (r *DataReconciler) phase(ctx context.Context, snap dataObject) (ctrl.Result, error) {
+func (r *DataReconciler) phase(ctx context.Context, snap dataObject, orig *client.Object) (ctrl.Result, error) {
 	st := snap.Data()
 	switch st.Phase {
 	case sandlotv1.DataPending:
 		if snap.Source() == "" {
 			return ctrl.Result{}, nil // imports are the controller's
 		}
-		return ctrl.Result{}, r.take(ctx, snap)
+		return ctrl.Result{}, r.take(ctx, snap, orig)
 	case sandlotv1.DataCreating:
-		// Creating at the start of a reconcile: an agent died mid-snapshot.
-		// Committed data is finished; anything else is never Ready.
-		if _, err := r.Store.Status(ctx, key(snap)); err == nil {
-			return ctrl.Result{RequeueAfter: remotePoll}, r.finish(ctx, snap)
-		}
-		if err := r.discard(ctx, snap); err != nil {
-			return ctrl.Result{}, err
-		}
-		setFailed(st, snap.GetGeneration(), "AgentRestarted", "the node agent restarted while taking the snapshot; its partial data was removed")
-		return ctrl.Result{}, nil
+		return r.recover(ctx, snap)
 	case sandlotv1.DataReady:
 		return r.followRemote(ctx, snap)
 	}
@@ -132,13 +138,58 @@ func (r *DataReconciler) phase(ctx context.Context, snap dataObject) (ctrl.Resul
 }
 
 // key is the object's store key; a UID is never empty on a stored object.
+// recover finishes data an agent that died left Creating: committed data
+// is finished; a snapshot the shim completed after the agent died (it
+// runs to its end) is verified file by file and committed; anything else
+// is removed and the object Failed — never a half-written Ready.
+func (r *DataReconciler) recover(ctx context.Context, snap dataObject) (ctrl.Result, error) {
+	k := key(snap)
+	if _, err := r.Store.Status(ctx, k); err == nil {
+		return ctrl.Result{RequeueAfter: remotePoll}, r.finish(ctx, snap)
+	}
+	if err := r.waitForShim(ctx, snap); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := vm.Verify(r.Store.Dir(k)); err == nil {
+		log.FromContext(ctx).Info("the shim completed the snapshot after the agent restarted: committing it", "object", snap.GetName())
+		return ctrl.Result{RequeueAfter: remotePoll}, r.commit(ctx, snap)
+	}
+	if err := r.discard(ctx, snap); err != nil {
+		return ctrl.Result{}, err
+	}
+	setFailed(snap.Data(), snap.GetGeneration(), "AgentRestarted",
+		"the node agent restarted while taking the snapshot and it did not complete; its partial data was removed")
+	return ctrl.Result{}, nil
+}
+
+// waitForShim returns once the sandbox's shim is not writing a snapshot:
+// its Stats waits for the VM's lock, which a snapshot holds to its end.
+// No pod, no shim, no writer.
+func (r *DataReconciler) waitForShim(ctx context.Context, snap dataObject) error {
+	pod, err := r.sandboxPod(ctx, snap)
+	if err != nil {
+		return nil
+	}
+	c, err := controlapi.Dial(ctx, filepath.Join(r.SandlotRoot, "pods", string(pod.UID), "control.sock"))
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
+	defer cancel()
+	if _, err := c.Stats(ctx, &controlapi.StatsRequest{}); err != nil && ctx.Err() != nil {
+		return fmt.Errorf("wait for the shim of %s to finish a snapshot: %w", snap.GetName(), err)
+	}
+	return nil
+}
+
 func key(o dataObject) string {
 	k, _ := stageapi.Key(o.Kind(), string(o.GetUID()))
 	return k
 }
 
 // take asks the sandbox's shim for the snapshot, straight into the store.
-func (r *DataReconciler) take(ctx context.Context, snap dataObject) error {
+func (r *DataReconciler) take(ctx context.Context, snap dataObject, orig *client.Object) error {
 	st := snap.Data()
 	pod, err := r.sandboxPod(ctx, snap)
 	if err != nil {
@@ -147,9 +198,8 @@ func (r *DataReconciler) take(ctx context.Context, snap dataObject) error {
 	}
 	// Record Creating first (its own write): a restarted agent must know
 	// a snapshot was under way.
-	orig := snap.Obj().DeepCopyObject().(client.Object)
 	st.Phase = sandlotv1.DataCreating
-	if err := r.Status().Patch(ctx, snap.Obj(), client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.patchStatus(ctx, snap, orig); err != nil {
 		return err
 	}
 	if err := r.discard(ctx, snap); err != nil { // an earlier attempt's leftovers
@@ -165,13 +215,22 @@ func (r *DataReconciler) take(ctx context.Context, snap dataObject) error {
 		return nil
 	}
 	defer c.Close()
-	resp, err := c.Snapshot(ctx, &controlapi.SnapshotRequest{Dir: dir})
+	sctx, cancel := context.WithTimeout(ctx, snapshotTimeout) // a hung shim must not hold a worker for ever
+	defer cancel()
+	resp, err := c.Snapshot(sctx, &controlapi.SnapshotRequest{Dir: dir})
 	if err != nil {
 		setFailed(st, snap.GetGeneration(), "SnapshotFailed", err.Error())
 		return nil
 	}
 	log.FromContext(ctx).Info("data taken", "object", snap.GetName(), "paused", time.Duration(resp.GetPausedNanos()),
 		"took", time.Duration(resp.GetTookNanos()))
+	return r.commit(ctx, snap)
+}
+
+// commit hands a complete snapshot directory to the store, made
+// restorable on other nodes first, and marks it Ready.
+func (r *DataReconciler) commit(ctx context.Context, snap dataObject) error {
+	st := snap.Data()
 	if err := r.layout.makePortable(ctx, key(snap)); err != nil {
 		setFailed(st, snap.GetGeneration(), "StoreFailed", "make the snapshot restorable on other nodes: "+err.Error())
 		return r.discard(ctx, snap)
@@ -186,10 +245,7 @@ func (r *DataReconciler) take(ctx context.Context, snap dataObject) error {
 // discard removes what an unfinished attempt left in the store: the
 // store knows its own layout and records.
 func (r *DataReconciler) discard(ctx context.Context, snap dataObject) error {
-	if err := r.Store.Delete(ctx, key(snap)); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("discard partial data of %s: %w", snap.GetName(), err)
-	}
-	return nil
+	return discardUncommitted(ctx, r.Store, key(snap))
 }
 
 // sandboxPod is the running pod of the snapshot's sandbox, on this node.

@@ -96,11 +96,13 @@ func (l *layout) shareBaseDisk(ctx context.Context, disk vm.FileRef) (string, er
 	dst := filepath.Join(l.store.Dir(key), baseDiskFile)
 	l.diskMu.Lock()
 	defer l.diskMu.Unlock()
-	if _, err := l.store.Status(ctx, key); err == nil {
+	// Committed and not Failed: shared already, or under way. A Failed
+	// upload is committed afresh (a new upload run) below.
+	if st, err := l.store.Status(ctx, key); err == nil && st.Remote != sandlotv1.RemoteFailed {
 		return dst, nil
 	}
-	if err := l.store.Delete(ctx, key); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return "", fmt.Errorf("discard a partial copy of base disk %s: %w", key, err)
+	if err := discardUncommitted(ctx, l.store, key); err != nil {
+		return "", err
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return "", err
@@ -112,6 +114,20 @@ func (l *layout) shareBaseDisk(ctx context.Context, disk vm.FileRef) (string, er
 		return "", fmt.Errorf("commit base disk %s: %w", key, err)
 	}
 	return dst, nil
+}
+
+// discardUncommitted removes what an unfinished write of key left on this
+// node, through the store (it knows its layout and records). Nothing
+// there: nothing to do — the store is not even asked, so a remote that is
+// down does not hold up a first attempt.
+func discardUncommitted(ctx context.Context, st store.Store, key string) error {
+	if _, err := os.Stat(st.Dir(key)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := st.Delete(ctx, key); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("discard partial data of %s: %w", key, err)
+	}
+	return nil
 }
 
 // deps are the store keys key's manifest refers to.

@@ -58,11 +58,24 @@ type controlAPI struct {
 	pod *pod
 }
 
+// vmOpTimeout bounds a VM operation once started.
+const vmOpTimeout = 5 * time.Minute
+
+// detached runs a VM operation to its end even when the caller goes away
+// (an agent killed mid-snapshot must not leave the VM stopped halfway).
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), vmOpTimeout)
+}
+
 func (a *controlAPI) Pause(ctx context.Context, _ *controlapi.PauseRequest) (*controlapi.PauseResponse, error) {
+	ctx, cancel := detached(ctx)
+	defer cancel()
 	return &controlapi.PauseResponse{}, a.withVM(func() error { return a.pod.vm.Pause(ctx) })
 }
 
 func (a *controlAPI) Resume(ctx context.Context, _ *controlapi.ResumeRequest) (*controlapi.ResumeResponse, error) {
+	ctx, cancel := detached(ctx)
+	defer cancel()
 	return &controlapi.ResumeResponse{}, a.withVM(func() error { return a.pod.vm.Resume(ctx) })
 }
 
@@ -70,9 +83,17 @@ func (a *controlAPI) Snapshot(ctx context.Context, r *controlapi.SnapshotRequest
 	if !filepath.IsAbs(r.GetDir()) {
 		return nil, fmt.Errorf("snapshot directory %q is not an absolute path", r.GetDir())
 	}
+	caller := ctx
+	ctx, cancel := detached(ctx)
+	defer cancel()
 	start := time.Now()
 	resp := &controlapi.SnapshotResponse{}
 	err := a.withVM(func() error {
+		// Queued behind another operation of this VM while the caller went
+		// away: it no longer wants the snapshot. Once begun, it completes.
+		if err := caller.Err(); err != nil {
+			return fmt.Errorf("snapshot not started: the caller went away: %w", err)
+		}
 		m, err := a.pod.vm.Snapshot(ctx, r.GetDir())
 		if err != nil {
 			return err
@@ -86,6 +107,8 @@ func (a *controlAPI) Snapshot(ctx context.Context, r *controlapi.SnapshotRequest
 }
 
 func (a *controlAPI) Restore(ctx context.Context, r *controlapi.RestoreRequest) (*controlapi.RestoreResponse, error) {
+	ctx, cancel := detached(ctx)
+	defer cancel()
 	start := time.Now()
 	if err := a.s.restoreInPlace(ctx, a.pod, r.GetDir()); err != nil {
 		return nil, err

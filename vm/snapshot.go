@@ -51,6 +51,9 @@ func (v *VM) snapshot(ctx context.Context, dir string) (*Manifest, error) {
 	}
 	saveErr := v.saveWhilePaused(ctx, dir, m)
 	if wasRunning {
+		// Whatever happened to the caller, the VM runs on.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
 		if err := v.qmpErr(v.qmp.Cont(ctx), "cont"); err != nil && saveErr == nil {
 			saveErr = err
 		}

@@ -377,6 +377,18 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 		return inUse(key)
 	}
 	s.stopUpload(key)
+	if uncommitted, err := s.uncommittedHere(key); err != nil || uncommitted {
+		// Written here and never committed: nothing of it was uploaded
+		// (uploads start at Commit; keys are written by one node), so a
+		// remote that is down does not hold up the cleanup.
+		if err == nil {
+			err = removeAll(s.Dir(key))
+		}
+		if err != nil {
+			return fmt.Errorf("store: delete %s: %w", key, err)
+		}
+		return nil
+	}
 	remote, err := s.deleteRemote(ctx, key)
 	if err != nil {
 		return fmt.Errorf("store: delete %s: %w", key, err)
@@ -396,6 +408,17 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 		return fmt.Errorf("store: delete %s: %w", key, ErrNotFound)
 	}
 	return nil
+}
+
+// uncommittedHere: key's directory exists here without this node's
+// record of a commit or a download.
+func (s *S3) uncommittedHere(key string) (bool, error) {
+	dir, err := exists(s.Dir(key))
+	if err != nil || !dir {
+		return false, err
+	}
+	state, err := exists(s.statePath(key))
+	return !state, err
 }
 
 func (s *S3) deleteRemote(ctx context.Context, key string) (found bool, err error) {

@@ -123,7 +123,7 @@ func (c *Cluster) startAgent(t crienv.T, n *Node) error {
 
 func (c *Cluster) agentArgs(n *Node) (args, env []string) {
 	args = []string{"--node-name=" + n.Name, "--sandlot-root=" + n.SandlotRoot,
-		"--store-dir=" + filepath.Join(n.dir, "store"), "--health-probe-bind-address=" + n.IP + ":8082"}
+		"--store-dir=" + n.StoreDir(), "--health-probe-bind-address=" + n.IP + ":8082"}
 	env = []string{"KUBECONFIG=" + c.Kubeconfig}
 	if s := c.S3; s != nil {
 		args = append(args, "--store=s3", "--s3-endpoint="+s.Endpoint, "--s3-bucket="+s.Bucket, "--s3-insecure",
@@ -324,6 +324,9 @@ func (c *Cluster) RestartAgent(node string) error {
 	}
 	return c.startAgent(c.t, n)
 }
+
+// StoreDir is the node agent's store (its cache, for s3).
+func (n *Node) StoreDir() string { return filepath.Join(n.dir, "store") }
 
 func (c *Cluster) node(name string) (*Node, error) {
 	for _, n := range c.Nodes {

@@ -6,7 +6,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,163 +14,16 @@ import (
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
-	"github.com/sandlot-dev/sandlot/guest/envdpb/processpb"
-	"github.com/sandlot-dev/sandlot/guest/envdpb/processpb/processpbconnect"
 	"github.com/sandlot-dev/sandlot/test/cluster"
-	vmtest "github.com/sandlot-dev/sandlot/test/vm"
+	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
-
-// kube is a controller-runtime client for the cluster.
-func kube(t *testing.T) client.Client {
-	t.Helper()
-	ctrllog.SetLogger(logr.Discard())
-	cfg, err := c.RESTConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, sandlotv1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	k, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-// template makes a small template of the default image (test-owned).
-func template(t *testing.T, k client.Client, name string) {
-	t.Helper()
-	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: sandlotv1.TemplateSpec{Image: defaultImage(t), Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256}}}
-	if err := k.Create(context.Background(), tpl); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-}
-
-// defaultImage is the sandbox image make vm-assets built and every node
-// imported (the quickstart sample names it too).
-func defaultImage(t *testing.T) string {
-	t.Helper()
-	env, err := vmtest.LoadEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if env.ImageRef == "" {
-		t.Fatal("current.env names no default image: run `make vm-assets`")
-	}
-	return env.ImageRef
-}
-
-// sandboxes creates sandboxes of a template and waits until they run.
-func sandboxes(t *testing.T, k client.Client, tpl string, names ...string) map[string]*sandlotv1.Sandbox {
-	t.Helper()
-	for _, n := range names {
-		sbx := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: "default"},
-			Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Template: tpl}, TimeoutSeconds: ptr.To[int32](1800)}}
-		if err := k.Create(context.Background(), sbx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { deleteSandbox(t, k, n) })
-	}
-	out := map[string]*sandlotv1.Sandbox{}
-	for _, n := range names {
-		out[n] = waitRunning(t, k, n)
-	}
-	return out
-}
-
-func waitRunning(t *testing.T, k client.Client, name string) *sandlotv1.Sandbox {
-	t.Helper()
-	var s sandlotv1.Sandbox
-	eventually(t, 3*time.Minute, "sandbox "+name+" Running", func() error {
-		if err := k.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &s); err != nil {
-			return err
-		}
-		if s.Status.Phase == sandlotv1.SandboxFailed {
-			t.Fatalf("sandbox %s failed: %s: %s", name, s.Status.Reason, s.Status.Message)
-		}
-		if s.Status.Phase != sandlotv1.SandboxRunning || s.Status.PodIP == "" {
-			return fmt.Errorf("phase %s (%s)", s.Status.Phase, s.Status.Message)
-		}
-		return nil
-	})
-	return &s
-}
-
-func deleteSandbox(t *testing.T, k client.Client, name string) {
-	t.Helper()
-	sbx := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
-	if err := k.Delete(context.Background(), sbx); err != nil && !apierrors.IsNotFound(err) {
-		t.Errorf("delete sandbox %s: %v", name, err)
-	}
-	eventually(t, 2*time.Minute, "sandbox "+name+" and its pod gone", func() error {
-		if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), sbx); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("sandbox still there (%v)", err)
-		}
-		if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &corev1.Pod{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("pod still there (%v)", err)
-		}
-		return nil
-	})
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v: %v", what, timeout, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
-// envdRun runs a command in a sandbox through its envd API on the pod IP.
-func envdRun(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox, cmd string) string {
-	t.Helper()
-	var secret corev1.Secret
-	if err := k.Get(context.Background(), client.ObjectKey{Namespace: sbx.Namespace, Name: sandlotv1.TokenSecretName(sbx.Name)}, &secret); err != nil {
-		t.Fatal(err)
-	}
-	pc := processpbconnect.NewProcessClient(http.DefaultClient, "http://"+sbx.Status.PodIP+":49983", connect.WithProtoJSON())
-	req := connect.NewRequest(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", cmd}}})
-	req.Header().Set("X-Access-Token", string(secret.Data[sandlotv1.TokenSecretKey]))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	stream, err := pc.Start(ctx, req)
-	if err != nil {
-		t.Fatalf("envd at %s: %v", sbx.Status.PodIP, err)
-	}
-	var out strings.Builder
-	for stream.Receive() {
-		out.Write(stream.Msg().GetEvent().GetData().GetStdout())
-	}
-	if err := stream.Err(); err != nil && err != io.EOF {
-		t.Fatalf("envd %q: %v", cmd, err)
-	}
-	return out.String()
-}
 
 func hostKernel(t *testing.T) string {
 	out, err := exec.Command("uname", "-r").Output()
@@ -185,23 +37,23 @@ func hostKernel(t *testing.T) string {
 // runs as a microVM that answers on its pod IP, logs, and execs; deleting
 // it removes pod, VM, netns and files.
 func TestQuickstart(t *testing.T) {
-	k := kube(t)
+	k := sbxtest.Client(t, c)
 	ctx := context.Background()
 	if _, err := c.Kubectl(ctx, "apply", "-f", filepath.Join(cluster.RepoRoot(), "config", "samples", "quickstart.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deleteSandbox(t, k, "hello") })
-	sbx := waitRunning(t, k, "hello")
+	t.Cleanup(func() { sbxtest.Delete(t, k, "hello") })
+	sbx := sbxtest.WaitRunning(t, k, "hello")
 	t.Logf("sandbox hello Running on %s at %s", sbx.Status.NodeName, sbx.Status.PodIP)
 	resp, err := http.Get("http://" + sbx.Status.PodIP + ":49983/health")
 	if err != nil || resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("envd /health at the pod IP: %v %v", resp, err)
 	}
 	host := hostKernel(t)
-	if got := strings.TrimSpace(envdRun(t, k, sbx, "uname -r; echo $GREETING")); !strings.Contains(got, "hello from sandlot") || strings.HasPrefix(got, host) {
+	if got := strings.TrimSpace(sbxtest.EnvdRun(t, k, sbx, "uname -r; echo $GREETING")); !strings.Contains(got, "hello from sandlot") || strings.HasPrefix(got, host) {
 		t.Fatalf("envd ran %q (host kernel %s)", got, host)
 	}
-	eventually(t, 30*time.Second, "kubectl logs", func() error {
+	sbxtest.Eventually(t, 30*time.Second, "kubectl logs", func() error {
 		out, err := c.Kubectl(ctx, "logs", "hello")
 		if err == nil && !strings.Contains(out, "ready") {
 			err = fmt.Errorf("logs %q", out)
@@ -213,9 +65,9 @@ func TestQuickstart(t *testing.T) {
 		t.Fatalf("kubectl exec uname -r: %q %v (host %s): not inside the VM", out, err, host)
 	}
 	uid := podUID(t, k, "hello")
-	deleteSandbox(t, k, "hello")
+	sbxtest.Delete(t, k, "hello")
 	node := nodeOf(t, sbx.Status.NodeName)
-	eventually(t, 30*time.Second, "VM, netns and files gone", func() error { return vmGone(node, uid) })
+	sbxtest.Eventually(t, 30*time.Second, "VM, netns and files gone", func() error { return vmGone(node, uid) })
 }
 
 func podUID(t *testing.T, k client.Client, name string) string {
@@ -253,9 +105,9 @@ func vmGone(n *cluster.Node, podUID string) error {
 // TestSpreadAndCordon: sandboxes land on both nodes; a cordoned node
 // gets no new ones.
 func TestSpreadAndCordon(t *testing.T) {
-	k := kube(t)
-	template(t, k, "small")
-	placed := sandboxes(t, k, "small", "spread-a", "spread-b", "spread-c", "spread-d")
+	k := sbxtest.Client(t, c)
+	sbxtest.Template(t, k, "small")
+	placed := sbxtest.Create(t, k, "small", "spread-a", "spread-b", "spread-c", "spread-d")
 	nodes := map[string]int{}
 	for _, s := range placed {
 		nodes[s.Status.NodeName]++
@@ -269,7 +121,7 @@ func TestSpreadAndCordon(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = c.Kubectl(ctx, "uncordon", cordoned) })
-	for _, s := range sandboxes(t, k, "small", "cordon-a", "cordon-b") {
+	for _, s := range sbxtest.Create(t, k, "small", "cordon-a", "cordon-b") {
 		if s.Status.NodeName == cordoned {
 			t.Fatalf("sandbox %s placed on cordoned node %s", s.Name, cordoned)
 		}
@@ -279,9 +131,9 @@ func TestSpreadAndCordon(t *testing.T) {
 // TestKubeletDeath: a node whose kubelet dies has its sandboxes marked not
 // Ready within 30 s (node-monitor-grace-period 20 s).
 func TestKubeletDeath(t *testing.T) {
-	k := kube(t)
-	template(t, k, "small")
-	sbx := sandboxes(t, k, "small", "orphan")["orphan"]
+	k := sbxtest.Client(t, c)
+	sbxtest.Template(t, k, "small")
+	sbx := sbxtest.Create(t, k, "small", "orphan")["orphan"]
 	node := sbx.Status.NodeName
 	killed := time.Now()
 	if err := c.KillKubelet(node); err != nil {
@@ -292,7 +144,7 @@ func TestKubeletDeath(t *testing.T) {
 			t.Errorf("restart the kubelet of %s: %v", node, err)
 		}
 	})
-	eventually(t, 30*time.Second, "sandbox not Ready after its kubelet died", func() error {
+	sbxtest.Eventually(t, 30*time.Second, "sandbox not Ready after its kubelet died", func() error {
 		var s sandlotv1.Sandbox
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &s); err != nil {
 			return err
@@ -309,7 +161,7 @@ func TestKubeletDeath(t *testing.T) {
 // `kubernetes` Service (kube-proxy's rules), TLS verified with its
 // service account.
 func TestServiceFromPod(t *testing.T) {
-	k := kube(t)
+	k := sbxtest.Client(t, c)
 	script := `import json, ssl, urllib.request
 sa = "/var/run/secrets/kubernetes.io/serviceaccount/"
 ctx = ssl.create_default_context(cafile=sa + "ca.crt")
@@ -317,12 +169,12 @@ req = urllib.request.Request("https://10.0.0.1:443/version", headers={"Authoriza
 print(json.load(urllib.request.urlopen(req, context=ctx, timeout=10))["gitVersion"])`
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "apicheck", Namespace: "default"},
 		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
-			Name: "check", Image: defaultImage(t), ImagePullPolicy: corev1.PullNever, Command: []string{"python3", "-c", script}}}}}
+			Name: "check", Image: sbxtest.DefaultImage(t), ImagePullPolicy: corev1.PullNever, Command: []string{"python3", "-c", script}}}}}
 	if err := k.Create(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k.Delete(context.Background(), pod) })
-	eventually(t, 2*time.Minute, "apicheck pod done", func() error {
+	sbxtest.Eventually(t, 2*time.Minute, "apicheck pod done", func() error {
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(pod), pod); err != nil {
 			return err
 		}
@@ -346,31 +198,15 @@ print(json.load(urllib.request.urlopen(req, context=ctx, timeout=10))["gitVersio
 // snapshot restores it — a file and an in-memory value from before are
 // there — and the agent reports VMReady on both.
 func TestSnapshotRestore(t *testing.T) {
-	k := kube(t)
-	template(t, k, "small")
-	parent := sandboxes(t, k, "small", "parent")["parent"]
-	envdRun(t, k, parent, "echo on-disk > /root/file; echo in-memory > /dev/shm/value")
+	k := sbxtest.Client(t, c)
+	sbxtest.Template(t, k, "small")
+	parent := sbxtest.Create(t, k, "small", "parent")["parent"]
+	sbxtest.EnvdRun(t, k, parent, "echo on-disk > /root/file; echo in-memory > /dev/shm/value")
 	ctx := context.Background()
-	snap := &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: "parent-1", Namespace: "default"},
-		Spec: sandlotv1.SnapshotSpec{Source: sandlotv1.SnapshotSource{Sandbox: "parent"}}}
-	if err := k.Create(ctx, snap); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = k.Delete(context.Background(), snap) })
-	eventually(t, 2*time.Minute, "snapshot Ready", func() error {
-		if err := k.Get(ctx, client.ObjectKeyFromObject(snap), snap); err != nil {
-			return err
-		}
-		if snap.Status.Phase == sandlotv1.DataFailed {
-			t.Fatalf("snapshot failed: %+v", snap.Status.Conditions)
-		}
-		if snap.Status.Phase != sandlotv1.DataReady {
-			return fmt.Errorf("phase %q", snap.Status.Phase)
-		}
-		return nil
-	})
+	snap := sbxtest.Snapshot(t, k, "parent-1", "parent")
 	st := snap.Status
-	if st.RemoteStatus != sandlotv1.RemoteNotApplicable || st.TotalBytes == 0 || st.Fingerprint.QEMU == "" || st.Location == "" {
+	if st.RemoteStatus != sandlotv1.RemoteNotApplicable || st.TotalBytes == 0 || st.Fingerprint.QEMU == "" || st.Location == "" ||
+		len(st.BaseDiskSHA256) != 64 {
 		t.Fatalf("snapshot status %+v", st)
 	}
 	t.Logf("snapshot %s on %s: %d bytes at %s", snap.Name, st.NodeName, st.TotalBytes, st.Location)
@@ -381,18 +217,12 @@ func TestSnapshotRestore(t *testing.T) {
 	if got := node.Labels[sandlotv1.LabelFingerprint]; got == "" || got != st.Fingerprint.Key() {
 		t.Fatalf("node %s fingerprint label %q, snapshot fingerprint %q", node.Name, got, st.Fingerprint.Key())
 	}
-	child := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "child", Namespace: "default"},
-		Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Snapshot: snap.Name}, TimeoutSeconds: ptr.To[int32](1800)}}
-	if err := k.Create(ctx, child); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { deleteSandbox(t, k, "child") })
-	restored := waitRunning(t, k, "child")
-	if got := envdRun(t, k, restored, "cat /root/file /dev/shm/value"); got != "on-disk\nin-memory\n" {
+	restored := sbxtest.FromSnapshot(t, k, "child", snap.Name)
+	if got := sbxtest.EnvdRun(t, k, restored, "cat /root/file /dev/shm/value"); got != "on-disk\nin-memory\n" {
 		t.Fatalf("restored sandbox has %q", got)
 	}
 	for _, name := range []string{"parent", "child"} {
-		eventually(t, 30*time.Second, name+" VMReady", func() error {
+		sbxtest.Eventually(t, 30*time.Second, name+" VMReady", func() error {
 			var s sandlotv1.Sandbox
 			if err := k.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &s); err != nil {
 				return err
@@ -410,12 +240,12 @@ func TestSnapshotRestore(t *testing.T) {
 // sandbox ID, a file and an in-memory value intact — and the package is
 // released.
 func TestPauseResume(t *testing.T) {
-	k := kube(t)
-	template(t, k, "small")
-	sbx := sandboxes(t, k, "small", "napper")["napper"]
-	envdRun(t, k, sbx, "echo on-disk > /root/file; echo in-memory > /dev/shm/value")
-	setPaused(t, k, "napper", true)
-	eventually(t, 2*time.Minute, "Paused, pod gone", func() error {
+	k := sbxtest.Client(t, c)
+	sbxtest.Template(t, k, "small")
+	sbx := sbxtest.Create(t, k, "small", "napper")["napper"]
+	sbxtest.EnvdRun(t, k, sbx, "echo on-disk > /root/file; echo in-memory > /dev/shm/value")
+	sbxtest.SetPaused(t, k, "napper", true)
+	sbxtest.Eventually(t, 2*time.Minute, "Paused, pod gone", func() error {
 		var s sandlotv1.Sandbox
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &s); err != nil {
 			return err
@@ -428,28 +258,19 @@ func TestPauseResume(t *testing.T) {
 		}
 		return nil
 	})
-	setPaused(t, k, "napper", false)
-	resumed := waitRunning(t, k, "napper")
+	sbxtest.SetPaused(t, k, "napper", false)
+	resumed := sbxtest.WaitRunning(t, k, "napper")
 	if resumed.Status.SandboxID != sbx.Status.SandboxID {
 		t.Fatalf("sandbox ID %s after resume, %s before", resumed.Status.SandboxID, sbx.Status.SandboxID)
 	}
-	if got := envdRun(t, k, resumed, "cat /root/file /dev/shm/value"); got != "on-disk\nin-memory\n" {
+	if got := sbxtest.EnvdRun(t, k, resumed, "cat /root/file /dev/shm/value"); got != "on-disk\nin-memory\n" {
 		t.Fatalf("resumed sandbox has %q", got)
 	}
-	eventually(t, time.Minute, "pause package released", func() error {
+	sbxtest.Eventually(t, time.Minute, "pause package released", func() error {
 		err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &sandlotv1.PausedSandbox{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("PausedSandbox still there (%v)", err)
 	})
-}
-
-func setPaused(t *testing.T, k client.Client, name string, paused bool) {
-	t.Helper()
-	s := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
-	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"paused":%t}}`, paused)))
-	if err := k.Patch(context.Background(), s, patch); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -233,12 +233,13 @@ func (s *Server) Log() string {
 	return string(bytes.TrimSpace(data))
 }
 
-// Requests is how many S3 requests of one API (e.g. "getobject",
-// "putobject") the server has answered since it started, from its
-// Prometheus counters: the proof that data came from (or went to) it.
+// Requests is how many S3 requests of one API (e.g. "GetObject",
+// "PutObject") the server has answered since it started, from its
+// Prometheus counters (the v3 endpoint: v2's cluster and node metrics are
+// served from a cache for seconds): the proof that data came from it.
 func (s *Server) Requests(t T, api string) int {
 	t.Helper()
-	resp, err := http.Get("http://" + s.Endpoint + "/minio/v2/metrics/cluster")
+	resp, err := http.Get("http://" + s.Endpoint + "/minio/metrics/v3/api/requests")
 	if err != nil {
 		t.Fatalf("minio: metrics: %v", err)
 	}
@@ -249,7 +250,7 @@ func (s *Server) Requests(t T, api string) int {
 	}
 	n := 0.0
 	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, "minio_s3_requests_total{") || !strings.Contains(line, `api="`+api+`"`) {
+		if !strings.HasPrefix(line, "minio_api_requests_total{") || !strings.Contains(line, `name="`+api+`"`) {
 			continue
 		}
 		fields := strings.Fields(line)
@@ -260,4 +261,11 @@ func (s *Server) Requests(t T, api string) int {
 		n += v
 	}
 	return int(n)
+}
+
+// Running reports whether the server process runs (not Stopped).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
 }

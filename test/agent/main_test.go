@@ -1,0 +1,36 @@
+// Package agent tests the node agent and the snapshot store on a real
+// two-node cluster (test/cluster) whose agents share one MinIO through
+// the s3 store: snapshots and their remote status, pause and resume on
+// the same node and on another, and the faults of the issue (an agent
+// killed mid-snapshot, MinIO down during an upload, deletion of data a
+// sandbox restores from). The juicefs backend is not exercised here: no
+// JuiceFS can be installed on these machines (see nodeagent/store).
+package agent
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/sandlot-dev/sandlot/test/cluster"
+	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/test/minio"
+	"github.com/sandlot-dev/sandlot/test/sbxtest"
+)
+
+var (
+	c  *cluster.Cluster
+	s3 *minio.Server
+)
+
+// uploadDeadline bounds an upload before its data is remote Failed: short,
+// so the MinIO-down test sees the bound.
+const uploadDeadline = "40s"
+
+func TestMain(m *testing.M) {
+	sbxtest.Main(m, "agent", &c, func(t crienv.T, dir string, o *cluster.Options) {
+		s3 = minio.StartIn(t, filepath.Join(dir, "minio"))
+		o.S3 = &cluster.S3Store{Endpoint: s3.Endpoint, Bucket: s3.Bucket, AccessKey: minio.AccessKey,
+			SecretKey: minio.SecretKey, Region: minio.Region}
+		o.AgentArgs = []string{"--s3-upload-deadline=" + uploadDeadline, "--s3-max-backoff=3s"}
+	})
+}

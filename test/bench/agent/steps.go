@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/test/crienv"
+)
+
+const (
+	// waitTimeout bounds one batch or one cleanup: ten TCG guests booting,
+	// or uploading to MinIO, on two cores take minutes.
+	waitTimeout = 10 * time.Minute
+	// poll is the period of the few waits that poll (a pod gone, cleanup).
+	poll = 50 * time.Millisecond
+	// lifetime outlives a round; a paused sandbox's clock restarts on resume.
+	lifetime = 2 * 3600
+	// settle lets the controller's node cache see a cordon before the next
+	// placement: it places from that cache, not from the API.
+	settle = time.Second
+)
+
+// start creates a sandbox from src and returns it once it runs and
+// answers, with the time from the Create.
+func (b *bench) start(ctx context.Context, name string, src sandlotv1.SandboxSource) (*sandlotv1.Sandbox, time.Duration, error) {
+	sbx := &sandlotv1.Sandbox{ObjectMeta: meta(name),
+		Spec: sandlotv1.SandboxSpec{Source: src, TimeoutSeconds: ptr.To[int32](lifetime)}}
+	began := time.Now()
+	if err := b.k.Create(ctx, sbx); err != nil {
+		return nil, 0, err
+	}
+	s, err := b.running(ctx, name)
+	return s, time.Since(began), err
+}
+
+// running waits for phase Running with a pod IP and for envd's /health to
+// answer there: when a user can use the sandbox.
+func (b *bench) running(ctx context.Context, name string) (*sandlotv1.Sandbox, error) {
+	var sbx *sandlotv1.Sandbox
+	err := until(ctx, b.k, &sandlotv1.SandboxList{}, name, func(s *sandlotv1.Sandbox) (bool, error) {
+		sbx = s
+		if err := ended(s); err != nil {
+			return false, err
+		}
+		return s.Status.Phase == sandlotv1.SandboxRunning && s.Status.PodIP != "", nil
+	})
+	if err != nil && sbx != nil {
+		err = fmt.Errorf("%w (last seen: %s, %s: %s)", err, sbx.Status.Phase, sbx.Status.Reason, sbx.Status.Message)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return sbx, crienv.WaitHTTP(ctx, fmt.Sprintf("http://%s:%d/health", sbx.Status.PodIP, sandlotv1.EnvdPort))
+}
+
+func ended(s *sandlotv1.Sandbox) error {
+	if s.Status.Phase.Terminal() {
+		return fmt.Errorf("sandbox %s %s: %s: %s", s.Name, s.Status.Phase, s.Status.Reason, s.Status.Message)
+	}
+	return nil
+}
+
+// snapshot takes a Snapshot of a running sandbox and returns it with the
+// time from the Create to phase Ready and, with s3, from there on to
+// remote Ready (it waits for both; one watch sees both moments).
+func (b *bench) snapshot(ctx context.Context, name, sandbox string) (*sandlotv1.Snapshot, time.Duration, time.Duration, error) {
+	snap := &sandlotv1.Snapshot{ObjectMeta: meta(name),
+		Spec: sandlotv1.SnapshotSpec{Source: sandlotv1.SnapshotSource{Sandbox: sandbox}}}
+	began := time.Now()
+	if err := b.k.Create(ctx, snap); err != nil {
+		return nil, 0, 0, err
+	}
+	var readyAt, doneAt time.Time
+	err := until(ctx, b.k, &sandlotv1.SnapshotList{}, name, func(s *sandlotv1.Snapshot) (bool, error) {
+		now := time.Now()
+		snap = s
+		if s.Status.Phase == sandlotv1.DataReady && readyAt.IsZero() {
+			readyAt = now
+		}
+		doneAt = now
+		return dataDone(name, &s.Status.DataStatus, b.s3)
+	})
+	return snap, readyAt.Sub(began), doneAt.Sub(readyAt), err
+}
+
+// dataDone says whether a Snapshot's or PausedSandbox's data is Ready (and
+// remote Ready when remote), or why it never will be.
+func dataDone(name string, st *sandlotv1.DataStatus, remote bool) (bool, error) {
+	bad := st.Phase == sandlotv1.DataFailed || st.RemoteStatus == sandlotv1.RemoteFailed ||
+		(remote && st.Phase == sandlotv1.DataReady && st.RemoteStatus == sandlotv1.RemoteNotApplicable)
+	if bad {
+		var why []string
+		for _, c := range st.Conditions {
+			why = append(why, c.Type+": "+c.Message)
+		}
+		return false, fmt.Errorf("%s: phase %s, remote %s: %v", name, st.Phase, st.RemoteStatus, why)
+	}
+	return st.Phase == sandlotv1.DataReady && (!remote || st.RemoteStatus == sandlotv1.RemoteReady), nil
+}
+
+// pause sets spec.paused and returns the time to phase Paused with the pod
+// gone and, with s3, how much longer the package took to be remote Ready.
+// The package is watched from the patch on, so one remote Ready before the
+// pause completed counts as 0 more.
+func (b *bench) pause(ctx context.Context, name string) (paused, remote time.Duration, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type seen struct {
+		at  time.Time
+		err error
+	}
+	pkg := make(chan seen, 1)
+	if b.s3 {
+		go func() { at, err := b.packageRemoteReady(ctx, name); pkg <- seen{at, err} }()
+	}
+	began := time.Now()
+	if err := b.setPaused(ctx, name, true); err != nil {
+		return 0, 0, err
+	}
+	if err := b.waitPaused(ctx, name); err != nil {
+		return 0, 0, err
+	}
+	pausedAt := time.Now()
+	if !b.s3 {
+		return pausedAt.Sub(began), 0, nil
+	}
+	r := <-pkg
+	return pausedAt.Sub(began), max(0, r.at.Sub(pausedAt)), r.err
+}
+
+// packageRemoteReady returns when the PausedSandbox of that name (it need
+// not exist yet) was seen Ready and remote Ready.
+func (b *bench) packageRemoteReady(ctx context.Context, name string) (time.Time, error) {
+	var at time.Time
+	err := until(ctx, b.k, &sandlotv1.PausedSandboxList{}, name, func(p *sandlotv1.PausedSandbox) (bool, error) {
+		at = time.Now()
+		return dataDone(name, &p.Status.DataStatus, true)
+	})
+	return at, err
+}
+
+// waitPaused: the controller reports Paused once its cache has no pod;
+// the API is asked too, as the row promises the pod gone. A failed pause
+// leaves the sandbox Running with reason PauseFailed: an error, not a wait.
+func (b *bench) waitPaused(ctx context.Context, name string) error {
+	err := until(ctx, b.k, &sandlotv1.SandboxList{}, name, func(s *sandlotv1.Sandbox) (bool, error) {
+		if s.Status.Reason == sandlotv1.ReasonPauseFailed {
+			return false, fmt.Errorf("sandbox %s: pause failed: %s", name, s.Status.Message)
+		}
+		return s.Status.Phase == sandlotv1.SandboxPaused, ended(s)
+	})
+	if err != nil {
+		return err
+	}
+	return b.gone(ctx, &corev1.Pod{ObjectMeta: meta(name)})
+}
+
+// resume clears spec.paused and returns the sandbox once it runs and
+// answers, with the time from the patch.
+func (b *bench) resume(ctx context.Context, name string) (*sandlotv1.Sandbox, time.Duration, error) {
+	began := time.Now()
+	if err := b.setPaused(ctx, name, false); err != nil {
+		return nil, 0, err
+	}
+	s, err := b.running(ctx, name)
+	return s, time.Since(began), err
+}
+
+func (b *bench) setPaused(ctx context.Context, name string, paused bool) error {
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"paused":%t}}`, paused))
+	return b.k.Patch(ctx, &sandlotv1.Sandbox{ObjectMeta: meta(name)}, patch)
+}
+
+// cordon marks a node (un)schedulable, which the controller's placement
+// honours, and gives the controller a moment to see it.
+func (b *bench) cordon(node string, on bool) {
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"unschedulable":%t}}`, on))
+	if err := b.k.Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, patch); err != nil {
+		b.t.Fatalf("cordon %s %t: %v", node, on, err)
+	}
+	time.Sleep(settle)
+}
+
+// remove deletes objects, a Sandbox with its pod and pause package, and
+// waits until all are gone, so VMs and their data do not pile up between
+// rows; it is never part of a measurement.
+func (b *bench) remove(objs ...client.Object) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	var wait []client.Object
+	for _, o := range objs {
+		if err := b.k.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
+			b.t.Fatalf("cleanup: delete %s: %v", o.GetName(), err)
+		}
+		wait = append(wait, o)
+		if _, ok := o.(*sandlotv1.Sandbox); ok {
+			wait = append(wait, &corev1.Pod{ObjectMeta: meta(o.GetName())},
+				&sandlotv1.PausedSandbox{ObjectMeta: meta(o.GetName())})
+		}
+	}
+	for _, o := range wait {
+		if err := b.gone(ctx, o); err != nil {
+			b.t.Fatalf("cleanup: %v", err)
+		}
+	}
+}
+
+// gone polls until the object is not found.
+func (b *bench) gone(ctx context.Context, o client.Object) error {
+	for {
+		err := b.k.Get(ctx, client.ObjectKeyFromObject(o), o)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%T %s still there (%v): %w", o, o.GetName(), err, ctx.Err())
+		case <-time.After(poll):
+		}
+	}
+}
+
+// until watches the object of that name and hands done each state as it
+// arrives, until done is satisfied or fails: a watch, not polling, so c
+// waiters do not queue behind the rate limiter and a moment is timed when
+// it is seen. A watch starts with the current state; a closed one is
+// reopened.
+func until[O client.Object](ctx context.Context, k client.WithWatch, list client.ObjectList, name string,
+	done func(O) (bool, error)) error {
+	for ctx.Err() == nil {
+		w, err := k.Watch(ctx, list, client.InNamespace("default"), client.MatchingFields{"metadata.name": name})
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", name, err)
+		}
+		finished, err := drain(w, name, done)
+		w.Stop()
+		if finished {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(poll):
+		}
+	}
+	return fmt.Errorf("%s: %w", name, ctx.Err())
+}
+
+// drain reads one watch until done is satisfied or fails (finished) or the
+// watch closes.
+func drain[O client.Object](w watch.Interface, name string, done func(O) (bool, error)) (finished bool, err error) {
+	for ev := range w.ResultChan() {
+		if ev.Type == watch.Deleted {
+			return true, fmt.Errorf("%s was deleted", name)
+		}
+		o, ok := ev.Object.(O)
+		if !ok { // an Error event: the watch closes and is reopened
+			continue
+		}
+		if ok, err := done(o); ok || err != nil {
+			return true, err
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,241 @@
+// Package sbxtest holds what tests on a real cluster (test/cluster) do
+// with sandboxes: create them from a template, wait for their phases,
+// pause, run a command through envd on the pod IP, delete and wait.
+package sbxtest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/guest/envdpb/processpb"
+	"github.com/sandlot-dev/sandlot/guest/envdpb/processpb/processpbconnect"
+	"github.com/sandlot-dev/sandlot/test/cluster"
+	vmtest "github.com/sandlot-dev/sandlot/test/vm"
+)
+
+// Client is a controller-runtime client for the cluster.
+func Client(t *testing.T, c *cluster.Cluster) client.Client {
+	t.Helper()
+	ctrllog.SetLogger(logr.Discard())
+	cfg, err := c.RESTConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, sandlotv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// Template makes a small template of the default image (test-owned).
+func Template(t *testing.T, k client.Client, name string) {
+	t.Helper()
+	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: sandlotv1.TemplateSpec{Image: DefaultImage(t), Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256}}}
+	if err := k.Create(context.Background(), tpl); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// DefaultImage is the sandbox image make vm-assets built and every node
+// imported (the quickstart sample names it too).
+func DefaultImage(t *testing.T) string {
+	t.Helper()
+	env, err := vmtest.LoadEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.ImageRef == "" {
+		t.Fatal("current.env names no default image: run `make vm-assets`")
+	}
+	return env.ImageRef
+}
+
+// Create creates sandboxes of a template and waits until they run.
+func Create(t *testing.T, k client.Client, tpl string, names ...string) map[string]*sandlotv1.Sandbox {
+	t.Helper()
+	for _, n := range names {
+		sbx := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: "default"},
+			Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Template: tpl}, TimeoutSeconds: ptr.To[int32](1800)}}
+		if err := k.Create(context.Background(), sbx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { Delete(t, k, n) })
+	}
+	out := map[string]*sandlotv1.Sandbox{}
+	for _, n := range names {
+		out[n] = WaitRunning(t, k, n)
+	}
+	return out
+}
+
+func WaitRunning(t *testing.T, k client.Client, name string) *sandlotv1.Sandbox {
+	t.Helper()
+	var s sandlotv1.Sandbox
+	Eventually(t, 3*time.Minute, "sandbox "+name+" Running", func() error {
+		if err := k.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &s); err != nil {
+			return err
+		}
+		if s.Status.Phase == sandlotv1.SandboxFailed {
+			t.Fatalf("sandbox %s failed: %s: %s", name, s.Status.Reason, s.Status.Message)
+		}
+		if s.Status.Phase != sandlotv1.SandboxRunning || s.Status.PodIP == "" {
+			return fmt.Errorf("phase %s (%s)", s.Status.Phase, s.Status.Message)
+		}
+		return nil
+	})
+	return &s
+}
+
+func Delete(t *testing.T, k client.Client, name string) {
+	t.Helper()
+	sbx := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+	if err := k.Delete(context.Background(), sbx); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("delete sandbox %s: %v", name, err)
+	}
+	Eventually(t, 2*time.Minute, "sandbox "+name+" and its pod gone", func() error {
+		if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), sbx); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("sandbox still there (%v)", err)
+		}
+		if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod still there (%v)", err)
+		}
+		return nil
+	})
+}
+
+func Eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %v: %v", what, timeout, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// EnvdRun runs a command in a sandbox through its envd API on the pod IP.
+func EnvdRun(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox, cmd string) string {
+	t.Helper()
+	var secret corev1.Secret
+	if err := k.Get(context.Background(), client.ObjectKey{Namespace: sbx.Namespace, Name: sandlotv1.TokenSecretName(sbx.Name)}, &secret); err != nil {
+		t.Fatal(err)
+	}
+	pc := processpbconnect.NewProcessClient(http.DefaultClient, "http://"+sbx.Status.PodIP+":49983", connect.WithProtoJSON())
+	req := connect.NewRequest(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", cmd}}})
+	req.Header().Set("X-Access-Token", string(secret.Data[sandlotv1.TokenSecretKey]))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := pc.Start(ctx, req)
+	if err != nil {
+		t.Fatalf("envd at %s: %v", sbx.Status.PodIP, err)
+	}
+	var out strings.Builder
+	for stream.Receive() {
+		out.Write(stream.Msg().GetEvent().GetData().GetStdout())
+	}
+	if err := stream.Err(); err != nil && err != io.EOF {
+		t.Fatalf("envd %q: %v", cmd, err)
+	}
+	return out.String()
+}
+
+func SetPaused(t *testing.T, k client.Client, name string, paused bool) {
+	t.Helper()
+	s := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"paused":%t}}`, paused)))
+	if err := k.Patch(context.Background(), s, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// DataOf is the data status of a Snapshot or a PausedSandbox.
+func DataOf(o client.Object) *sandlotv1.DataStatus {
+	switch o := o.(type) {
+	case *sandlotv1.Snapshot:
+		return &o.Status.DataStatus
+	case *sandlotv1.PausedSandbox:
+		return &o.Status.DataStatus
+	}
+	panic(fmt.Sprintf("sbxtest: %T holds no data", o))
+}
+
+// WaitData re-reads o until check accepts its data status.
+func WaitData(t *testing.T, k client.Client, o client.Object, timeout time.Duration, what string, check func(*sandlotv1.DataStatus) error) {
+	t.Helper()
+	Eventually(t, timeout, o.GetName()+" "+what, func() error {
+		if err := k.Get(context.Background(), client.ObjectKeyFromObject(o), o); err != nil {
+			return err
+		}
+		return check(DataOf(o))
+	})
+}
+
+// Snapshot creates a Snapshot of a sandbox (deleted when the test ends)
+// and waits until its phase is Ready.
+func Snapshot(t *testing.T, k client.Client, name, sandbox string) *sandlotv1.Snapshot {
+	t.Helper()
+	snap := &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: sandlotv1.SnapshotSpec{Source: sandlotv1.SnapshotSource{Sandbox: sandbox}}}
+	if err := k.Create(context.Background(), snap); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Delete(context.Background(), snap) })
+	WaitData(t, k, snap, 2*time.Minute, "Ready", ReadyPhase(t))
+	return snap
+}
+
+// ReadyPhase accepts phase Ready and fails the test on Failed.
+func ReadyPhase(t *testing.T) func(*sandlotv1.DataStatus) error {
+	return func(st *sandlotv1.DataStatus) error {
+		if st.Phase == sandlotv1.DataFailed {
+			t.Fatalf("data failed: %+v", st.Conditions)
+		}
+		if st.Phase != sandlotv1.DataReady {
+			return fmt.Errorf("phase %q", st.Phase)
+		}
+		return nil
+	}
+}
+
+// FromSnapshot creates a Sandbox restored from a snapshot (deleted when
+// the test ends) and waits until it runs.
+func FromSnapshot(t *testing.T, k client.Client, name, snapshot string) *sandlotv1.Sandbox {
+	t.Helper()
+	sbx := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Snapshot: snapshot}, TimeoutSeconds: ptr.To[int32](1800)}}
+	if err := k.Create(context.Background(), sbx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Delete(t, k, name) })
+	return WaitRunning(t, k, name)
+}
