@@ -303,7 +303,7 @@ func (r *DataReconciler) finish(ctx context.Context, snap dataObject) error {
 // followRemote reads the remote status until it is final.
 func (r *DataReconciler) followRemote(ctx context.Context, snap dataObject) (ctrl.Result, error) {
 	st := snap.Data()
-	if st.RemoteStatus == sandlotv1.RemoteReady || st.RemoteStatus == sandlotv1.RemoteFailed || st.RemoteStatus == sandlotv1.RemoteNotApplicable {
+	if remoteFinal(st.RemoteStatus) {
 		return ctrl.Result{}, nil
 	}
 	rs, err := r.layout.remote(ctx, key(snap))
@@ -311,15 +311,26 @@ func (r *DataReconciler) followRemote(ctx context.Context, snap dataObject) (ctr
 		return ctrl.Result{}, err
 	}
 	setRemote(st, snap.GetGeneration(), rs)
-	if rs.Remote == sandlotv1.RemoteInProgress {
+	if !remoteFinal(rs.Remote) {
 		return ctrl.Result{RequeueAfter: remotePoll}, nil
 	}
 	return ctrl.Result{}, nil
 }
 
+// remoteFinal: the remote status changes no more.
+func remoteFinal(r sandlotv1.RemoteStatus) bool {
+	return r == sandlotv1.RemoteReady || r == sandlotv1.RemoteFailed || r == sandlotv1.RemoteNotApplicable
+}
+
 // setRemote records a remote status and, for a store other nodes read,
 // the RemoteReady condition with the store's reason (retries, failure).
 func setRemote(st *sandlotv1.DataStatus, gen int64, rs store.Status) {
+	if rs.Remote == sandlotv1.RemotePending { // queued behind other uploads: under way for the user
+		rs.Remote = sandlotv1.RemoteInProgress
+		if rs.Message == "" {
+			rs.Message = "upload queued"
+		}
+	}
 	st.RemoteStatus = rs.Remote
 	cond := metav1.Condition{Type: sandlotv1.ConditionRemoteReady, Status: metav1.ConditionFalse,
 		Reason: string(rs.Remote), Message: rs.Message, ObservedGeneration: gen}
