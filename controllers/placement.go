@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -31,8 +32,9 @@ func demandOf(r sandlotv1.Resources, overhead corev1.ResourceList, milliCPUPerVC
 
 // dataSource is where the state a sandbox restores from lives.
 type dataSource struct {
-	// Node holds the data locally; empty for a boot from a template.
-	Node string
+	// Nodes hold the data locally (a template's base snapshots: one per
+	// node); none for a cold boot.
+	Nodes []string
 	// Remote says other nodes may restore it (remoteStatus Ready).
 	Remote bool
 	// Fingerprint must equal a node's fingerprint label for a remote
@@ -55,16 +57,16 @@ type placement struct {
 	Message string
 }
 
-// place picks a node for a sandbox: the node holding its source data when
-// that node is eligible and has room; otherwise, when the data is remote
-// Ready (or there is no data), the compatible eligible node with the most
-// free memory.
+// place picks a node for a sandbox: of the nodes holding its source data
+// that are eligible and have room, the one with the most free memory;
+// otherwise, when the data is remote Ready (or there is no data), the
+// compatible eligible node with the most free memory.
 func place(req placementRequest) placement {
 	var (
 		candidates []string
 		free       = map[string]int64{}
 		rejected   = map[string]int{}
-		preferred  bool
+		preferred  []string
 	)
 	for i := range req.Nodes {
 		n := &req.Nodes[i]
@@ -72,9 +74,10 @@ func place(req placementRequest) placement {
 			rejected[why]++
 			continue
 		}
-		if req.Source.Node != "" && n.Name != req.Source.Node {
+		local := slices.Contains(req.Source.Nodes, n.Name)
+		if len(req.Source.Nodes) > 0 && !local {
 			if !req.Source.Remote {
-				rejected["source data is local to "+req.Source.Node]++
+				rejected["source data is local to "+strings.Join(req.Source.Nodes, ", ")]++
 				continue
 			}
 			if fp := req.Source.Fingerprint; fp != "" && n.Labels[sandlotv1.LabelFingerprint] != fp {
@@ -87,26 +90,33 @@ func place(req placementRequest) placement {
 			rejected[why]++
 			continue
 		}
-		if n.Name == req.Source.Node {
-			preferred = true
+		if local {
+			preferred = append(preferred, n.Name)
 		}
 		candidates = append(candidates, n.Name)
 		free[n.Name] = left
 	}
-	if preferred {
-		return placement{Node: req.Source.Node, Reason: sandlotv1.ReasonPlaced,
-			Message: "placed on " + req.Source.Node + ", which holds the source data"}
+	if len(preferred) > 0 {
+		node := mostFree(preferred, free)
+		return placement{Node: node, Reason: sandlotv1.ReasonPlaced,
+			Message: "placed on " + node + ", which holds the source data"}
 	}
 	if len(candidates) == 0 {
 		return noPlacement(len(req.Nodes), rejected)
 	}
-	sort.Slice(candidates, func(i, j int) bool {
-		if free[candidates[i]] != free[candidates[j]] {
-			return free[candidates[i]] > free[candidates[j]]
+	node := mostFree(candidates, free)
+	return placement{Node: node, Reason: sandlotv1.ReasonPlaced, Message: "placed on " + node}
+}
+
+// mostFree is the node with the most free memory (by name on a tie).
+func mostFree(nodes []string, free map[string]int64) string {
+	sort.Slice(nodes, func(i, j int) bool {
+		if free[nodes[i]] != free[nodes[j]] {
+			return free[nodes[i]] > free[nodes[j]]
 		}
-		return candidates[i] < candidates[j]
+		return nodes[i] < nodes[j]
 	})
-	return placement{Node: candidates[0], Reason: sandlotv1.ReasonPlaced, Message: "placed on " + candidates[0]}
+	return nodes[0]
 }
 
 // ineligible says why a node cannot run sandboxes at all, or "".

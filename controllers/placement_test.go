@@ -56,14 +56,18 @@ func TestPlace(t *testing.T) {
 			testNode("b", "4", "4Gi", cordoned), testNode("c", "4", "4Gi", unlabelled)},
 			wantReason: sandlotv1.ReasonNoEligibleNode, wantMsg: "1 not ready, 1 unschedulable"},
 		{name: "snapshot's node preferred over emptier", nodes: []corev1.Node{testNode("a", "4", "2Gi"), testNode("b", "4", "64Gi")},
-			src: dataSource{Node: "a", Remote: true}, wantNode: "a"},
+			src: dataSource{Nodes: []string{"a"}, Remote: true}, wantNode: "a"},
 		{name: "snapshot's node full, data remote ready", nodes: []corev1.Node{testNode("a", "4", "2Gi"), testNode("b", "4", "4Gi")},
-			used: map[string]demand{"a": {Memory: 2 << 30}}, src: dataSource{Node: "a", Remote: true}, wantNode: "b"},
+			used: map[string]demand{"a": {Memory: 2 << 30}}, src: dataSource{Nodes: []string{"a"}, Remote: true}, wantNode: "b"},
 		{name: "snapshot's node full, data local only", nodes: []corev1.Node{testNode("a", "4", "2Gi"), testNode("b", "4", "4Gi")},
-			used: map[string]demand{"a": {Memory: 2 << 30}}, src: dataSource{Node: "a"},
+			used: map[string]demand{"a": {Memory: 2 << 30}}, src: dataSource{Nodes: []string{"a"}},
 			wantReason: sandlotv1.ReasonNoEligibleNode, wantMsg: "1 source data is local to a"},
 		{name: "remote data needs a compatible node", nodes: []corev1.Node{testNode("b", "4", "4Gi", fingerprint("x")),
-			testNode("c", "4", "4Gi", fingerprint("y"))}, src: dataSource{Node: "gone", Remote: true, Fingerprint: "y"}, wantNode: "c"},
+			testNode("c", "4", "4Gi", fingerprint("y"))}, src: dataSource{Nodes: []string{"gone"}, Remote: true, Fingerprint: "y"}, wantNode: "c"},
+		{name: "bases on two nodes: the emptier of them", nodes: []corev1.Node{testNode("a", "4", "4Gi"), testNode("b", "4", "8Gi"),
+			testNode("c", "4", "64Gi")}, src: dataSource{Nodes: []string{"a", "b"}}, wantNode: "b"},
+		{name: "a build pinned to its node", nodes: []corev1.Node{testNode("a", "4", "4Gi"), testNode("b", "4", "64Gi")},
+			src: dataSource{Nodes: []string{"a"}}, wantNode: "a"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +23,6 @@ func TestSandboxFromTemplateBecomesPod(t *testing.T) {
 	h.addNode("tpl-node", "8", "16Gi", nil)
 	h.template("python", 1024)
 	sbx := newSandbox("hello", sandlotv1.SandboxSource{Template: "python"})
-	sbx.Spec.Resources = &sandlotv1.Resources{VCPU: 2}
 	sbx.Spec.Env = []sandlotv1.EnvVar{{Name: "SHARED", Value: "sandbox"}}
 	h.create(sbx)
 
@@ -41,7 +41,7 @@ func TestSandboxFromTemplateBecomesPod(t *testing.T) {
 	if c.Image != "docker.io/library/python:3.12" {
 		t.Errorf("image = %q", c.Image)
 	}
-	wantCPU, wantMem := resource.MustParse("2"), resource.MustParse("1Gi")
+	wantCPU, wantMem := resource.MustParse("1"), resource.MustParse("1Gi")
 	if !c.Resources.Limits.Cpu().Equal(wantCPU) || !c.Resources.Requests.Memory().Equal(wantMem) {
 		t.Errorf("resources = %v", c.Resources)
 	}
@@ -66,9 +66,14 @@ func TestSandboxFromTemplateBecomesPod(t *testing.T) {
 	if len(secret.Data[ref.SecretKeyRef.Key]) != 64 || !metav1.IsControlledBy(secret, s) {
 		t.Errorf("token secret = %v owners %v", secret.Data, secret.OwnerReferences)
 	}
+	base := s.Status.BaseSnapshot // a template's sandbox restores its base snapshot, never boots cold
+	if !strings.HasPrefix(base, "python-base-g1-") {
+		t.Errorf("base snapshot %q", base)
+	}
 	for k, want := range map[string]string{
-		sandlotv1.AnnotationSandboxID: s.Status.SandboxID, sandlotv1.AnnotationBoot: sandlotv1.BootCold,
-		sandlotv1.AnnotationVCPU: "2", sandlotv1.AnnotationMemoryMiB: "1024", sandlotv1.AnnotationWritableLayerMiB: "1024",
+		sandlotv1.AnnotationSandboxID: s.Status.SandboxID, sandlotv1.AnnotationBoot: sandlotv1.BootRestore,
+		sandlotv1.AnnotationRestoreKind: "Snapshot", sandlotv1.AnnotationRestoreName: base,
+		sandlotv1.AnnotationVCPU: "1", sandlotv1.AnnotationMemoryMiB: "1024", sandlotv1.AnnotationWritableLayerMiB: "1024",
 	} {
 		if got := pod.Annotations[k]; got != want {
 			t.Errorf("annotation %s = %q, want %q", k, got, want)
@@ -145,25 +150,25 @@ func TestExtendTimeout(t *testing.T) {
 	}
 }
 
-// TestNoEligibleNodePending: without a node the sandbox waits, saying why,
-// and is placed as soon as a node appears.
+// TestNoEligibleNodePending: without a node a template has no base
+// snapshot and its sandbox waits, saying why; when a node appears the base
+// is built there and the sandbox placed on it.
 func TestNoEligibleNodePending(t *testing.T) {
 	h := newHarness(t)
 	startController(t)
-	h.template("python", 512)
+	h.acceptedTemplate("python", 512)
 	h.create(newSandbox("waiting", sandlotv1.SandboxSource{Template: "python"}))
-	h.eventually(10*time.Second, "Scheduled=False", func() error {
+	h.eventually(10*time.Second, "waiting for the base snapshot", func() error {
 		s := h.sandbox("waiting")
-		c := condition(s.Status.Conditions, sandlotv1.ConditionScheduled)
-		if s.Status.Phase != sandlotv1.SandboxPending || c.Status != metav1.ConditionFalse || c.Reason != sandlotv1.ReasonNoEligibleNode {
-			return errorf("phase %s, Scheduled %+v", s.Status.Phase, c)
+		if s.Status.Phase != sandlotv1.SandboxPending || s.Status.Reason != sandlotv1.ReasonBaseSnapshotNotReady {
+			return errorf("phase %s, reason %s", s.Status.Phase, s.Status.Reason)
 		}
 		return nil
 	})
-	mustContain(t, "message", condition(h.sandbox("waiting").Status.Conditions, sandlotv1.ConditionScheduled).Message,
-		"no node is labelled sandlot.dev/runtime=true")
+	mustContain(t, "message", h.sandbox("waiting").Status.Message, "no Ready, schedulable node labelled sandlot.dev/runtime=true")
 
 	h.addNode("late-node", "8", "16Gi", nil)
+	h.buildBases("python")
 	if s := h.waitPhase("waiting", sandlotv1.SandboxStarting); s.Status.NodeName != "late-node" {
 		t.Fatalf("placed on %q", s.Status.NodeName)
 	}

@@ -209,6 +209,7 @@ func restoreFromPackage(src resolvedSource, pkg *sandlotv1.PausedSandbox) resolv
 	src.VM = pkg.Spec.VM
 	src.Data = snapshotData(pkg.Status.DataStatus)
 	src.Restore = restoreSource{Kind: "PausedSandbox", Name: pkg.Name, UID: string(pkg.UID), Location: pkg.Status.Location}
+	src.PerNode = nil // not the template's base: the package (which may lay its pages over that base)
 	return src
 }
 

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -28,6 +29,8 @@ type podPlan struct {
 	VM        sandlotv1.VMSpec
 	Env       []sandlotv1.EnvVar
 	Restore   restoreSource
+	// Probe, for a template's builder, gates the pod's readiness.
+	Probe *sandlotv1.ReadinessProbe
 	// MilliCPUPerVCPU is the CPU request per vCPU (1000 = a core each).
 	MilliCPUPerVCPU int64
 }
@@ -73,7 +76,23 @@ func buildPod(sbx *sandlotv1.Sandbox, plan podPlan) *corev1.Pod {
 			}},
 		},
 	}
+	pod.Spec.Containers[0].ReadinessProbe = readinessProbe(plan.Probe)
 	return pod
+}
+
+// readinessProbe is the kubelet's probe of the VM on the pod IP.
+func readinessProbe(p *sandlotv1.ReadinessProbe) *corev1.Probe {
+	if p == nil {
+		return nil
+	}
+	probe := &corev1.Probe{PeriodSeconds: 1, TimeoutSeconds: 2, FailureThreshold: 3, SuccessThreshold: 1}
+	switch {
+	case p.HTTPGet != nil:
+		probe.HTTPGet = &corev1.HTTPGetAction{Path: p.HTTPGet.Path, Port: intstr.FromInt32(p.HTTPGet.Port)}
+	case p.TCPSocket != nil:
+		probe.TCPSocket = &corev1.TCPSocketAction{Port: intstr.FromInt32(p.TCPSocket.Port)}
+	}
+	return probe
 }
 
 func podAnnotations(plan podPlan) map[string]string {

@@ -130,8 +130,8 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 		setPending(st, sbx.Generation, p.Reason, p.Message)
 		return ctrl.Result{RequeueAfter: retryPlacement}, nil
 	}
-	plan := podPlan{Name: sbx.Name, Node: p.Node, SandboxID: st.SandboxID, VM: src.VM, Env: src.Env, Restore: src.Restore,
-		MilliCPUPerVCPU: r.milliCPUPerVCPU()}
+	plan := podPlan{Name: sbx.Name, Node: p.Node, SandboxID: st.SandboxID, VM: src.VM, Env: src.Env, Restore: src.restoreFor(p.Node),
+		Probe: src.Probe, MilliCPUPerVCPU: r.milliCPUPerVCPU()}
 	err = r.Create(ctx, buildPod(sbx, plan))
 	if apierrors.IsAlreadyExists(err) {
 		if waiting, werr := r.previousPodTerminating(ctx, key); werr != nil || waiting {
@@ -148,6 +148,9 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 	}
 	res := src.VM.Resources
 	st.Resources = &res
+	if len(src.PerNode) > 0 {
+		st.BaseSnapshot = plan.Restore.Name
+	}
 	st.NodeName, st.PodName, st.PodIP = p.Node, sbx.Name, ""
 	st.Phase = sandlotv1.SandboxStarting
 	st.Reason, st.Message = "", ""

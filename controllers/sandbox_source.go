@@ -18,7 +18,12 @@ type resolvedSource struct {
 	Env            []sandlotv1.EnvVar
 	TimeoutSeconds int32
 	Data           dataSource
-	Restore        restoreSource
+	// Restore is the data to restore on any node; PerNode, a template's
+	// base snapshot on each node that has one (preferred there).
+	Restore restoreSource
+	PerNode map[string]restoreSource
+	// Probe is a builder sandbox's readiness probe (its template's).
+	Probe *sandlotv1.ReadinessProbe
 
 	Wait, Fail bool
 	Reason     string
@@ -67,18 +72,65 @@ func (r *SandboxReconciler) resolveTemplate(ctx context.Context, sbx *sandlotv1.
 		}
 		return waiting(sandlotv1.ReasonTemplateNotAccepted, "%s", msg), nil
 	}
-	vm := sandlotv1.VMSpec{Image: tpl.Spec.Image, Resources: tpl.Spec.Resources, WritableLayerMiB: tpl.Spec.WritableLayerMiB}
-	if o := sbx.Spec.Resources; o != nil {
-		if o.VCPU != 0 {
-			vm.Resources.VCPU = o.VCPU
+	src := resolvedSource{VM: sandlotv1.VMSpec{Image: tpl.Spec.Image, Resources: tpl.Spec.Resources, WritableLayerMiB: tpl.Spec.WritableLayerMiB},
+		Env: mergeEnv(tpl.Spec.Env, sbx.Spec.Env), TimeoutSeconds: tpl.Spec.TimeoutSeconds}
+	if sbx.Annotations[sandlotv1.AnnotationBaseOf] == tpl.Name {
+		// The template's builder: the one sandbox of it that boots cold,
+		// on the node it builds for.
+		src.Data = dataSource{Nodes: nonEmpty(sbx.Annotations[sandlotv1.AnnotationBuildNode])}
+		src.Probe = tpl.Spec.ReadinessProbe
+		return src, nil
+	}
+	if o := sbx.Spec.Resources; o != nil && ((o.VCPU != 0 && o.VCPU != src.VM.Resources.VCPU) ||
+		(o.MemoryMiB != 0 && o.MemoryMiB != src.VM.Resources.MemoryMiB)) {
+		return failing(sandlotv1.ReasonInvalidSpec, "spec.resources (vcpu %d, memoryMiB %d) must match template %q (vcpu %d, memoryMiB %d): its sandboxes restore its base snapshot",
+			o.VCPU, o.MemoryMiB, tpl.Name, src.VM.Resources.VCPU, src.VM.Resources.MemoryMiB), nil
+	}
+	return r.resolveBase(ctx, tpl, src)
+}
+
+// resolveBase restores a template's sandbox from the template's Ready base
+// snapshots of its current generation: on a node that holds one, that
+// one; on another compatible node, one that is remote Ready.
+func (r *SandboxReconciler) resolveBase(ctx context.Context, tpl *sandlotv1.Template, src resolvedSource) (resolvedSource, error) {
+	src.PerNode = map[string]restoreSource{}
+	for _, b := range tpl.Status.BaseSnapshots {
+		if b.Generation != tpl.Generation || b.Phase != sandlotv1.BaseReady {
+			continue
 		}
-		if o.MemoryMiB != 0 {
-			vm.Resources.MemoryMiB = o.MemoryMiB
+		snap := &sandlotv1.Snapshot{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: tpl.Namespace, Name: b.Snapshot}, snap); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return resolvedSource{}, fmt.Errorf("get base snapshot %s: %w", b.Snapshot, err)
+		}
+		if snap.DeletionTimestamp != nil || snap.Status.Phase != sandlotv1.DataReady {
+			continue
+		}
+		rs := restoreSource{Kind: "Snapshot", Name: snap.Name, UID: string(snap.UID), Location: snap.Status.Location}
+		src.PerNode[b.Node] = rs
+		src.Data.Nodes = append(src.Data.Nodes, b.Node)
+		if snap.Status.RemoteStatus == sandlotv1.RemoteReady && !src.Data.Remote {
+			src.Data.Remote, src.Data.Fingerprint, src.Restore = true, snap.Status.Fingerprint.Key(), rs
 		}
 	}
-	// Base snapshots arrive with the templates issue: until then a
-	// template's sandboxes boot its image cold on any eligible node.
-	return resolvedSource{VM: vm, Env: mergeEnv(tpl.Spec.Env, sbx.Spec.Env), TimeoutSeconds: tpl.Spec.TimeoutSeconds}, nil
+	if len(src.PerNode) == 0 {
+		msg := "template " + tpl.Name + " has no Ready base snapshot yet"
+		if c := meta.FindStatusCondition(tpl.Status.Conditions, sandlotv1.ConditionBaseSnapshotReady); c != nil {
+			msg += ": " + c.Message
+		}
+		return waiting(sandlotv1.ReasonBaseSnapshotNotReady, "%s", msg), nil
+	}
+	return src, nil
+}
+
+// restoreFor is what a pod on node restores (zero: a cold boot).
+func (s resolvedSource) restoreFor(node string) restoreSource {
+	if rs, ok := s.PerNode[node]; ok {
+		return rs
+	}
+	return s.Restore
 }
 
 func (r *SandboxReconciler) resolveSnapshot(ctx context.Context, sbx *sandlotv1.Sandbox) (resolvedSource, error) {
@@ -126,5 +178,5 @@ func (r *SandboxReconciler) templateTimeout(ctx context.Context, ns, name string
 
 // snapshotData is where data lives and whether other nodes may use it.
 func snapshotData(st sandlotv1.DataStatus) dataSource {
-	return dataSource{Node: st.NodeName, Remote: st.RemoteStatus == sandlotv1.RemoteReady, Fingerprint: st.Fingerprint.Key()}
+	return dataSource{Nodes: nonEmpty(st.NodeName), Remote: st.RemoteStatus == sandlotv1.RemoteReady, Fingerprint: st.Fingerprint.Key()}
 }

@@ -74,7 +74,10 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 func setupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 	idx := mgr.GetFieldIndexer()
 	if err := idx.IndexField(ctx, &sandlotv1.Sandbox{}, indexSandboxBySnapshot, func(o client.Object) []string {
-		return nonEmpty(o.(*sandlotv1.Sandbox).Spec.Source.Snapshot)
+		// A Sandbox restores from its source snapshot, or from its
+		// template's base snapshot.
+		sbx := o.(*sandlotv1.Sandbox)
+		return append(nonEmpty(sbx.Spec.Source.Snapshot), nonEmpty(sbx.Status.BaseSnapshot)...)
 	}); err != nil {
 		return err
 	}

@@ -293,8 +293,19 @@ func (h *harness) runKubelet() {
 	}()
 }
 
-// template creates a Template the controller accepts.
+// template creates a Template the controller accepts and builds its base
+// snapshots (the harness plays kubelet and agent for the builders).
 func (h *harness) template(name string, mem int32) *sandlotv1.Template {
+	h.t.Helper()
+	tpl := h.acceptedTemplate(name, mem)
+	h.buildBases(name)
+	return tpl
+}
+
+// acceptedTemplate creates a Template and waits until it is accepted.
+// It is deleted when the test ends: the nodes are the cluster's, and a
+// later test's controller would build it on that test's nodes.
+func (h *harness) acceptedTemplate(name string, mem int32) *sandlotv1.Template {
 	h.t.Helper()
 	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: sandlotv1.TemplateSpec{
 		Image:     "docker.io/library/python:3.12",
@@ -314,7 +325,49 @@ func (h *harness) template(name string, mem int32) *sandlotv1.Template {
 		}
 		return fmt.Errorf("conditions %v", got.Status.Conditions)
 	})
+	h.t.Cleanup(func() { _ = h.c.Delete(context.Background(), tpl) })
 	return tpl
+}
+
+// buildBases plays the kubelet and the node agent for a template's
+// builders until its base snapshot is Ready: each builder's pod runs and
+// passes its probe, and the Snapshot of it is Ready on its node.
+func (h *harness) buildBases(tpl string) {
+	h.t.Helper()
+	h.eventually(20*time.Second, "template "+tpl+" base snapshot Ready", func() error {
+		ctx := context.Background()
+		builders := &sandlotv1.SandboxList{}
+		if err := h.c.List(ctx, builders, client.InNamespace(h.ns)); err != nil {
+			return err
+		}
+		for _, b := range builders.Items {
+			if b.Annotations[sandlotv1.AnnotationBaseOf] != tpl || b.Status.Phase != sandlotv1.SandboxStarting {
+				continue
+			}
+			h.setPod(b.Name, corev1.PodRunning, "10.99.0.1", func(st *corev1.PodStatus) {
+				st.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+			})
+		}
+		snaps := &sandlotv1.SnapshotList{}
+		if err := h.c.List(ctx, snaps, client.InNamespace(h.ns)); err != nil {
+			return err
+		}
+		for _, sn := range snaps.Items {
+			if sn.Status.NodeName != "" && sn.Status.Phase == sandlotv1.DataPending && strings.HasPrefix(sn.Name, tpl+"-base-") {
+				h.setSnapshot(sn.Name, func(st *sandlotv1.SnapshotStatus) {
+					st.Phase, st.Location, st.RemoteStatus = sandlotv1.DataReady, "store://"+sn.Name, sandlotv1.RemoteNotApplicable
+				})
+			}
+		}
+		got := &sandlotv1.Template{}
+		if err := h.c.Get(ctx, h.key(tpl), got); err != nil {
+			return err
+		}
+		if c := condition(got.Status.Conditions, sandlotv1.ConditionBaseSnapshotReady); c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("BaseSnapshotReady %s %s: %s", c.Status, c.Reason, c.Message)
+		}
+		return nil
+	})
 }
 
 func newSandbox(name string, src sandlotv1.SandboxSource) *sandlotv1.Sandbox {

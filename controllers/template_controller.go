@@ -1,9 +1,22 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -12,39 +25,100 @@ import (
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
-// TemplateReconciler validates Templates. Building a template's base
-// snapshot arrives with the templates issue; until then the condition says
-// so and sandboxes of the template boot its image cold.
+// TemplateReconciler validates Templates and builds their base snapshots
+// (template_base.go).
 type TemplateReconciler struct {
 	client.Client
 }
 
 // +kubebuilder:rbac:groups=sandlot.dev,resources=templates,verbs=get;list;watch
 // +kubebuilder:rbac:groups=sandlot.dev,resources=templates/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=sandlot.dev,resources=sandboxes,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=sandlot.dev,resources=snapshots,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+
+// buildPoll re-reads a build in progress (the probe's deadline passes
+// without an event).
+const buildPoll = 2 * time.Second
 
 func (r *TemplateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	tpl := &sandlotv1.Template{}
 	if err := r.Get(ctx, req.NamespacedName, tpl); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if tpl.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil // its builders and bases go with it (owner references)
+	}
 	orig := tpl.DeepCopy()
 	tpl.Status = templateStatus(tpl)
-	return ctrl.Result{}, patchStatus(ctx, r.Client, orig, tpl)
+	var res ctrl.Result
+	var err error
+	if meta.IsStatusConditionTrue(tpl.Status.Conditions, sandlotv1.ConditionAccepted) {
+		res, err = r.build(ctx, tpl)
+	}
+	if perr := patchStatus(ctx, r.Client, orig, tpl); perr != nil {
+		return ctrl.Result{}, errors.Join(err, perr)
+	}
+	return res, err
 }
 
-// templateStatus is a Template's status, from its spec alone.
+// build moves each eligible node's base snapshot of the current
+// generation one step, then retires older ones.
+func (r *TemplateReconciler) build(ctx context.Context, tpl *sandlotv1.Template) (ctrl.Result, error) {
+	nodes := &corev1.NodeList{}
+	if err := r.List(ctx, nodes, client.MatchingLabels{sandlotv1.LabelRuntime: "true"}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list nodes: %w", err)
+	}
+	current := map[string]sandlotv1.BaseSnapshot{}
+	eligible := 0
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		if ineligible(n) != "" {
+			continue
+		}
+		eligible++
+		entry, err := r.buildNode(ctx, tpl, n.Name)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("base snapshot of %s on %s: %w", tpl.Name, n.Name, err)
+		}
+		current[n.Name] = entry
+	}
+	for _, b := range tpl.Status.BaseSnapshots { // a node no longer eligible keeps what it had
+		if _, ok := current[b.Node]; !ok && b.Generation == tpl.Generation {
+			current[b.Node] = b
+		}
+	}
+	old, err := r.dropOldBases(ctx, tpl, current)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	tpl.Status.BaseSnapshots = append(old, slices.Collect(maps.Values(current))...)
+	slices.SortFunc(tpl.Status.BaseSnapshots, func(a, b sandlotv1.BaseSnapshot) int {
+		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Generation, b.Generation))
+	})
+	setBaseCondition(&tpl.Status, tpl.Generation, eligible)
+	for _, e := range current {
+		if e.Phase == sandlotv1.BaseBuilding || (e.Phase == sandlotv1.BaseReady && e.RemoteStatus == sandlotv1.RemoteInProgress) {
+			return ctrl.Result{RequeueAfter: buildPoll}, nil
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// templateStatus is a Template's status with its validation from its
+// spec alone.
 func templateStatus(tpl *sandlotv1.Template) sandlotv1.TemplateStatus {
 	st := *tpl.Status.DeepCopy()
 	st.ObservedGeneration = tpl.Generation
 	if err := validateImageRef(tpl.Spec.Image); err != nil {
 		setCondition(&st.Conditions, tpl.Generation, sandlotv1.ConditionAccepted, metav1.ConditionFalse,
 			sandlotv1.ReasonInvalidImage, err.Error())
+		setCondition(&st.Conditions, tpl.Generation, sandlotv1.ConditionBaseSnapshotReady, metav1.ConditionFalse,
+			sandlotv1.ReasonInvalidImage, "nothing is built from an invalid template")
 	} else {
 		setCondition(&st.Conditions, tpl.Generation, sandlotv1.ConditionAccepted, metav1.ConditionTrue,
 			sandlotv1.ReasonValid, "template is valid")
 	}
-	setCondition(&st.Conditions, tpl.Generation, sandlotv1.ConditionBaseSnapshotReady, metav1.ConditionFalse,
-		sandlotv1.ReasonNotImplemented, "base snapshots are not built yet: sandboxes of this template boot its image cold")
 	return st
 }
 
@@ -66,7 +140,26 @@ func validateImageRef(ref string) error {
 	return nil
 }
 
-// SetupWithManager watches Templates.
+// SetupWithManager watches Templates, the builders and base snapshots
+// they own, and nodes (a node joining gets a base).
 func (r *TemplateReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).For(&sandlotv1.Template{}).Named("template").Complete(r)
+	return ctrl.NewControllerManagedBy(mgr).For(&sandlotv1.Template{}).
+		Owns(&sandlotv1.Sandbox{}).
+		Owns(&sandlotv1.Snapshot{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allTemplates),
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{},
+				nodeReadyChanged()))).
+		Named("template").Complete(r)
+}
+
+func (r *TemplateReconciler) allTemplates(ctx context.Context, _ client.Object) []reconcile.Request {
+	list := &sandlotv1.TemplateList{}
+	if err := r.List(ctx, list); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, t := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: t.Namespace, Name: t.Name}})
+	}
+	return reqs
 }

@@ -59,9 +59,20 @@ const (
 	ReasonInUse                = "InUse"
 )
 
-// Reasons of the Template conditions.
+// Reasons of the Template conditions (and of a BaseSnapshot).
 const (
 	ReasonValid          = "Valid"
 	ReasonInvalidImage   = "InvalidImage"
 	ReasonNotImplemented = "NotImplemented"
+	// ReasonBuilding: a builder sandbox boots the image, waits for the
+	// probe, or is snapshotted.
+	ReasonBuilding     = "Building"
+	ReasonBaseReady    = "BaseSnapshotReady"
+	ReasonImageMissing = "ImageMissing"
+	ReasonProbeTimeout = "ProbeTimeout"
+	ReasonBuildFailed  = "BuildFailed"
 )
+
+// ReasonBaseSnapshotNotReady: a sandbox of a template waits for the
+// template's base snapshot (it never boots cold).
+const ReasonBaseSnapshotNotReady = "BaseSnapshotNotReady"

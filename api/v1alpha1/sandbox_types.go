@@ -139,6 +139,10 @@ type SandboxStatus struct {
 	// LastResumedAt is when the sandbox last came back from a pause.
 	// +optional
 	LastResumedAt *metav1.Time `json:"lastResumedAt,omitempty"`
+	// BaseSnapshot is the Template base snapshot the sandbox restored
+	// from (sandboxes of a template never boot cold).
+	// +optional
+	BaseSnapshot string `json:"baseSnapshot,omitempty"`
 	// LastRollbackRequestID is the last rollback the agent carried out.
 	// +optional
 	LastRollbackRequestID string `json:"lastRollbackRequestID,omitempty"`

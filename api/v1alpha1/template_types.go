@@ -80,8 +80,46 @@ type TCPSocketProbe struct {
 	Port int32 `json:"port"`
 }
 
-// TemplateStatus reports validation and the base snapshot.
+// BasePhase is where a node's base snapshot of a template stands.
+// +kubebuilder:validation:Enum=Building;Ready;Failed
+type BasePhase string
+
+const (
+	BaseBuilding BasePhase = "Building"
+	BaseReady    BasePhase = "Ready"
+	BaseFailed   BasePhase = "Failed"
+)
+
+// BaseSnapshot is a template's base snapshot on one node: a builder
+// Sandbox booted the image there cold, passed the readiness probe and was
+// snapshotted; sandboxes of the template restore it.
+type BaseSnapshot struct {
+	Node string `json:"node"`
+	// Generation is the template generation it was built from.
+	Generation int64     `json:"generation"`
+	Phase      BasePhase `json:"phase"`
+	// Snapshot names the Snapshot (owned by the Template); the builder
+	// Sandbox has the same name while it runs.
+	Snapshot string `json:"snapshot"`
+	// RemoteStatus is the Snapshot's: Ready lets any compatible node
+	// restore it.
+	// +optional
+	RemoteStatus RemoteStatus `json:"remoteStatus,omitempty"`
+	// Reason and Message say why it is not Ready (ImageMissing,
+	// ProbeTimeout, BuildFailed).
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// TemplateStatus reports validation and the base snapshots.
 type TemplateStatus struct {
+	// BaseSnapshots has one entry per node the template was built on.
+	// +optional
+	// +listType=map
+	// +listMapKey=node
+	BaseSnapshots []BaseSnapshot `json:"baseSnapshots,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// +optional
@@ -99,6 +137,7 @@ type TemplateStatus struct {
 // +kubebuilder:printcolumn:name="Memory",type=integer,JSONPath=`.spec.resources.memoryMiB`,priority=1
 // +kubebuilder:printcolumn:name="Accepted",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].status`
 // +kubebuilder:printcolumn:name="Base",type=string,JSONPath=`.status.conditions[?(@.type=="BaseSnapshotReady")].reason`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="BaseSnapshotReady")].message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label: at most 63 lowercase letters, digits and '-'"
 type Template struct {

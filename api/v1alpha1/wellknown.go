@@ -39,6 +39,14 @@ const (
 	AnnotationWritableLayerMiB = "sandlot.dev/writable-layer-mib"
 )
 
+// Sandbox annotations the Template controller sets on a builder Sandbox:
+// it boots the template's image cold on that node (every other sandbox of
+// a template restores its base snapshot) with the readiness probe.
+const (
+	AnnotationBaseOf    = "sandlot.dev/base-of"
+	AnnotationBuildNode = "sandlot.dev/build-node"
+)
+
 // Values of AnnotationBoot.
 const (
 	BootCold    = "cold"

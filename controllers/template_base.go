@@ -1,0 +1,255 @@
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// A template's base snapshot is built on each eligible node the way a
+// user would build it: a builder Sandbox (owned by the Template, annotated
+// so it boots the image cold on that node with the template's readiness
+// probe) runs until its pod is Ready, a Snapshot of it (owned by the
+// Template, same name) is taken, and the builder goes. A spec change
+// (generation) builds again; an older base stays until the new one is
+// Ready (its deletion then waits for the sandboxes restored from it).
+
+// builderWorld is what one node's build step looks at.
+type builderWorld struct {
+	Entry   *sandlotv1.BaseSnapshot // this generation's, or nil
+	Builder *sandlotv1.Sandbox      // nil when absent
+	Pod     *corev1.Pod             // the builder's pod, nil when absent
+	Snap    *sandlotv1.Snapshot     // nil when absent
+	Probe   time.Duration           // how long the probe may take after the VM started
+	Now     time.Time
+}
+
+// buildStep is what to do next for one node.
+type buildStep struct {
+	CreateBuilder, CreateSnapshot, DeleteBuilder bool
+	Entry                                        sandlotv1.BaseSnapshot // the node's new status entry
+}
+
+// imageMissingReasons are the kubelet's waiting reasons for an image the
+// node does not have (sandlot never pulls: templates name local images).
+var imageMissingReasons = map[string]bool{"ErrImageNeverPull": true, "ErrImagePull": true,
+	"ImagePullBackOff": true, "InvalidImageName": true}
+
+// decideBuild is a node's build as a pure function of what exists.
+func decideBuild(w builderWorld, entry sandlotv1.BaseSnapshot) buildStep {
+	if w.Entry != nil && (w.Entry.Phase == sandlotv1.BaseReady || w.Entry.Phase == sandlotv1.BaseFailed) {
+		return buildStep{Entry: *w.Entry, DeleteBuilder: w.Builder != nil}
+	}
+	building := func(msg string) buildStep {
+		entry.Phase, entry.Reason, entry.Message = sandlotv1.BaseBuilding, sandlotv1.ReasonBuilding, msg
+		return buildStep{Entry: entry}
+	}
+	failed := func(reason, msg string) buildStep {
+		entry.Phase, entry.Reason, entry.Message = sandlotv1.BaseFailed, reason, msg
+		return buildStep{Entry: entry, DeleteBuilder: w.Builder != nil}
+	}
+	if w.Snap != nil {
+		switch w.Snap.Status.Phase {
+		case sandlotv1.DataReady:
+			entry.Phase, entry.Reason, entry.Message = sandlotv1.BaseReady, sandlotv1.ReasonBaseReady,
+				fmt.Sprintf("snapshot %s on %s", w.Snap.Name, entry.Node)
+			entry.RemoteStatus = w.Snap.Status.RemoteStatus
+			return buildStep{Entry: entry, DeleteBuilder: w.Builder != nil}
+		case sandlotv1.DataFailed:
+			return failed(sandlotv1.ReasonBuildFailed, "snapshot of the builder failed: "+dataMessage(w.Snap.Status.DataStatus))
+		}
+		return building("snapshotting the builder")
+	}
+	if w.Builder == nil {
+		return buildStep{CreateBuilder: true, Entry: building("booting the image").Entry}
+	}
+	if w.Builder.Status.Phase.Terminal() {
+		return failed(sandlotv1.ReasonBuildFailed, fmt.Sprintf("the builder sandbox %s: %s", w.Builder.Status.Reason, w.Builder.Status.Message))
+	}
+	if w.Pod == nil {
+		return building("waiting for the builder's pod")
+	}
+	for _, cs := range w.Pod.Status.ContainerStatuses {
+		if cs.State.Waiting != nil && imageMissingReasons[cs.State.Waiting.Reason] {
+			return failed(sandlotv1.ReasonImageMissing, fmt.Sprintf("image %s is not in node %s's containerd (%s: %s)",
+				cs.Image, entry.Node, cs.State.Waiting.Reason, cs.State.Waiting.Message))
+		}
+	}
+	if podReady(w.Pod) {
+		return buildStep{CreateSnapshot: true, Entry: building("the probe passed: snapshotting").Entry}
+	}
+	if started := w.Builder.Status.StartedAt; started != nil && w.Now.Sub(started.Time) > w.Probe {
+		return failed(sandlotv1.ReasonProbeTimeout, fmt.Sprintf("the readiness probe did not pass within %v of the VM starting", w.Probe))
+	}
+	return building("waiting for the readiness probe")
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// probeTimeout is how long a builder may take to pass its probe.
+func probeTimeout(tpl *sandlotv1.Template) time.Duration {
+	if p := tpl.Spec.ReadinessProbe; p != nil && p.TimeoutSeconds > 0 {
+		return time.Duration(p.TimeoutSeconds) * time.Second
+	}
+	return 120 * time.Second
+}
+
+// baseName names a node's builder Sandbox and base Snapshot for a
+// generation: a DNS label, stable across reconciles.
+func baseName(tpl *sandlotv1.Template, node string) string {
+	sum := sha256.Sum256([]byte(node))
+	name := tpl.Name
+	if len(name) > 36 {
+		name = name[:36]
+	}
+	return fmt.Sprintf("%s-base-g%d-%s", name, tpl.Generation, hex.EncodeToString(sum[:3]))
+}
+
+// buildNode carries out one node's build step and returns its entry.
+func (r *TemplateReconciler) buildNode(ctx context.Context, tpl *sandlotv1.Template, node string) (sandlotv1.BaseSnapshot, error) {
+	name := baseName(tpl, node)
+	w := builderWorld{Probe: probeTimeout(tpl), Now: time.Now()}
+	for i := range tpl.Status.BaseSnapshots {
+		if b := &tpl.Status.BaseSnapshots[i]; b.Node == node && b.Generation == tpl.Generation {
+			w.Entry = b
+		}
+	}
+	key := types.NamespacedName{Namespace: tpl.Namespace, Name: name}
+	var err error
+	if w.Builder, err = getOrNil(ctx, r.Client, key, &sandlotv1.Sandbox{}); err != nil {
+		return sandlotv1.BaseSnapshot{}, err
+	}
+	if w.Builder != nil && w.Builder.Status.PodName != "" {
+		if w.Pod, err = getOrNil(ctx, r.Client, types.NamespacedName{Namespace: tpl.Namespace, Name: w.Builder.Status.PodName}, &corev1.Pod{}); err != nil {
+			return sandlotv1.BaseSnapshot{}, err
+		}
+	}
+	if w.Snap, err = getOrNil(ctx, r.Client, key, &sandlotv1.Snapshot{}); err != nil {
+		return sandlotv1.BaseSnapshot{}, err
+	}
+	step := decideBuild(w, sandlotv1.BaseSnapshot{Node: node, Generation: tpl.Generation, Snapshot: name})
+	switch {
+	case step.CreateBuilder:
+		err = r.Create(ctx, builderSandbox(tpl, node, name))
+	case step.CreateSnapshot:
+		err = r.Create(ctx, &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tpl.Namespace,
+			OwnerReferences: []metav1.OwnerReference{templateOwner(tpl)}},
+			Spec: sandlotv1.SnapshotSpec{Source: sandlotv1.SnapshotSource{Sandbox: name}}})
+	case step.DeleteBuilder:
+		err = client.IgnoreNotFound(r.Delete(ctx, w.Builder))
+	}
+	if apierrors.IsAlreadyExists(err) {
+		err = nil
+	}
+	return step.Entry, err
+}
+
+// builderSandbox boots the template's image cold on node.
+func builderSandbox(tpl *sandlotv1.Template, node, name string) *sandlotv1.Sandbox {
+	timeout := int32(probeTimeout(tpl)/time.Second) + 600
+	return &sandlotv1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tpl.Namespace,
+			Annotations:     map[string]string{sandlotv1.AnnotationBaseOf: tpl.Name, sandlotv1.AnnotationBuildNode: node},
+			OwnerReferences: []metav1.OwnerReference{templateOwner(tpl)}},
+		Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Template: tpl.Name}, TimeoutSeconds: ptr.To(timeout)},
+	}
+}
+
+func templateOwner(tpl *sandlotv1.Template) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: sandlotv1.GroupVersion.String(), Kind: "Template", Name: tpl.Name,
+		UID: tpl.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+}
+
+// getOrNil gets key into obj, or returns nil when it does not exist.
+func getOrNil[T client.Object](ctx context.Context, c client.Client, key types.NamespacedName, obj T) (T, error) {
+	var zero T
+	if err := c.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return zero, nil
+		}
+		return zero, fmt.Errorf("get %s: %w", key, err)
+	}
+	return obj, nil
+}
+
+// baseCondition summarizes the nodes' entries of this generation.
+func baseCondition(entries []sandlotv1.BaseSnapshot, gen int64, eligible int) (metav1.ConditionStatus, string, string) {
+	var ready, building []string
+	var failed *sandlotv1.BaseSnapshot
+	for i, e := range entries {
+		if e.Generation != gen {
+			continue
+		}
+		switch e.Phase {
+		case sandlotv1.BaseReady:
+			ready = append(ready, e.Node)
+		case sandlotv1.BaseBuilding:
+			building = append(building, e.Node)
+		case sandlotv1.BaseFailed:
+			failed = &entries[i]
+		}
+	}
+	switch {
+	case len(ready) > 0:
+		return metav1.ConditionTrue, sandlotv1.ReasonBaseReady, fmt.Sprintf("base snapshot Ready on %d of %d nodes %v", len(ready), eligible, ready)
+	case failed != nil && len(building) == 0:
+		return metav1.ConditionFalse, failed.Reason, "on " + failed.Node + ": " + failed.Message
+	case eligible == 0:
+		return metav1.ConditionFalse, sandlotv1.ReasonNoEligibleNode, "no Ready, schedulable node labelled " + sandlotv1.LabelRuntime + "=true to build on"
+	}
+	msg := "building"
+	for _, e := range entries {
+		if e.Generation == gen && e.Phase == sandlotv1.BaseBuilding {
+			msg = "on " + e.Node + ": " + e.Message
+			break
+		}
+	}
+	return metav1.ConditionFalse, sandlotv1.ReasonBuilding, msg
+}
+
+// dropOldBases deletes the Snapshots of older generations on nodes whose
+// current base is Ready (deletion waits for the sandboxes using them) and
+// keeps only the entries still worth showing.
+func (r *TemplateReconciler) dropOldBases(ctx context.Context, tpl *sandlotv1.Template, current map[string]sandlotv1.BaseSnapshot) ([]sandlotv1.BaseSnapshot, error) {
+	var keep []sandlotv1.BaseSnapshot
+	for _, b := range tpl.Status.BaseSnapshots {
+		if b.Generation == tpl.Generation {
+			continue // replaced by current
+		}
+		if cur, ok := current[b.Node]; ok && cur.Phase == sandlotv1.BaseReady {
+			snap := &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: b.Snapshot, Namespace: tpl.Namespace}}
+			if err := r.Delete(ctx, snap); client.IgnoreNotFound(err) != nil {
+				return nil, fmt.Errorf("delete old base snapshot %s: %w", b.Snapshot, err)
+			}
+			continue
+		}
+		keep = append(keep, b) // until this generation's is Ready there
+	}
+	return keep, nil
+}
+
+// setBaseCondition records the summary as the BaseSnapshotReady condition.
+func setBaseCondition(st *sandlotv1.TemplateStatus, gen int64, eligible int) {
+	status, reason, msg := baseCondition(st.BaseSnapshots, gen, eligible)
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sandlotv1.ConditionBaseSnapshotReady, Status: status,
+		Reason: reason, Message: msg, ObservedGeneration: gen})
+}

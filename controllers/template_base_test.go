@@ -1,0 +1,101 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+func TestDecideBuild(t *testing.T) {
+	now := time.Now()
+	started := metav1.NewTime(now.Add(-time.Minute))
+	running := &sandlotv1.Sandbox{Status: sandlotv1.SandboxStatus{Phase: sandlotv1.SandboxRunning, StartedAt: &started}}
+	pod := func(ready bool, waiting string) *corev1.Pod {
+		p := &corev1.Pod{}
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
+		if waiting != "" {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Image: "img", State: corev1.ContainerState{
+				Waiting: &corev1.ContainerStateWaiting{Reason: waiting}}}}
+		}
+		return p
+	}
+	snap := func(phase sandlotv1.DataPhase) *sandlotv1.Snapshot {
+		s := &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: "b"}}
+		s.Status.Phase = phase
+		return s
+	}
+	ready := &sandlotv1.BaseSnapshot{Node: "n", Phase: sandlotv1.BaseReady}
+	cases := map[string]struct {
+		w         builderWorld
+		wantPhase sandlotv1.BasePhase
+		reason    string
+		want      buildStep // only the action flags are compared
+	}{
+		"nothing yet: create the builder":   {w: builderWorld{}, wantPhase: sandlotv1.BaseBuilding, want: buildStep{CreateBuilder: true}},
+		"builder without pod: wait":         {w: builderWorld{Builder: running}, wantPhase: sandlotv1.BaseBuilding},
+		"probe not passed yet: wait":        {w: builderWorld{Builder: running, Pod: pod(false, ""), Probe: 2 * time.Minute}, wantPhase: sandlotv1.BaseBuilding},
+		"probe passed: snapshot":            {w: builderWorld{Builder: running, Pod: pod(true, "")}, wantPhase: sandlotv1.BaseBuilding, want: buildStep{CreateSnapshot: true}},
+		"snapshot under way: wait":          {w: builderWorld{Builder: running, Snap: snap(sandlotv1.DataCreating)}, wantPhase: sandlotv1.BaseBuilding},
+		"snapshot Ready: drop the builder":  {w: builderWorld{Builder: running, Snap: snap(sandlotv1.DataReady)}, wantPhase: sandlotv1.BaseReady, reason: sandlotv1.ReasonBaseReady, want: buildStep{DeleteBuilder: true}},
+		"snapshot Failed":                   {w: builderWorld{Builder: running, Snap: snap(sandlotv1.DataFailed)}, wantPhase: sandlotv1.BaseFailed, reason: sandlotv1.ReasonBuildFailed, want: buildStep{DeleteBuilder: true}},
+		"image missing":                     {w: builderWorld{Builder: running, Pod: pod(false, "ErrImageNeverPull")}, wantPhase: sandlotv1.BaseFailed, reason: sandlotv1.ReasonImageMissing, want: buildStep{DeleteBuilder: true}},
+		"probe timed out":                   {w: builderWorld{Builder: running, Pod: pod(false, ""), Probe: 30 * time.Second}, wantPhase: sandlotv1.BaseFailed, reason: sandlotv1.ReasonProbeTimeout, want: buildStep{DeleteBuilder: true}},
+		"builder failed":                    {w: builderWorld{Builder: &sandlotv1.Sandbox{Status: sandlotv1.SandboxStatus{Phase: sandlotv1.SandboxFailed, Reason: "PodFailed"}}}, wantPhase: sandlotv1.BaseFailed, reason: sandlotv1.ReasonBuildFailed, want: buildStep{DeleteBuilder: true}},
+		"already Ready: keep, no builder":   {w: builderWorld{Entry: ready}, wantPhase: sandlotv1.BaseReady},
+		"already Ready, builder left: drop": {w: builderWorld{Entry: ready, Builder: running}, wantPhase: sandlotv1.BaseReady, want: buildStep{DeleteBuilder: true}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			tc.w.Now = now
+			got := decideBuild(tc.w, sandlotv1.BaseSnapshot{Node: "n", Generation: 1, Snapshot: "b"})
+			if got.Entry.Phase != tc.wantPhase || (tc.reason != "" && got.Entry.Reason != tc.reason) {
+				t.Fatalf("entry %+v, want phase %s reason %q", got.Entry, tc.wantPhase, tc.reason)
+			}
+			if got.CreateBuilder != tc.want.CreateBuilder || got.CreateSnapshot != tc.want.CreateSnapshot || got.DeleteBuilder != tc.want.DeleteBuilder {
+				t.Fatalf("step %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBaseCondition(t *testing.T) {
+	e := func(node string, gen int64, phase sandlotv1.BasePhase, reason string) sandlotv1.BaseSnapshot {
+		return sandlotv1.BaseSnapshot{Node: node, Generation: gen, Phase: phase, Reason: reason, Message: "m"}
+	}
+	cases := map[string]struct {
+		entries  []sandlotv1.BaseSnapshot
+		eligible int
+		status   metav1.ConditionStatus
+		reason   string
+	}{
+		"one node Ready":         {[]sandlotv1.BaseSnapshot{e("a", 2, sandlotv1.BaseReady, ""), e("b", 2, sandlotv1.BaseBuilding, "")}, 2, metav1.ConditionTrue, sandlotv1.ReasonBaseReady},
+		"old generation only":    {[]sandlotv1.BaseSnapshot{e("a", 1, sandlotv1.BaseReady, "")}, 1, metav1.ConditionFalse, sandlotv1.ReasonBuilding},
+		"failed, none building":  {[]sandlotv1.BaseSnapshot{e("a", 2, sandlotv1.BaseFailed, sandlotv1.ReasonImageMissing)}, 1, metav1.ConditionFalse, sandlotv1.ReasonImageMissing},
+		"failed, another builds": {[]sandlotv1.BaseSnapshot{e("a", 2, sandlotv1.BaseFailed, sandlotv1.ReasonProbeTimeout), e("b", 2, sandlotv1.BaseBuilding, "")}, 2, metav1.ConditionFalse, sandlotv1.ReasonBuilding},
+		"no node to build on":    {nil, 0, metav1.ConditionFalse, sandlotv1.ReasonNoEligibleNode},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			status, reason, msg := baseCondition(tc.entries, 2, tc.eligible)
+			if status != tc.status || reason != tc.reason || msg == "" {
+				t.Fatalf("got %s %s %q, want %s %s", status, reason, msg, tc.status, tc.reason)
+			}
+		})
+	}
+}
+
+func TestBaseName(t *testing.T) {
+	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: "a-very-long-template-name-that-goes-on-and-on-for-ever-x", Generation: 12}}
+	a, b := baseName(tpl, "node-1"), baseName(tpl, "node-2")
+	if a == b || len(a) > 63 || a != baseName(tpl, "node-1") {
+		t.Fatalf("names %q %q: want distinct, stable DNS labels", a, b)
+	}
+}
