@@ -41,9 +41,9 @@ vm-assets: ## Build the guest kernel, initramfs and base disks into the cache (r
 
 .PHONY: test
 test: envtest-assets vm-assets cluster-bins minio-bins ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), store (real MinIO), shim (real containerd + CNI + QEMU), e2e and agent (real two-node clusters).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/vm$$\|/test/shim$$\|/test/e2e$$\|/test/agent$$')
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/vm$$\|/test/shim$$\|/test/e2e$$\|/test/agent$$\|/test/lifecycle$$')
 	@# The VM, shim and cluster tests run QEMU guests under TCG on both cores: alone, one package at a time, after the rest.
-	go test -count=1 -p 1 -timeout 40m ./test/vm/ ./test/shim/ ./test/e2e/ ./test/agent/
+	go test -count=1 -p 1 -timeout 50m ./test/vm/ ./test/shim/ ./test/e2e/ ./test/agent/ ./test/lifecycle/
 
 test-shim: vm-assets containerd-bins ## The shim under a real containerd (CRI, CNI bridge) with real QEMU: pods as VMs, snapshots, restarts, faults.
 	go test -count=1 -v -timeout 20m ./shim/... ./test/crienv/ ./test/shim/
@@ -107,6 +107,10 @@ test-e2e: build cluster-bins vm-assets ## End to end on a real two-node cluster 
 .PHONY: test-agent
 test-agent: cluster-bins vm-assets minio-bins ## The node agent and the s3 store on a real two-node cluster with MinIO: snapshots, remote status, pause/resume across nodes, faults.
 	go test -count=1 -v -timeout 30m ./nodeagent/... ./test/minio/ ./test/agent/
+
+.PHONY: test-lifecycle
+test-lifecycle: cluster-bins vm-assets ## Templates that build their base snapshot and sandboxes that restore it, fork, rollback, timeouts, template failures, on a real two-node cluster.
+	go test -count=1 -v -timeout 30m ./test/lifecycle/
 
 .PHONY: bench-agent
 bench-agent: cluster-bins vm-assets minio-bins ## Snapshot API, remote Ready, pause, local and cross-node start/resume at concurrency 1, 5, 10 — local store, then s3 on MinIO (the JuiceFS seed report's tables 4.1-4.4; BENCH_ARGS=-json).

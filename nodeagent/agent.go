@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -65,6 +64,10 @@ func Setup(mgr ctrl.Manager, n Node) error {
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return srv.Serve(ctx, n.StageSocket) })); err != nil {
 			return err
 		}
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).Named("rollback").For(&sandlotv1.Sandbox{}).
+		Complete(&RollbackReconciler{Client: mgr.GetClient(), Node: n, layout: l}); err != nil {
+		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("vmready").For(&corev1.Pod{}).
 		Complete(&VMReadyReconciler{Client: mgr.GetClient(), Node: n})
@@ -132,12 +135,6 @@ func (r *VMReadyReconciler) applyVMReady(ctx context.Context, ns, name string, s
 		c.Status == status && c.Reason == reason && c.ObservedGeneration == sbx.Generation {
 		return nil
 	}
-	cond := map[string]any{"type": sandlotv1.ConditionVMReady, "status": string(status), "reason": reason, "message": msg,
-		"observedGeneration": sbx.Generation, "lastTransitionTime": metav1.Now().UTC().Format(time.RFC3339)}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": sandlotv1.GroupVersion.String(), "kind": "Sandbox",
-		"metadata": map[string]any{"name": name, "namespace": ns},
-		"status":   map[string]any{"conditions": []any{cond}},
-	}}
-	return r.Status().Patch(ctx, u, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership)
+	return applySandboxStatus(ctx, r.Client, ns, name, FieldManager,
+		map[string]any{"conditions": []any{conditionFields(sandlotv1.ConditionVMReady, status, reason, msg, sbx.Generation)}})
 }

@@ -270,6 +270,7 @@ func applyManifest(st *sandlotv1.DataStatus, m *vm.Manifest, dir string) {
 	st.Location = dir
 	st.TotalBytes = m.TotalBytes(dir)
 	st.DirtyBytes = m.DirtyBytes
+	st.SourcePausedMicroseconds = m.PausedNanos / 1000
 	st.BaseDiskSHA256 = m.BaseDisk.SHA256
 	st.Fingerprint = sandlotv1.Fingerprint{CPU: m.CPU, Kernel: m.Kernel, QEMU: m.QEMUVersion, Accel: m.Accel}
 	if st.CompletionTime == nil {

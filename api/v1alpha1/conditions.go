@@ -21,6 +21,9 @@ const (
 	ConditionDeletionHeld = "DeletionHeld"
 	// ConditionRemoteReady: the data may be restored on another node.
 	ConditionRemoteReady = "RemoteReady"
+	// ConditionRolledBack: the Sandbox's last rollback request (owned by
+	// the node agent, like VMReady): True once done, False with why not.
+	ConditionRolledBack = "RolledBack"
 )
 
 // Reasons of ConditionScheduled.
@@ -71,6 +74,13 @@ const (
 	ReasonImageMissing = "ImageMissing"
 	ReasonProbeTimeout = "ProbeTimeout"
 	ReasonBuildFailed  = "BuildFailed"
+)
+
+// Reasons of ConditionRolledBack.
+const (
+	ReasonRolledBack      = "RolledBack"
+	ReasonRollbackRefused = "RollbackRefused"
+	ReasonRollbackFailed  = "RollbackFailed"
 )
 
 // ReasonBaseSnapshotNotReady: a sandbox of a template waits for the

@@ -44,8 +44,8 @@ type SandboxSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="source is immutable"
 	Source SandboxSource `json:"source"`
 
-	// Resources override the template's; a restore from a snapshot must
-	// match the snapshot's.
+	// Resources must match the template's or the snapshot's when given:
+	// every sandbox restores a snapshot (a template's base, or its source).
 	// +optional
 	Resources *Resources `json:"resources,omitempty"`
 

@@ -92,6 +92,10 @@ type DataStatus struct {
 	// DirtyBytes is the memory the VM changed since its base.
 	// +optional
 	DirtyBytes int64 `json:"dirtyBytes,omitempty"`
+	// SourcePausedMicroseconds is how long the source VM was paused to
+	// take the data (a fork's cost to its parent).
+	// +optional
+	SourcePausedMicroseconds int64 `json:"sourcePausedMicroseconds,omitempty"`
 	// BaseDiskSHA256 is the digest of the read-only base disk under it.
 	// +optional
 	BaseDiskSHA256 string `json:"baseDiskSHA256,omitempty"`

@@ -20,7 +20,66 @@ type fileEntry struct {
 	Path   string      `json:"path"` // slash-separated, relative to the key's dir
 	Size   int64       `json:"size"`
 	Mode   fs.FileMode `json:"mode"`
-	SHA256 string      `json:"sha256,omitempty"`
+	SHA256 string      `json:"sha256,omitempty"` // of the whole file, holes read as zeros
+	// Extents are the data runs {offset, length} of a sparse file: its
+	// object holds them back to back and the holes are not stored (a 1 GiB
+	// writable layer with 30 MB written moves 30 MB). Nil: the whole file.
+	Extents [][2]int64 `json:"extents,omitempty"`
+}
+
+// objectSize is what the file's object holds.
+func (f fileEntry) objectSize() int64 {
+	if f.Extents == nil {
+		return f.Size
+	}
+	var n int64
+	for _, e := range f.Extents {
+		n += e[1]
+	}
+	return n
+}
+
+// runs are the file's data runs: its extents, or the whole file.
+func (f fileEntry) runs() [][2]int64 {
+	if f.Extents == nil {
+		return [][2]int64{{0, f.Size}}
+	}
+	return f.Extents
+}
+
+// dataExtents finds the data runs of a file with SEEK_DATA/SEEK_HOLE; nil
+// when it has no holes. A file of holes only is one empty run.
+func dataExtents(path string, size int64) ([][2]int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	var ext [][2]int64
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole is left
+		}
+		if err != nil {
+			return nil, fmt.Errorf("seek data in %s: %w", path, err)
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return nil, fmt.Errorf("seek hole in %s: %w", path, err)
+		}
+		hole = min(hole, size)
+		ext = append(ext, [2]int64{data, hole - data})
+		off = hole
+	}
+	switch {
+	case len(ext) == 1 && ext[0] == [2]int64{0, size}:
+		return nil, nil
+	case ext == nil && size > 0:
+		return [][2]int64{{0, 0}}, nil
+	}
+	return ext, nil
 }
 
 // scanDir lists the regular files under dir. Anything else (symlinks,

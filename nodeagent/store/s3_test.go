@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -256,4 +258,69 @@ func TestS3Throughput(t *testing.T) {
 	mb := float64(want.Bytes()) / 1e6
 	t.Logf("%.0f MB: Commit to Ready %s (%.0f MB/s, hashing included); Open on another node %s (%.0f MB/s, verification included)",
 		mb, up.Round(time.Millisecond), mb/up.Seconds(), down.Round(time.Millisecond), mb/down.Seconds())
+}
+
+// TestS3SparseFiles: a sparse file's object holds only its data (a 1 GiB
+// writable layer with a few MB written moves a few MB), and another node
+// gets the same bytes back with the holes still holes.
+func TestS3SparseFiles(t *testing.T) {
+	srv := miniotest.Start(t)
+	ctx := context.Background()
+	a := mustS3(t, s3Config(t, srv, srv.Bucket, t.TempDir(), "node-a"))
+	b := mustS3(t, s3Config(t, srv, srv.Bucket, t.TempDir(), "node-b"))
+	key := "snapshots/sparse"
+	dir := a.Dir(key)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const size = 1 << 30
+	data := map[int64]int64{0: 1 << 20, 300 << 20: 3 << 20, size - 4096: 4096} // offset → length
+	layer := filepath.Join(dir, "disk.raw")
+	f, err := os.Create(layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	var stored int64
+	for off, n := range data {
+		if _, err := f.WriteAt(bytes.Repeat([]byte{0xa5}, int(n)), off); err != nil {
+			t.Fatal(err)
+		}
+		stored += n
+	}
+	f.Close()
+	if err := os.WriteFile(filepath.Join(dir, "holes"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(dir, "holes"), 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Commit(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	storetest.WaitReady(t, a, key, 2*time.Minute)
+	for name, want := range map[string]int64{"disk.raw": stored, "holes": 0} {
+		info, err := srv.Client().StatObject(ctx, srv.Bucket, key+"/"+name, s3.StatObjectOptions{})
+		if err != nil || info.Size != want {
+			t.Fatalf("object %s: %d bytes (%v), want the %d bytes of data only", name, info.Size, err, want)
+		}
+	}
+	got, release, err := b.Open(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	for _, name := range []string{"disk.raw", "holes"} {
+		want, _ := os.ReadFile(filepath.Join(dir, name))
+		have, err := os.ReadFile(filepath.Join(got, name))
+		if err != nil || !bytes.Equal(want, have) {
+			t.Fatalf("%s differs after the download (%v)", name, err)
+		}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(got, "disk.raw"), &st); err != nil || st.Blocks*512 > 2*stored {
+		t.Fatalf("downloaded layer takes %d bytes on disk for %d of data: holes filled", st.Blocks*512, stored)
+	}
 }

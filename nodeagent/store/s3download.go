@@ -64,12 +64,24 @@ func checkMarker(key string, m marker) error {
 	}
 	for _, f := range m.Files {
 		bad := f.Path == "" || path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path ||
-			f.Path == ".." || strings.HasPrefix(f.Path, "../") || f.Size < 0
+			f.Path == ".." || strings.HasPrefix(f.Path, "../") || f.Size < 0 || !extentsWithin(f)
 		if bad {
 			return fmt.Errorf("completion marker of %s has a bad file entry %q", key, f.Path)
 		}
 	}
 	return nil
+}
+
+// extentsWithin: sorted, disjoint runs inside the file.
+func extentsWithin(f fileEntry) bool {
+	end := int64(0)
+	for _, e := range f.Extents {
+		if e[0] < end || e[1] < 0 || e[0]+e[1] > f.Size {
+			return false
+		}
+		end = e[0] + e[1]
+	}
+	return true
 }
 
 // fetch downloads key into a temporary dir, verifies every sha256, and
@@ -133,11 +145,12 @@ func (s *S3) install(key string, m marker, tmp string) error {
 	return syncDir(filepath.Dir(dst))
 }
 
-// part is one ranged GET.
+// part is one ranged GET: n bytes at off in the object, written at at
+// in dst (they differ for a sparse file's packed object).
 type part struct {
-	name   string // object
-	off, n int64
-	dst    *os.File
+	name       string // object
+	off, n, at int64
+	dst        *os.File
 }
 
 // download fetches every file of m into dir with parallel ranged GETs.
@@ -153,8 +166,13 @@ func (s *S3) download(ctx context.Context, key string, m marker, dir string) err
 	}
 	var parts []part
 	for i, f := range m.Files {
-		for off := int64(0); off < f.Size; off += s.cfg.PartSize {
-			parts = append(parts, part{name: s.object(key, f.Path), off: off, n: min(s.cfg.PartSize, f.Size-off), dst: files[i]})
+		var packed int64 // where the run starts in the object
+		for _, r := range f.runs() {
+			for d := int64(0); d < r[1]; d += s.cfg.PartSize {
+				parts = append(parts, part{name: s.object(key, f.Path), off: packed + d, n: min(s.cfg.PartSize, r[1]-d),
+					at: r[0] + d, dst: files[i]})
+			}
+			packed += r[1]
 		}
 	}
 	if err := s.getParts(ctx, parts); err != nil {
@@ -250,8 +268,8 @@ func (s *S3) getPart(ctx context.Context, p part, buf, zeros []byte) error {
 	if bytes.Equal(b, zeros[:p.n]) {
 		return nil
 	}
-	if _, err := p.dst.WriteAt(b, p.off); err != nil {
-		return fmt.Errorf("write %s at %d: %w", p.dst.Name(), p.off, err)
+	if _, err := p.dst.WriteAt(b, p.at); err != nil {
+		return fmt.Errorf("write %s at %d: %w", p.dst.Name(), p.at, err)
 	}
 	return nil
 }

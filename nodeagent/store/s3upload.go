@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -175,6 +177,9 @@ func (u *upload) putFile(ctx context.Context, i int) error {
 		if n != f.Size {
 			return permanentError{fmt.Errorf("%s changed after commit (%d bytes, %d at commit)", path, n, f.Size)}
 		}
+		if f.Extents, err = dataExtents(path, n); err != nil {
+			return permanentError{fmt.Errorf("local copy: %w", err)}
+		}
 		f.SHA256 = sum
 		u.persist()
 	}
@@ -202,7 +207,16 @@ func (u *upload) put(ctx context.Context, name, path string, f fileEntry) error 
 		u.s.hooks.beforePut(u.st.Key, name)
 	}
 	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", UserMetadata: map[string]string{metaSHA256: f.SHA256}}
-	if _, err := u.s.client.FPutObject(ctx, u.s.cfg.Bucket, name, path, opts); err != nil {
+	file, err := os.Open(path)
+	if err != nil {
+		return permanentError{fmt.Errorf("local copy: %w", err)}
+	}
+	defer file.Close()
+	readers := make([]io.Reader, 0, len(f.runs()))
+	for _, r := range f.runs() { // the data runs back to back: holes are not stored
+		readers = append(readers, io.NewSectionReader(file, r[0], r[1]))
+	}
+	if _, err := u.s.client.PutObject(ctx, u.s.cfg.Bucket, name, io.MultiReader(readers...), f.objectSize(), opts); err != nil {
 		return fmt.Errorf("put s3://%s/%s: %w", u.s.cfg.Bucket, name, err)
 	}
 	return u.verify(ctx, name, f)
@@ -255,7 +269,7 @@ func (s *S3) matches(ctx context.Context, name string, f fileEntry) (bool, error
 	if err != nil {
 		return false, fmt.Errorf("stat s3://%s/%s: %w", s.cfg.Bucket, name, err)
 	}
-	return info.Size == f.Size && metaValue(info.UserMetadata, metaSHA256) == f.SHA256, nil
+	return info.Size == f.objectSize() && metaValue(info.UserMetadata, metaSHA256) == f.SHA256, nil
 }
 
 // metaValue looks up user metadata whatever the case the server used.
