@@ -124,6 +124,14 @@ func (r *SandboxReconciler) lifecycle(ctx context.Context, sbx *sandlotv1.Sandbo
 	}
 	if d.Restore {
 		src = restoreFromPackage(src, pkg)
+		if sbx.Status.Phase == sandlotv1.SandboxPaused {
+			// The resume begins: the timeout counts from now (again when
+			// the package is released), so a wait for the node — or for the
+			// paused pod to go — is not taken for an expiry.
+			now := metav1.NewTime(r.now())
+			sbx.Status.LastResumedAt = &now
+			r.setExpiry(sbx, src)
+		}
 	}
 	res, err := r.run(ctx, sbx, src, pod)
 	if d.Resuming && sbx.Status.Phase == sandlotv1.SandboxStarting {

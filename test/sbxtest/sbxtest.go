@@ -150,7 +150,10 @@ func EnvdRun(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox, cmd string) 
 	if err := k.Get(context.Background(), client.ObjectKey{Namespace: sbx.Namespace, Name: sandlotv1.TokenSecretName(sbx.Name)}, &secret); err != nil {
 		t.Fatal(err)
 	}
-	pc := processpbconnect.NewProcessClient(http.DefaultClient, "http://"+sbx.Status.PodIP+":49983", connect.WithProtoJSON())
+	// A connection per call: one kept alive across a rollback would carry
+	// the guest's TCP state from before it and hang.
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	pc := processpbconnect.NewProcessClient(hc, "http://"+sbx.Status.PodIP+":49983", connect.WithProtoJSON())
 	req := connect.NewRequest(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", cmd}}})
 	req.Header().Set("X-Access-Token", string(secret.Data[sandlotv1.TokenSecretKey]))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -238,4 +241,30 @@ func FromSnapshot(t *testing.T, k client.Client, name, snapshot string) *sandlot
 	}
 	t.Cleanup(func() { Delete(t, k, name) })
 	return WaitRunning(t, k, name)
+}
+
+// WaitBases waits until a template's base snapshot of its current
+// generation is Ready on nodes nodes (benchmarks measure restores, not
+// the build).
+func WaitBases(ctx context.Context, k client.Client, key client.ObjectKey, nodes int, timeout time.Duration) error {
+	tpl := &sandlotv1.Template{}
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := k.Get(ctx, key, tpl); err != nil {
+			return err
+		}
+		ready := 0
+		for _, b := range tpl.Status.BaseSnapshots {
+			if b.Generation == tpl.Generation && b.Phase == sandlotv1.BaseReady {
+				ready++
+			}
+		}
+		if ready >= nodes {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("template %s: base snapshot Ready on %d of %d nodes after %v: %+v", key.Name, ready, nodes, timeout, tpl.Status.Conditions)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }

@@ -1,5 +1,6 @@
 // Command e2e benchmarks sandlot on a real cluster on this machine (make
-// bench-e2e): a Sandbox created through the API until it is Running and
+// bench-e2e): a Sandbox of a template (a restore of the template's base
+// snapshot, built first) created through the API until it is Running and
 // its envd answers on the pod IP — single and 10 concurrent — with a
 // plain runc pod of the same image answering HTTP as the baseline in the
 // same run.
@@ -28,6 +29,7 @@ import (
 	"github.com/sandlot-dev/sandlot/test/bench/stats"
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/test/sbxtest"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 	"github.com/sandlot-dev/sandlot/vm"
 )
@@ -54,7 +56,7 @@ func main() {
 		return
 	}
 	accel, _ := vm.DetectAccel()
-	table.Print(os.Stdout, fmt.Sprintf("sandlot end to end: Kubernetes %s, containerd %s, accel %s, 1 node, Debian python3 image (VM 256 MiB, 1 vCPU; cold boot: templates have no base snapshot yet), %s",
+	table.Print(os.Stdout, fmt.Sprintf("sandlot end to end: Kubernetes %s, containerd %s, accel %s, 1 node, Debian python3 image (VM 256 MiB, 1 vCPU; restored from the template's base snapshot), %s",
 		cluster.K8sVersion, crienv.ContainerdVersion, accel, host.Describe()))
 	fmt.Println()
 	table.Ratio(os.Stdout, "Sandbox to Running + envd answer", "runc Pod to Running + HTTP answer")
@@ -98,8 +100,13 @@ func newBench(t crienv.T, table *stats.Table) (*bench, error) {
 		return nil, err
 	}
 	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: "default"},
-		Spec: sandlotv1.TemplateSpec{Image: env.ImageRef, Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256}}}
+		Spec: sandlotv1.TemplateSpec{Image: env.ImageRef, Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256},
+			ReadinessProbe: &sandlotv1.ReadinessProbe{HTTPGet: &sandlotv1.HTTPGetProbe{Port: sandlotv1.CodeInterpreterPort, Path: "/health"}}}}
 	if err := k.Create(context.Background(), tpl); err != nil {
+		return nil, err
+	}
+	// The template's base snapshot first: sandboxes of it restore it.
+	if err := sbxtest.WaitBases(context.Background(), k, client.ObjectKeyFromObject(tpl), 1, 5*time.Minute); err != nil {
 		return nil, err
 	}
 	return &bench{t: t, k: k, image: env.ImageRef, table: table}, nil
