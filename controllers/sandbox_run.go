@@ -34,6 +34,10 @@ func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src
 			return r.replacePod(ctx, sbx, pod, v)
 		}
 		st.PodName, st.NodeName = pod.Name, pod.Spec.NodeName
+		if base := pod.Annotations[sandlotv1.AnnotationRestoreName]; sbx.Spec.Source.Template != "" &&
+			pod.Annotations[sandlotv1.AnnotationRestoreKind] == "Snapshot" && st.BaseSnapshot == "" {
+			st.BaseSnapshot = base // from the pod: the write at its creation may have been lost
+		}
 		applyPodView(st, sbx.Generation, v)
 		return ctrl.Result{}, nil
 	}
