@@ -78,7 +78,7 @@ func (r *SandboxReconciler) resolveTemplate(ctx context.Context, sbx *sandlotv1.
 		// The template's builder: the one sandbox of it that boots cold,
 		// on the node it builds for.
 		src.Data = dataSource{Nodes: nonEmpty(sbx.Annotations[sandlotv1.AnnotationBuildNode])}
-		src.Probe = tpl.Spec.ReadinessProbe
+		src.Probe = builderProbe(tpl)
 		return src, nil
 	}
 	if o := sbx.Spec.Resources; o != nil && ((o.VCPU != 0 && o.VCPU != src.VM.Resources.VCPU) ||
@@ -87,6 +87,15 @@ func (r *SandboxReconciler) resolveTemplate(ctx context.Context, sbx *sandlotv1.
 			o.VCPU, o.MemoryMiB, tpl.Name, src.VM.Resources.VCPU, src.VM.Resources.MemoryMiB), nil
 	}
 	return r.resolveBase(ctx, tpl, src)
+}
+
+// builderProbe is the template's readiness probe, or envd's /health: a
+// base snapshot is never taken of a guest still booting.
+func builderProbe(tpl *sandlotv1.Template) *sandlotv1.ReadinessProbe {
+	if tpl.Spec.ReadinessProbe != nil {
+		return tpl.Spec.ReadinessProbe
+	}
+	return &sandlotv1.ReadinessProbe{HTTPGet: &sandlotv1.HTTPGetProbe{Port: sandlotv1.EnvdPort, Path: "/health"}}
 }
 
 // resolveBase restores a template's sandbox from the template's Ready base

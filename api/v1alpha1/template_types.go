@@ -28,7 +28,8 @@ type TemplateSpec struct {
 	// +optional
 	Ports []int32 `json:"ports,omitempty"`
 
-	// ReadinessProbe decides when a booted VM is ready to be snapshotted.
+	// ReadinessProbe decides when a booted VM is ready to be snapshotted
+	// as the template's base (default: envd's GET /health on 49983).
 	// +optional
 	ReadinessProbe *ReadinessProbe `json:"readinessProbe,omitempty"`
 

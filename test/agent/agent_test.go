@@ -22,12 +22,6 @@ import (
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
-const (
-	writeState = "echo on-disk > /root/file; echo in-memory > /dev/shm/value"
-	readState  = "cat /root/file /dev/shm/value"
-	wantState  = "on-disk\nin-memory\n"
-)
-
 // remoteSequence polls data until its remote status is final and returns
 // the distinct statuses seen, in order.
 func remoteSequence(t *testing.T, k client.Client, o client.Object, timeout time.Duration) []sandlotv1.RemoteStatus {
@@ -67,7 +61,7 @@ func TestSnapshotToS3(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	sbxtest.Template(t, k, "small")
 	src := sbxtest.Create(t, k, "small", "s3-src")["s3-src"]
-	sbxtest.EnvdRun(t, k, src, writeState)
+	sbxtest.EnvdRun(t, k, src, sbxtest.WriteState)
 	snap := &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: "s3-src-1", Namespace: "default"},
 		Spec: sandlotv1.SnapshotSpec{Source: sandlotv1.SnapshotSource{Sandbox: "s3-src"}}}
 	if err := k.Create(context.Background(), snap); err != nil {
@@ -93,7 +87,7 @@ func TestSnapshotToS3(t *testing.T) {
 		t.Fatalf("MinIO has %v for the base disk %s, want the disk and its marker", disk, st.BaseDiskSHA256)
 	}
 	child := sbxtest.FromSnapshot(t, k, "s3-child", snap.Name)
-	if got := sbxtest.EnvdRun(t, k, child, readState); got != wantState {
+	if got := sbxtest.EnvdRun(t, k, child, sbxtest.ReadState); got != sbxtest.WantState {
 		t.Fatalf("restored sandbox has %q", got)
 	}
 }
@@ -105,7 +99,7 @@ func TestPauseResumeSameNode(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	sbxtest.Template(t, k, "small")
 	sbx := sbxtest.Create(t, k, "small", "napper")["napper"]
-	sbxtest.EnvdRun(t, k, sbx, writeState)
+	sbxtest.EnvdRun(t, k, sbx, sbxtest.WriteState)
 	ps := pause(t, k, sbx.Name)
 	if ps.Status.NodeName != sbx.Status.NodeName {
 		t.Fatalf("package made on %s, the sandbox ran on %s", ps.Status.NodeName, sbx.Status.NodeName)
@@ -116,7 +110,7 @@ func TestPauseResumeSameNode(t *testing.T) {
 		t.Fatalf("resumed as %s on %s, was %s on %s", resumed.Status.SandboxID, resumed.Status.NodeName,
 			sbx.Status.SandboxID, sbx.Status.NodeName)
 	}
-	if got := sbxtest.EnvdRun(t, k, resumed, readState); got != wantState {
+	if got := sbxtest.EnvdRun(t, k, resumed, sbxtest.ReadState); got != sbxtest.WantState {
 		t.Fatalf("resumed sandbox has %q", got)
 	}
 	waitGone(t, k, ps)
@@ -167,7 +161,7 @@ func TestResumeOnAnotherNode(t *testing.T) {
 	sbxtest.Template(t, k, "small")
 	sbx := sbxtest.Create(t, k, "small", "traveller")["traveller"]
 	a, b := sbx.Status.NodeName, otherNode(sbx.Status.NodeName)
-	sbxtest.EnvdRun(t, k, sbx, writeState)
+	sbxtest.EnvdRun(t, k, sbx, sbxtest.WriteState)
 
 	s3.Stop()
 	t.Cleanup(ensureMinIO) // a failed test must not leave MinIO down for the next
@@ -203,7 +197,7 @@ func TestResumeOnAnotherNode(t *testing.T) {
 	if resumed.Status.NodeName != b || resumed.Status.SandboxID != sbx.Status.SandboxID {
 		t.Fatalf("resumed as %s on %s, want %s on %s", resumed.Status.SandboxID, resumed.Status.NodeName, sbx.Status.SandboxID, b)
 	}
-	if got := sbxtest.EnvdRun(t, k, resumed, readState); got != wantState {
+	if got := sbxtest.EnvdRun(t, k, resumed, sbxtest.ReadState); got != sbxtest.WantState {
 		t.Fatalf("resumed sandbox has %q", got)
 	}
 	gets := s3.Requests(t, "GetObject") - getsBefore
@@ -293,7 +287,7 @@ func TestAgentKilledDuringSnapshots(t *testing.T) {
 	ctx := context.Background()
 	sbxtest.Template(t, k, "small")
 	src := sbxtest.Create(t, k, "small", "victim")["victim"]
-	sbxtest.EnvdRun(t, k, src, writeState)
+	sbxtest.EnvdRun(t, k, src, sbxtest.WriteState)
 	snaps := make([]*sandlotv1.Snapshot, 5)
 	for i := range snaps {
 		snaps[i] = &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("victim-%d", i), Namespace: "default"},
@@ -340,7 +334,7 @@ func TestAgentKilledDuringSnapshots(t *testing.T) {
 	for i, s := range ready {
 		name := fmt.Sprintf("victim-child-%d", i)
 		child := sbxtest.FromSnapshot(t, k, name, s.Name)
-		if got := sbxtest.EnvdRun(t, k, child, readState); got != wantState {
+		if got := sbxtest.EnvdRun(t, k, child, sbxtest.ReadState); got != sbxtest.WantState {
 			t.Errorf("restored from %s: %q", s.Name, got)
 		}
 		sbxtest.Delete(t, k, name) // one at a time: 2 cores under TCG
@@ -355,7 +349,7 @@ func TestMinIODownDuringUpload(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	sbxtest.Template(t, k, "small")
 	src := sbxtest.Create(t, k, "small", "offline")["offline"]
-	sbxtest.EnvdRun(t, k, src, writeState)
+	sbxtest.EnvdRun(t, k, src, sbxtest.WriteState)
 	s3.Stop()
 	t.Cleanup(ensureMinIO)
 	snap := sbxtest.Snapshot(t, k, "offline-1", "offline")
@@ -382,7 +376,7 @@ func TestMinIODownDuringUpload(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(snap.Status.Location, "manifest.json")); err != nil {
 		t.Fatalf("local data gone after the upload failed: %v", err)
 	}
-	if got := sbxtest.EnvdRun(t, k, src, readState); got != wantState {
+	if got := sbxtest.EnvdRun(t, k, src, sbxtest.ReadState); got != sbxtest.WantState {
 		t.Fatalf("sandbox has %q after the failed upload", got)
 	}
 	child := sbxtest.FromSnapshot(t, k, "offline-child", snap.Name) // still restorable on its node

@@ -201,7 +201,7 @@ func TestSnapshotRestore(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	sbxtest.Template(t, k, "small")
 	parent := sbxtest.Create(t, k, "small", "parent")["parent"]
-	sbxtest.EnvdRun(t, k, parent, "echo on-disk > /root/file; echo in-memory > /dev/shm/value")
+	sbxtest.EnvdRun(t, k, parent, sbxtest.WriteState)
 	ctx := context.Background()
 	snap := sbxtest.Snapshot(t, k, "parent-1", "parent")
 	st := snap.Status
@@ -218,7 +218,7 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Fatalf("node %s fingerprint label %q, snapshot fingerprint %q", node.Name, got, st.Fingerprint.Key())
 	}
 	restored := sbxtest.FromSnapshot(t, k, "child", snap.Name)
-	if got := sbxtest.EnvdRun(t, k, restored, "cat /root/file /dev/shm/value"); got != "on-disk\nin-memory\n" {
+	if got := sbxtest.EnvdRun(t, k, restored, sbxtest.ReadState); got != sbxtest.WantState {
 		t.Fatalf("restored sandbox has %q", got)
 	}
 	for _, name := range []string{"parent", "child"} {
@@ -243,7 +243,7 @@ func TestPauseResume(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	sbxtest.Template(t, k, "small")
 	sbx := sbxtest.Create(t, k, "small", "napper")["napper"]
-	sbxtest.EnvdRun(t, k, sbx, "echo on-disk > /root/file; echo in-memory > /dev/shm/value")
+	sbxtest.EnvdRun(t, k, sbx, sbxtest.WriteState)
 	sbxtest.SetPaused(t, k, "napper", true)
 	sbxtest.Eventually(t, 2*time.Minute, "Paused, pod gone", func() error {
 		var s sandlotv1.Sandbox
@@ -263,7 +263,7 @@ func TestPauseResume(t *testing.T) {
 	if resumed.Status.SandboxID != sbx.Status.SandboxID {
 		t.Fatalf("sandbox ID %s after resume, %s before", resumed.Status.SandboxID, sbx.Status.SandboxID)
 	}
-	if got := sbxtest.EnvdRun(t, k, resumed, "cat /root/file /dev/shm/value"); got != "on-disk\nin-memory\n" {
+	if got := sbxtest.EnvdRun(t, k, resumed, sbxtest.ReadState); got != sbxtest.WantState {
 		t.Fatalf("resumed sandbox has %q", got)
 	}
 	sbxtest.Eventually(t, time.Minute, "pause package released", func() error {

@@ -19,12 +19,6 @@ import (
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
-const (
-	writeState = "echo on-disk > /root/file; echo in-memory > /dev/shm/value"
-	readState  = "cat /root/file /dev/shm/value"
-	wantState  = "on-disk\nin-memory\n"
-)
-
 // probedTemplate makes a template of image with a readiness probe.
 func probedTemplate(t *testing.T, k client.Client, name string, probe *sandlotv1.ReadinessProbe, image string) *sandlotv1.Template {
 	t.Helper()
@@ -111,7 +105,7 @@ func TestFork(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	sbxtest.Template(t, k, "small")
 	parent := sbxtest.Create(t, k, "small", "parent")["parent"]
-	sbxtest.EnvdRun(t, k, parent, writeState)
+	sbxtest.EnvdRun(t, k, parent, sbxtest.WriteState)
 	snap := sbxtest.Snapshot(t, k, "parent-fork", "parent")
 	if snap.Status.SourcePausedMicroseconds <= 0 {
 		t.Fatalf("the parent's pause is not reported: %+v", snap.Status.DataStatus)
@@ -120,7 +114,7 @@ func TestFork(t *testing.T) {
 	children := make([]*sandlotv1.Sandbox, 5)
 	for i := range children {
 		children[i] = sbxtest.FromSnapshot(t, k, fmt.Sprintf("child-%d", i), snap.Name)
-		if got := sbxtest.EnvdRun(t, k, children[i], readState); got != wantState {
+		if got := sbxtest.EnvdRun(t, k, children[i], sbxtest.ReadState); got != sbxtest.WantState {
 			t.Fatalf("child %d has %q", i, got)
 		}
 		sbxtest.EnvdRun(t, k, children[i], fmt.Sprintf("echo %d > /root/mine; echo %d > /dev/shm/mine", i, i))
@@ -144,7 +138,7 @@ func TestRollback(t *testing.T) {
 	sbxtest.Template(t, k, "small")
 	sbxs := sbxtest.Create(t, k, "small", "undoer", "stranger")
 	sbx := sbxs["undoer"]
-	sbxtest.EnvdRun(t, k, sbx, writeState)
+	sbxtest.EnvdRun(t, k, sbx, sbxtest.WriteState)
 	snap := sbxtest.Snapshot(t, k, "undoer-1", "undoer")
 	sbxtest.EnvdRun(t, k, sbx, "rm /root/file; echo changed > /dev/shm/value")
 	rollback(t, k, "undoer", "undoer-1", "r1")
@@ -159,7 +153,7 @@ func TestRollback(t *testing.T) {
 			sbx.Status.SandboxID, sbx.Status.PodName, sbx.Status.NodeName)
 	}
 	sbxtest.Eventually(t, 30*time.Second, "state back", func() error {
-		if got := sbxtest.EnvdRun(t, k, s, readState); got != wantState {
+		if got := sbxtest.EnvdRun(t, k, s, sbxtest.ReadState); got != sbxtest.WantState {
 			return fmt.Errorf("sandbox has %q", got)
 		}
 		return nil
@@ -218,7 +212,7 @@ func TestTimeouts(t *testing.T) {
 	short("ephemeral", "")
 	short("napper", sandlotv1.TimeoutPause)
 	sleeper := sbxtest.WaitRunning(t, k, "napper")
-	sbxtest.EnvdRun(t, k, sleeper, writeState)
+	sbxtest.EnvdRun(t, k, sleeper, sbxtest.WriteState)
 	sbxtest.Eventually(t, 90*time.Second, "ephemeral deleted, napper paused", func() error {
 		err := k.Get(ctx, client.ObjectKey{Namespace: "default", Name: "ephemeral"}, &sandlotv1.Sandbox{})
 		if !apierrors.IsNotFound(err) {
@@ -235,7 +229,7 @@ func TestTimeouts(t *testing.T) {
 	})
 	sbxtest.SetPaused(t, k, "napper", false)
 	resumed := sbxtest.WaitRunning(t, k, "napper")
-	if got := sbxtest.EnvdRun(t, k, resumed, readState); got != wantState || resumed.Status.SandboxID != sleeper.Status.SandboxID {
+	if got := sbxtest.EnvdRun(t, k, resumed, sbxtest.ReadState); got != sbxtest.WantState || resumed.Status.SandboxID != sleeper.Status.SandboxID {
 		t.Fatalf("resumed %s with %q", resumed.Status.SandboxID, got)
 	}
 }

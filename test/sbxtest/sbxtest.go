@@ -30,6 +30,15 @@ import (
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 )
 
+// A sandbox's state for tests that carry it through snapshots, pauses and
+// moves: WriteState puts a file on its disk and a value in its memory
+// (/dev/shm is a tmpfs), ReadState prints them, WantState is the output.
+const (
+	WriteState = "echo on-disk > /root/file; echo in-memory > /dev/shm/value"
+	ReadState  = "cat /root/file /dev/shm/value"
+	WantState  = "on-disk\nin-memory\n"
+)
+
 // Client is a controller-runtime client for the cluster.
 func Client(t *testing.T, c *cluster.Cluster) client.Client {
 	t.Helper()
