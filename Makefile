@@ -109,8 +109,12 @@ test-agent: cluster-bins vm-assets minio-bins ## The node agent and the s3 store
 	go test -count=1 -v -timeout 30m ./nodeagent/... ./test/minio/ ./test/agent/
 
 .PHONY: test-lifecycle
-test-lifecycle: cluster-bins vm-assets ## Templates that build their base snapshot and sandboxes that restore it, fork, rollback, timeouts, template failures, on a real two-node cluster.
+test-lifecycle: cluster-bins vm-assets ## Templates that build their base snapshot and sandboxes that restore it, warm pools, fork, rollback, timeouts, template failures, on a real two-node cluster.
 	go test -count=1 -v -timeout 30m ./test/lifecycle/
+
+.PHONY: bench-lifecycle
+bench-lifecycle: cluster-bins vm-assets ## Create from a template with and without a warm pool at concurrency 1, 10, 20, 50; fork 1 and 100; rollback 1, 5, 10; host memory per live sandbox at 20/50/100 (one node; BENCH_ARGS=-json).
+	go run ./test/bench/lifecycle $(BENCH_ARGS)
 
 .PHONY: bench-agent
 bench-agent: cluster-bins vm-assets minio-bins ## Snapshot API, remote Ready, pause, local and cross-node start/resume at concurrency 1, 5, 10 — local store, then s3 on MinIO (the JuiceFS seed report's tables 4.1-4.4; BENCH_ARGS=-json).

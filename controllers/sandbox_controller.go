@@ -134,7 +134,10 @@ func (r *SandboxReconciler) lifecycle(ctx context.Context, sbx *sandlotv1.Sandbo
 		}
 	}
 	res, err := r.run(ctx, sbx, src, pod)
-	if d.Resuming && sbx.Status.Phase == sandlotv1.SandboxStarting {
+	if d.Resuming && (sbx.Status.Phase == sandlotv1.SandboxStarting || sbx.Status.Phase == sandlotv1.SandboxPending) {
+		// Until the package's pod runs — waiting for a node or for the
+		// paused pod to go included — the sandbox is Resuming (and does
+		// not expire).
 		sbx.Status.Phase = sandlotv1.SandboxResuming
 	}
 	if d.Reason != "" && !sbx.Status.Phase.Terminal() {

@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +68,7 @@ func TestSandboxFromTemplateBecomesPod(t *testing.T) {
 		t.Errorf("token secret = %v owners %v", secret.Data, secret.OwnerReferences)
 	}
 	base := s.Status.BaseSnapshot // a template's sandbox restores its base snapshot, never boots cold
-	if !strings.HasPrefix(base, "python-base-g1-") {
+	if !strings.HasPrefix(base, "python-base-") {
 		t.Errorf("base snapshot %q", base)
 	}
 	for k, want := range map[string]string{
@@ -227,4 +228,53 @@ func TestKubeletRejectionPlacesAgain(t *testing.T) {
 	if s := h.waitPhase("bounced", sandlotv1.SandboxRunning); s.Status.PodIP != "10.88.5.1" {
 		t.Fatalf("status %+v", s.Status)
 	}
+}
+
+// TestWarmPoolClaims: a template's warm pool fills (pods restoring the
+// base, paused by the shim), 20 sandboxes created at once against a pool
+// of 5 claim each pool pod at most once — the others get pods of their
+// own — and the pool refills.
+func TestWarmPoolClaims(t *testing.T) {
+	h := newHarness(t)
+	h.runKubelet()
+	startController(t)
+	h.addNode("pool-node", "64", "64Gi", nil) // room for 25 VMs at a core each
+	h.template("python", 512)
+	h.editTemplate("python", func(spec *sandlotv1.TemplateSpec) { spec.WarmPool = 5 })
+	pool := h.runPool("python", 5)
+	for i := range 20 {
+		h.create(newSandbox(fmt.Sprintf("claim-%d", i), sandlotv1.SandboxSource{Template: "python"}))
+	}
+	owners := map[string]string{} // pool pod → sandbox
+	h.eventually(30*time.Second, "20 sandboxes with pods", func() error {
+		clear(owners)
+		got := 0
+		for i := range 20 {
+			s := h.sandbox(fmt.Sprintf("claim-%d", i))
+			if s.Status.PodName == "" {
+				continue
+			}
+			got++
+			if pool[s.Status.PodName] {
+				if other, dup := owners[s.Status.PodName]; dup {
+					t.Fatalf("pool pod %s claimed by %s and %s", s.Status.PodName, other, s.Name)
+				}
+				owners[s.Status.PodName] = s.Name
+			}
+		}
+		if got != 20 {
+			return errorf("%d of 20 sandboxes have a pod", got)
+		}
+		return nil
+	})
+	if len(owners) != 5 {
+		t.Fatalf("%d of the 5 pool pods claimed: %v", len(owners), owners)
+	}
+	for name, sbx := range owners {
+		pod := h.pod(name)
+		if !metav1.IsControlledBy(pod, h.sandbox(sbx)) || pod.Labels[sandlotv1.LabelSandbox] != sbx || pod.Annotations[sandlotv1.AnnotationClaim] == "" {
+			t.Fatalf("claimed pod %s: owners %v labels %v", name, pod.OwnerReferences, pod.Labels)
+		}
+	}
+	h.runPool("python", 5) // refilled
 }

@@ -39,22 +39,25 @@ type podPlan struct {
 // annotations; the env carries the sandbox identity, the token by
 // reference to the Sandbox's Secret.
 func buildPod(sbx *sandlotv1.Sandbox, plan podPlan) *corev1.Pod {
+	pod := renderPod(sbx.Namespace, plan, podEnv(sbx.Name, plan))
+	pod.Name = plan.Name
+	pod.Labels = map[string]string{
+		sandlotv1.LabelSandbox:   sbx.Name,
+		sandlotv1.LabelSandboxID: plan.SandboxID,
+		sandlotv1.LabelNode:      plan.Node,
+	}
+	pod.OwnerReferences = []metav1.OwnerReference{ownerRef(sbx)}
+	return pod
+}
+
+// renderPod is a sandlot pod without its name, labels and owner.
+func renderPod(ns string, plan podPlan, env []corev1.EnvVar) *corev1.Pod {
 	res := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(plan.VM.Resources.VCPU)*plan.MilliCPUPerVCPU, resource.DecimalSI),
 		corev1.ResourceMemory: quantityMiB(plan.VM.Resources.MemoryMiB),
 	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      plan.Name,
-			Namespace: sbx.Namespace,
-			Labels: map[string]string{
-				sandlotv1.LabelSandbox:   sbx.Name,
-				sandlotv1.LabelSandboxID: plan.SandboxID,
-				sandlotv1.LabelNode:      plan.Node,
-			},
-			Annotations:     podAnnotations(plan),
-			OwnerReferences: []metav1.OwnerReference{ownerRef(sbx)},
-		},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Annotations: podAnnotations(plan)},
 		Spec: corev1.PodSpec{
 			NodeName:                      plan.Node,
 			RuntimeClassName:              ptr.To(sandlotv1.RuntimeClassName),
@@ -67,7 +70,7 @@ func buildPod(sbx *sandlotv1.Sandbox, plan podPlan) *corev1.Pod {
 				Name:            sandlotv1.ContainerName,
 				Image:           plan.VM.Image,
 				ImagePullPolicy: corev1.PullIfNotPresent,
-				Env:             podEnv(sbx.Name, plan),
+				Env:             env,
 				Resources:       corev1.ResourceRequirements{Requests: res, Limits: res},
 				Ports: []corev1.ContainerPort{
 					{Name: "envd", ContainerPort: sandlotv1.EnvdPort, Protocol: corev1.ProtocolTCP},

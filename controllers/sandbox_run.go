@@ -116,6 +116,16 @@ func (r *SandboxReconciler) replacePod(ctx context.Context, sbx *sandlotv1.Sandb
 // creating another.
 func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource) (ctrl.Result, error) {
 	st := &sbx.Status
+	if len(src.PerNode) > 0 && sbx.Spec.Source.Template != "" {
+		pod, err := r.claimPoolPod(ctx, sbx, src)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if pod != nil {
+			adoptPoolPod(sbx, pod, src)
+			return ctrl.Result{}, nil
+		}
+	}
 	overhead, err := r.overhead(ctx)
 	if err != nil {
 		return ctrl.Result{}, err

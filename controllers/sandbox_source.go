@@ -24,6 +24,9 @@ type resolvedSource struct {
 	PerNode map[string]restoreSource
 	// Probe is a builder sandbox's readiness probe (its template's).
 	Probe *sandlotv1.ReadinessProbe
+	// BaseRevision is the template's base revision, for a sandbox of
+	// one: its warm pool pods of that revision may be claimed.
+	BaseRevision string
 
 	Wait, Fail bool
 	Reason     string
@@ -73,7 +76,7 @@ func (r *SandboxReconciler) resolveTemplate(ctx context.Context, sbx *sandlotv1.
 		return waiting(sandlotv1.ReasonTemplateNotAccepted, "%s", msg), nil
 	}
 	src := resolvedSource{VM: sandlotv1.VMSpec{Image: tpl.Spec.Image, Resources: tpl.Spec.Resources, WritableLayerMiB: tpl.Spec.WritableLayerMiB},
-		Env: mergeEnv(tpl.Spec.Env, sbx.Spec.Env), TimeoutSeconds: tpl.Spec.TimeoutSeconds}
+		Env: mergeEnv(tpl.Spec.Env, sbx.Spec.Env), TimeoutSeconds: tpl.Spec.TimeoutSeconds, BaseRevision: baseRevision(tpl)}
 	if sbx.Annotations[sandlotv1.AnnotationBaseOf] == tpl.Name {
 		// The template's builder: the one sandbox of it that boots cold,
 		// on the node it builds for.
@@ -104,7 +107,7 @@ func builderProbe(tpl *sandlotv1.Template) *sandlotv1.ReadinessProbe {
 func (r *SandboxReconciler) resolveBase(ctx context.Context, tpl *sandlotv1.Template, src resolvedSource) (resolvedSource, error) {
 	src.PerNode = map[string]restoreSource{}
 	for _, b := range tpl.Status.BaseSnapshots {
-		if b.Generation != tpl.Generation || b.Phase != sandlotv1.BaseReady {
+		if b.Revision != baseRevision(tpl) || b.Phase != sandlotv1.BaseReady {
 			continue
 		}
 		snap := &sandlotv1.Snapshot{}

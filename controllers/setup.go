@@ -58,11 +58,14 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 	if opts.SandboxWorkers <= 0 {
 		opts.SandboxWorkers = DefaultSandboxWorkers
 	}
+	if opts.MilliCPUPerVCPU <= 0 {
+		opts.MilliCPUPerVCPU = 1000
+	}
 	c, r := mgr.GetClient(), mgr.GetAPIReader()
 	if err := (&SandboxReconciler{Client: c, APIReader: r, Workers: opts.SandboxWorkers, MilliCPUPerVCPU: opts.MilliCPUPerVCPU}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&TemplateReconciler{Client: c}).SetupWithManager(mgr); err != nil {
+	if err := (&TemplateReconciler{Client: c, MilliCPUPerVCPU: opts.MilliCPUPerVCPU}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&SnapshotReconciler{Client: c, APIReader: r}).SetupWithManager(mgr); err != nil {

@@ -329,6 +329,49 @@ func (h *harness) acceptedTemplate(name string, mem int32) *sandlotv1.Template {
 	return tpl
 }
 
+// editTemplate changes a template's spec (a merge patch, as kubectl sends).
+func (h *harness) editTemplate(name string, edit func(*sandlotv1.TemplateSpec)) {
+	h.t.Helper()
+	tpl := &sandlotv1.Template{}
+	if err := h.c.Get(context.Background(), h.key(name), tpl); err != nil {
+		h.t.Fatal(err)
+	}
+	orig := tpl.DeepCopy()
+	edit(&tpl.Spec)
+	if err := h.c.Patch(context.Background(), tpl, client.MergeFrom(orig)); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// runPool plays the kubelet for a template's unclaimed pool pods until
+// want of them run, and returns their names.
+func (h *harness) runPool(tpl string, want int) map[string]bool {
+	h.t.Helper()
+	names := map[string]bool{}
+	h.eventually(20*time.Second, fmt.Sprintf("%d pool pods of %s running", want, tpl), func() error {
+		pods := &corev1.PodList{}
+		if err := h.c.List(context.Background(), pods, client.InNamespace(h.ns),
+			client.MatchingLabels{sandlotv1.LabelPool: tpl, sandlotv1.LabelSandbox: ""}); err != nil {
+			return err
+		}
+		clear(names)
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			if p.Status.Phase != corev1.PodRunning {
+				h.setPod(p.Name, corev1.PodRunning, "10.98.0.1")
+			}
+			names[p.Name] = true
+		}
+		if len(names) != want {
+			return fmt.Errorf("%d pool pods", len(names))
+		}
+		return nil
+	})
+	return names
+}
+
 // buildBases plays the kubelet and the node agent for a template's
 // builders until its base snapshot is Ready: each builder's pod runs and
 // passes its probe, and the Snapshot of it is Ready on its node.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -113,15 +114,25 @@ func probeTimeout(tpl *sandlotv1.Template) time.Duration {
 	return 120 * time.Second
 }
 
+// baseRevision digests what a base snapshot is built from: the VM, the
+// probe that decides when to take it, and the env its guest booted with.
+func baseRevision(tpl *sandlotv1.Template) string {
+	b, _ := json.Marshal(struct {
+		Image            string
+		Resources        sandlotv1.Resources
+		WritableLayerMiB int32
+		Probe            *sandlotv1.ReadinessProbe
+		Env              []sandlotv1.EnvVar
+	}{tpl.Spec.Image, tpl.Spec.Resources, tpl.Spec.WritableLayerMiB, builderProbe(tpl), tpl.Spec.Env})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:4])
+}
+
 // baseName names a node's builder Sandbox and base Snapshot for a
-// generation: a DNS label, stable across reconciles.
+// revision: a DNS label, stable across reconciles.
 func baseName(tpl *sandlotv1.Template, node string) string {
 	sum := sha256.Sum256([]byte(node))
-	name := tpl.Name
-	if len(name) > 36 {
-		name = name[:36]
-	}
-	return fmt.Sprintf("%s-base-g%d-%s", name, tpl.Generation, hex.EncodeToString(sum[:3]))
+	return fmt.Sprintf("%s-base-%s-%s", shortName(tpl.Name), baseRevision(tpl), hex.EncodeToString(sum[:3]))
 }
 
 // buildNode carries out one node's build step and returns its entry.
@@ -129,7 +140,7 @@ func (r *TemplateReconciler) buildNode(ctx context.Context, tpl *sandlotv1.Templ
 	name := baseName(tpl, node)
 	w := builderWorld{Probe: probeTimeout(tpl), Now: time.Now()}
 	for i := range tpl.Status.BaseSnapshots {
-		if b := &tpl.Status.BaseSnapshots[i]; b.Node == node && b.Generation == tpl.Generation {
+		if b := &tpl.Status.BaseSnapshots[i]; b.Node == node && b.Revision == baseRevision(tpl) {
 			w.Entry = b
 		}
 	}
@@ -146,7 +157,7 @@ func (r *TemplateReconciler) buildNode(ctx context.Context, tpl *sandlotv1.Templ
 	if w.Snap, err = getOrNil(ctx, r.Client, key, &sandlotv1.Snapshot{}); err != nil {
 		return sandlotv1.BaseSnapshot{}, err
 	}
-	step := decideBuild(w, sandlotv1.BaseSnapshot{Node: node, Generation: tpl.Generation, Snapshot: name})
+	step := decideBuild(w, sandlotv1.BaseSnapshot{Node: node, Revision: baseRevision(tpl), Snapshot: name})
 	switch {
 	case step.CreateBuilder:
 		err = r.Create(ctx, builderSandbox(tpl, node, name))
@@ -192,11 +203,11 @@ func getOrNil[T client.Object](ctx context.Context, c client.Client, key types.N
 }
 
 // baseCondition summarizes the nodes' entries of this generation.
-func baseCondition(entries []sandlotv1.BaseSnapshot, gen int64, eligible int) (metav1.ConditionStatus, string, string) {
+func baseCondition(entries []sandlotv1.BaseSnapshot, rev string, eligible int) (metav1.ConditionStatus, string, string) {
 	var ready, building []string
 	var failed *sandlotv1.BaseSnapshot
 	for i, e := range entries {
-		if e.Generation != gen {
+		if e.Revision != rev {
 			continue
 		}
 		switch e.Phase {
@@ -218,7 +229,7 @@ func baseCondition(entries []sandlotv1.BaseSnapshot, gen int64, eligible int) (m
 	}
 	msg := "building"
 	for _, e := range entries {
-		if e.Generation == gen && e.Phase == sandlotv1.BaseBuilding {
+		if e.Revision == rev && e.Phase == sandlotv1.BaseBuilding {
 			msg = "on " + e.Node + ": " + e.Message
 			break
 		}
@@ -226,13 +237,13 @@ func baseCondition(entries []sandlotv1.BaseSnapshot, gen int64, eligible int) (m
 	return metav1.ConditionFalse, sandlotv1.ReasonBuilding, msg
 }
 
-// dropOldBases deletes the Snapshots of older generations on nodes whose
+// dropOldBases deletes the Snapshots of older revisions on nodes whose
 // current base is Ready (deletion waits for the sandboxes using them) and
 // keeps only the entries still worth showing.
 func (r *TemplateReconciler) dropOldBases(ctx context.Context, tpl *sandlotv1.Template, current map[string]sandlotv1.BaseSnapshot) ([]sandlotv1.BaseSnapshot, error) {
 	var keep []sandlotv1.BaseSnapshot
 	for _, b := range tpl.Status.BaseSnapshots {
-		if b.Generation == tpl.Generation {
+		if b.Revision == baseRevision(tpl) {
 			continue // replaced by current
 		}
 		if cur, ok := current[b.Node]; ok && cur.Phase == sandlotv1.BaseReady {
@@ -248,8 +259,8 @@ func (r *TemplateReconciler) dropOldBases(ctx context.Context, tpl *sandlotv1.Te
 }
 
 // setBaseCondition records the summary as the BaseSnapshotReady condition.
-func setBaseCondition(st *sandlotv1.TemplateStatus, gen int64, eligible int) {
-	status, reason, msg := baseCondition(st.BaseSnapshots, gen, eligible)
+func setBaseCondition(st *sandlotv1.TemplateStatus, rev string, gen int64, eligible int) {
+	status, reason, msg := baseCondition(st.BaseSnapshots, rev, eligible)
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: sandlotv1.ConditionBaseSnapshotReady, Status: status,
 		Reason: reason, Message: msg, ObservedGeneration: gen})
 }

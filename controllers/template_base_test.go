@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -55,7 +56,7 @@ func TestDecideBuild(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			tc.w.Now = now
-			got := decideBuild(tc.w, sandlotv1.BaseSnapshot{Node: "n", Generation: 1, Snapshot: "b"})
+			got := decideBuild(tc.w, sandlotv1.BaseSnapshot{Node: "n", Revision: "r2", Snapshot: "b"})
 			if got.Entry.Phase != tc.wantPhase || (tc.reason != "" && got.Entry.Reason != tc.reason) {
 				t.Fatalf("entry %+v, want phase %s reason %q", got.Entry, tc.wantPhase, tc.reason)
 			}
@@ -67,8 +68,8 @@ func TestDecideBuild(t *testing.T) {
 }
 
 func TestBaseCondition(t *testing.T) {
-	e := func(node string, gen int64, phase sandlotv1.BasePhase, reason string) sandlotv1.BaseSnapshot {
-		return sandlotv1.BaseSnapshot{Node: node, Generation: gen, Phase: phase, Reason: reason, Message: "m"}
+	e := func(node string, gen int, phase sandlotv1.BasePhase, reason string) sandlotv1.BaseSnapshot {
+		return sandlotv1.BaseSnapshot{Node: node, Revision: fmt.Sprintf("r%d", gen), Phase: phase, Reason: reason, Message: "m"}
 	}
 	cases := map[string]struct {
 		entries  []sandlotv1.BaseSnapshot
@@ -84,7 +85,7 @@ func TestBaseCondition(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			status, reason, msg := baseCondition(tc.entries, 2, tc.eligible)
+			status, reason, msg := baseCondition(tc.entries, "r2", tc.eligible)
 			if status != tc.status || reason != tc.reason || msg == "" {
 				t.Fatalf("got %s %s %q, want %s %s", status, reason, msg, tc.status, tc.reason)
 			}

@@ -29,6 +29,8 @@ import (
 // (template_base.go).
 type TemplateReconciler struct {
 	client.Client
+	// MilliCPUPerVCPU is what a warm pool pod requests per vCPU.
+	MilliCPUPerVCPU int64
 }
 
 // +kubebuilder:rbac:groups=sandlot.dev,resources=templates,verbs=get;list;watch
@@ -36,6 +38,7 @@ type TemplateReconciler struct {
 // +kubebuilder:rbac:groups=sandlot.dev,resources=sandboxes,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=sandlot.dev,resources=snapshots,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
 
 // buildPoll re-reads a build in progress (the probe's deadline passes
 // without an event).
@@ -70,6 +73,7 @@ func (r *TemplateReconciler) build(ctx context.Context, tpl *sandlotv1.Template)
 		return ctrl.Result{}, fmt.Errorf("list nodes: %w", err)
 	}
 	current := map[string]sandlotv1.BaseSnapshot{}
+	var pools []sandlotv1.NodePool
 	eligible := 0
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
@@ -82,9 +86,15 @@ func (r *TemplateReconciler) build(ctx context.Context, tpl *sandlotv1.Template)
 			return ctrl.Result{}, fmt.Errorf("base snapshot of %s on %s: %w", tpl.Name, n.Name, err)
 		}
 		current[n.Name] = entry
+		np, err := r.pool(ctx, tpl, n.Name, entry)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("warm pool of %s on %s: %w", tpl.Name, n.Name, err)
+		}
+		pools = append(pools, np)
 	}
+	tpl.Status.Pool = pools
 	for _, b := range tpl.Status.BaseSnapshots { // a node no longer eligible keeps what it had
-		if _, ok := current[b.Node]; !ok && b.Generation == tpl.Generation {
+		if _, ok := current[b.Node]; !ok && b.Revision == baseRevision(tpl) {
 			current[b.Node] = b
 		}
 	}
@@ -94,11 +104,17 @@ func (r *TemplateReconciler) build(ctx context.Context, tpl *sandlotv1.Template)
 	}
 	tpl.Status.BaseSnapshots = append(old, slices.Collect(maps.Values(current))...)
 	slices.SortFunc(tpl.Status.BaseSnapshots, func(a, b sandlotv1.BaseSnapshot) int {
-		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Generation, b.Generation))
+		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Revision, b.Revision))
 	})
-	setBaseCondition(&tpl.Status, tpl.Generation, eligible)
+	tpl.Status.BaseRevision = baseRevision(tpl)
+	setBaseCondition(&tpl.Status, tpl.Status.BaseRevision, tpl.Generation, eligible)
 	for _, e := range current {
 		if e.Phase == sandlotv1.BaseBuilding || (e.Phase == sandlotv1.BaseReady && e.RemoteStatus == sandlotv1.RemoteInProgress) {
+			return ctrl.Result{RequeueAfter: buildPoll}, nil
+		}
+	}
+	for _, p := range pools {
+		if p.Starting > 0 || p.Ready != tpl.Spec.WarmPool {
 			return ctrl.Result{RequeueAfter: buildPoll}, nil
 		}
 	}
@@ -146,6 +162,7 @@ func (r *TemplateReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).For(&sandlotv1.Template{}).
 		Owns(&sandlotv1.Sandbox{}).
 		Owns(&sandlotv1.Snapshot{}).
+		Owns(&corev1.Pod{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allTemplates),
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{},
 				nodeReadyChanged()))).

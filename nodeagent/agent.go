@@ -7,7 +7,9 @@ package nodeagent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -70,13 +73,16 @@ func Setup(mgr ctrl.Manager, n Node) error {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("vmready").For(&corev1.Pod{}).
-		Complete(&VMReadyReconciler{Client: mgr.GetClient(), Node: n})
+		Complete(&VMReadyReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Node: n})
 }
 
 // VMReadyReconciler sets VMReady on the Sandbox of each sandlot pod on
 // this node: True once the pod's shim answers for a running VM.
 type VMReadyReconciler struct {
 	client.Client
+	// Reader reads what the agent does not cache (a sandbox's token
+	// Secret at a warm pool claim).
+	Reader client.Reader
 	Node
 }
 
@@ -93,6 +99,15 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, nil
 	}
 	status, reason, msg := r.probe(ctx, pod)
+	if claim := pod.Annotations[sandlotv1.AnnotationClaim]; claim != "" && pod.Annotations[annotationActivated] != claim &&
+		(reason == "VMPaused" || reason == "VMRunning") {
+		// A claimed warm pool pod: resume it with its sandbox's identity.
+		if err := r.activate(ctx, pod, reason == "VMPaused"); err != nil {
+			status, reason, msg = metav1.ConditionFalse, "ClaimFailed", err.Error()
+		} else {
+			status, reason, msg = r.probe(ctx, pod)
+		}
+	}
 	if err := r.applyVMReady(ctx, pod.Namespace, sbx, status, reason, msg); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -123,6 +138,54 @@ func (r *VMReadyReconciler) probe(ctx context.Context, pod *corev1.Pod) (metav1.
 	}
 	return metav1.ConditionTrue, "VMRunning", fmt.Sprintf("QEMU %d (%s) runs on %s", st.GetQemuPid(), st.GetAccel(), r.Name)
 }
+
+// activate pushes a claiming sandbox's identity (ID, env, envd token from
+// its Secret, hostname) into a warm pool pod's paused VM and resumes it.
+// Both steps are idempotent: an agent that dies between them does both
+// again.
+func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, paused bool) error {
+	var claim sandlotv1.PoolClaim
+	if err := json.Unmarshal([]byte(pod.Annotations[sandlotv1.AnnotationClaim]), &claim); err != nil {
+		return fmt.Errorf("claim annotation of %s: %w", pod.Name, err)
+	}
+	secret := &corev1.Secret{}
+	if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: sandlotv1.TokenSecretName(claim.Sandbox)}, secret); err != nil {
+		return fmt.Errorf("token of sandbox %s: %w", claim.Sandbox, err)
+	}
+	token := string(secret.Data[sandlotv1.TokenSecretKey])
+	env := maps.Clone(claim.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	env[sandlotv1.EnvSandboxID], env[sandlotv1.EnvAccessToken] = claim.SandboxID, token
+	c, err := controlapi.Dial(ctx, filepath.Join(r.SandlotRoot, "pods", string(pod.UID), "control.sock"))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	// Resumed first: the guest answers its control channel only when it
+	// runs. Its pod IP is known to no client before the claim shows.
+	if paused {
+		if _, err := c.Resume(ctx, &controlapi.ResumeRequest{}); err != nil {
+			return fmt.Errorf("resume the claimed VM: %w", err)
+		}
+	}
+	if _, err := c.SetIdentity(ctx, &controlapi.SetIdentityRequest{SandboxId: claim.SandboxID, AccessToken: token, Env: env,
+		Hostname: claim.SandboxID}); err != nil {
+		return fmt.Errorf("push the identity of %s: %w", claim.Sandbox, err)
+	}
+	orig := pod.DeepCopy()
+	pod.Annotations[annotationActivated] = pod.Annotations[sandlotv1.AnnotationClaim]
+	if err := r.Patch(ctx, pod, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("record the claim of %s as done: %w", pod.Name, err)
+	}
+	log.FromContext(ctx).Info("warm pool pod claimed: VM resumed with the sandbox's identity", "pod", pod.Name, "sandbox", claim.Sandbox)
+	return nil
+}
+
+// annotationActivated records on a claimed pool pod the claim the agent
+// carried out (equal to the claim annotation once done).
+const annotationActivated = "sandlot.dev/claim-activated"
 
 // applyVMReady writes only the agent's condition, by server-side apply:
 // the controller owns every other field of the status.

@@ -63,7 +63,8 @@ func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec
 	if spec.Process == nil || len(spec.Process.Args) == 0 {
 		return vmSpec{}, 0, fmt.Errorf("%w: image %s has no entrypoint or command, and the container gives none", errdefs.ErrInvalidArgument, ann[annImageName])
 	}
-	vs := vmSpec{VCPU: cfg.DefaultVCPU, MemoryMiB: cfg.DefaultMemoryMiB, ImageName: ann[annImageName], Env: envMap(spec.Process.Env)}
+	vs := vmSpec{VCPU: cfg.DefaultVCPU, MemoryMiB: cfg.DefaultMemoryMiB, ImageName: ann[annImageName], Env: envMap(spec.Process.Env),
+		Pool: ann[sandlotv1.AnnotationPool] != ""}
 	var err error
 	if vs.VCPU, err = annotatedInt(ann, sandlotv1.AnnotationVCPU, vs.VCPU, 1, 64); err != nil {
 		return vmSpec{}, 0, err
@@ -256,6 +257,16 @@ func (s *service) kill(ctx context.Context, c *container, p *process, sig int) e
 		return fmt.Errorf("process already finished: %w", errdefs.ErrNotFound)
 	case c.sandbox || status == task.Status_CREATED:
 		p.exited(128 + uint32(sig))
+		return nil
+	}
+	if c.pod.paused() {
+		// A paused guest answers nothing (a warm pool VM waiting for its
+		// claim): a signal to the app ends the VM as its exit would; an
+		// exec's waits for a resume.
+		if p != c.init {
+			return fmt.Errorf("%w: the VM is paused", errdefs.ErrFailedPrecondition)
+		}
+		p.exited(128 + uint32(sig)) // its exit handler stops the VM
 		return nil
 	}
 	g, err := c.pod.guest()

@@ -53,7 +53,10 @@ type vmSpec struct {
 	Restore  string // a snapshot directory, or "" to cold boot
 	// release lets the node agent free the staged data once the VM has
 	// restored (nil when nothing was staged).
-	release     func()
+	release func()
+	// Pool: a warm pool pod's VM stays paused after its restore until the
+	// node agent pushes a claiming sandbox's identity and resumes it.
+	Pool        bool
 	VCPU        int
 	MemoryMiB   int
 	ImageDigest string
@@ -102,6 +105,11 @@ func (p *pod) start(ctx context.Context, s vmSpec, api controlapi.VMControlServi
 		how = "restored from " + s.Restore
 	}
 	logf(ctx, "pod %s: VM %s in %v", p.uid, how, time.Since(trace))
+	if s.Pool {
+		if err := p.vm.Pause(ctx); err != nil {
+			return fmt.Errorf("pause the warm pool VM: %w", err)
+		}
+	}
 	p.vmSpec = s
 	return p.serveControl(api)
 }

@@ -36,6 +36,9 @@ const (
 	ReasonTemplateNotAccepted  = "TemplateNotAccepted"
 	ReasonSandboxNotRunning    = "SandboxNotRunning"
 	ReasonNodeAssigned         = "NodeAssigned"
+	// ReasonClaimedFromPool: the sandbox took a warm pool pod of its
+	// template (restored and paused already).
+	ReasonClaimedFromPool = "ClaimedFromPool"
 )
 
 // Reasons of ConditionReady and of a Sandbox's terminal states.

@@ -40,6 +40,13 @@ type TemplateSpec struct {
 	// +optional
 	Env []EnvVar `json:"env,omitempty"`
 
+	// WarmPool is how many VMs each node keeps restored from the base
+	// snapshot and paused, ready for new sandboxes of this template to
+	// claim (no pod start); 0 keeps none.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	WarmPool int32 `json:"warmPool,omitempty"`
 	// TimeoutSeconds is the default lifetime of a sandbox of this template.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=2592000
@@ -96,9 +103,11 @@ const (
 // snapshotted; sandboxes of the template restore it.
 type BaseSnapshot struct {
 	Node string `json:"node"`
-	// Generation is the template generation it was built from.
-	Generation int64     `json:"generation"`
-	Phase      BasePhase `json:"phase"`
+	// Revision digests the template spec it was built from (image,
+	// resources, writable layer, probe, env): a change of those builds a
+	// new base; one of the pool size or timeout does not.
+	Revision string    `json:"revision"`
+	Phase    BasePhase `json:"phase"`
 	// Snapshot names the Snapshot (owned by the Template); the builder
 	// Sandbox has the same name while it runs.
 	Snapshot string `json:"snapshot"`
@@ -114,12 +123,29 @@ type BaseSnapshot struct {
 	Message string `json:"message,omitempty"`
 }
 
+// NodePool is a node's warm pool: Ready pods hold a restored, paused VM a
+// sandbox can claim; Starting ones are being restored.
+type NodePool struct {
+	Node     string `json:"node"`
+	Ready    int32  `json:"ready"`
+	Starting int32  `json:"starting"`
+}
+
 // TemplateStatus reports validation and the base snapshots.
 type TemplateStatus struct {
+	// Pool counts each node's warm pool pods of the current revision.
+	// +optional
+	// +listType=map
+	// +listMapKey=node
+	Pool []NodePool `json:"pool,omitempty"`
+	// BaseRevision is the revision of the current spec's base snapshots.
+	// +optional
+	BaseRevision string `json:"baseRevision,omitempty"`
 	// BaseSnapshots has one entry per node the template was built on.
 	// +optional
 	// +listType=map
 	// +listMapKey=node
+	// +listMapKey=revision
 	BaseSnapshots []BaseSnapshot `json:"baseSnapshots,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`

@@ -11,6 +11,13 @@ const (
 	LabelSandbox = "sandlot.dev/sandbox"
 	// LabelSandboxID carries the E2B-style sandbox ID on a Sandbox's Pod.
 	LabelSandboxID = "sandlot.dev/sandbox-id"
+	// LabelPool marks a warm pool pod with its Template's name; an
+	// unclaimed one has LabelSandbox "" (so caches of sandbox pods see it),
+	// a claimed one the claiming Sandbox's name.
+	LabelPool = "sandlot.dev/pool"
+	// LabelBaseRevision is the revision of the template base snapshot a
+	// pool pod restores (BaseSnapshot.Revision).
+	LabelBaseRevision = "sandlot.dev/base-revision"
 	// LabelFingerprint is set on a node (by its agent) to the CPU/kernel
 	// fingerprint a snapshot must match to be restored there.
 	LabelFingerprint = "sandlot.dev/fingerprint"
@@ -37,7 +44,21 @@ const (
 	AnnotationMemoryMiB = "sandlot.dev/memory-mib"
 	// AnnotationWritableLayerMiB is the size of the VM's writable disk layer.
 	AnnotationWritableLayerMiB = "sandlot.dev/writable-layer-mib"
+	// AnnotationPool tells the shim the pod is a warm pool pod: its VM is
+	// paused once restored, until a claim.
+	AnnotationPool = "sandlot.dev/pool"
+	// AnnotationClaim, set with the claim, is the sandbox identity the node
+	// agent pushes into a claimed pool pod's VM before resuming it (JSON
+	// PoolClaim; the access token is read from the Sandbox's Secret).
+	AnnotationClaim = "sandlot.dev/claim"
 )
+
+// PoolClaim is AnnotationClaim's value.
+type PoolClaim struct {
+	Sandbox   string            `json:"sandbox"`
+	SandboxID string            `json:"sandboxID"`
+	Env       map[string]string `json:"env,omitempty"`
+}
 
 // Sandbox annotations the Template controller sets on a builder Sandbox:
 // it boots the template's image cold on that node (every other sandbox of

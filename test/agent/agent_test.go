@@ -77,11 +77,21 @@ func TestSnapshotToS3(t *testing.T) {
 		!meta.IsStatusConditionTrue(st.Conditions, sandlotv1.ConditionRemoteReady) {
 		t.Fatalf("snapshot status %+v", st)
 	}
+	// The sandbox restored its template's base: its snapshot holds the
+	// pages it changed (memory.layer) over the base's memory, which MinIO
+	// must hold too.
 	files := objects(t, "snapshots/"+string(snap.UID))
-	for _, want := range []string{"manifest.json", "state", "disk.raw", "memory", ".complete"} {
+	for _, want := range []string{"manifest.json", "state", "disk.raw", "memory.layer", ".complete"} {
 		if !slices.ContainsFunc(files, func(o string) bool { return strings.HasSuffix(o, "/"+want) }) {
 			t.Fatalf("MinIO has %v for the snapshot, no %s", files, want)
 		}
+	}
+	base := &sandlotv1.Snapshot{}
+	if err := k.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: src.Status.BaseSnapshot}, base); err != nil {
+		t.Fatalf("base snapshot %q: %v", src.Status.BaseSnapshot, err)
+	}
+	if baseFiles := objects(t, "snapshots/"+string(base.UID)); !slices.ContainsFunc(baseFiles, func(o string) bool { return strings.HasSuffix(o, "/memory") }) {
+		t.Fatalf("MinIO has %v for the base snapshot %s the snapshot depends on, no memory", baseFiles, base.Name)
 	}
 	if disk := objects(t, "disks/"+st.BaseDiskSHA256); len(disk) != 2 {
 		t.Fatalf("MinIO has %v for the base disk %s, want the disk and its marker", disk, st.BaseDiskSHA256)

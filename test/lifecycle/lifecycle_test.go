@@ -246,3 +246,98 @@ func TestTemplateFailures(t *testing.T) {
 	cond = waitBase(t, k, never, metav1.ConditionFalse, sandlotv1.ReasonProbeTimeout, 3*time.Minute)
 	t.Logf("never: %s", cond.Message)
 }
+
+// TestWarmPool: a template's warm pool (three paused, restored VMs per
+// node) serves new sandboxes without a pod start — their pods are the
+// pool's, by UID — with the sandbox's own identity pushed in; the pool
+// refills, a template change rolls it to the new base, and it scales to
+// zero and back.
+func TestWarmPool(t *testing.T) {
+	k := sbxtest.Client(t, c)
+	ctx := context.Background()
+	tpl := probedTemplate(t, k, "pooled", interpreterProbe, sbxtest.DefaultImage(t))
+	setPool(t, k, tpl, `{"spec":{"warmPool":3}}`)
+	pool := waitPool(t, k, tpl, 3)
+	sbxs := sbxtest.Create(t, k, "pooled", "warm-a", "warm-b", "warm-c")
+	for name, s := range sbxs {
+		pod := &corev1.Pod{}
+		if err := k.Get(ctx, types.NamespacedName{Namespace: "default", Name: s.Status.PodName}, pod); err != nil {
+			t.Fatal(err)
+		}
+		if !pool[pod.UID] {
+			t.Fatalf("%s runs in pod %s (%s), not one of the pool's %v: a pod was started", name, pod.Name, pod.UID, pool)
+		}
+		waitVMReady(t, k, name)
+		out := strings.Fields(sbxtest.EnvdRun(t, k, s, "hostname; echo $SANDLOT_SANDBOX_ID"))
+		if len(out) != 2 || out[0] != s.Status.SandboxID || out[1] != s.Status.SandboxID {
+			t.Fatalf("%s answers %q: the claim did not push its identity (ID %s)", name, out, s.Status.SandboxID)
+		}
+	}
+	waitPool(t, k, tpl, 3) // refilled
+	setPool(t, k, tpl, `{"spec":{"warmPool":1,"env":[{"name":"POOL_REVISION","value":"2"}]}}`)
+	rolled := waitPool(t, k, tpl, 1)
+	for uid := range rolled {
+		if pool[uid] {
+			t.Fatalf("pool pod %s survived the template change", uid)
+		}
+	}
+	setPool(t, k, tpl, `{"spec":{"warmPool":0}}`)
+	waitPool(t, k, tpl, 0)
+	setPool(t, k, tpl, `{"spec":{"warmPool":1}}`) // and back
+	waitPool(t, k, tpl, 1)
+}
+
+func setPool(t *testing.T, k client.Client, tpl *sandlotv1.Template, patch string) {
+	t.Helper()
+	if err := k.Patch(context.Background(), tpl, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitPool waits until every node's pool of the template's current base
+// has want running pods and nothing else, and returns their UIDs.
+func waitPool(t *testing.T, k client.Client, tpl *sandlotv1.Template, want int) map[types.UID]bool {
+	t.Helper()
+	uids := map[types.UID]bool{}
+	sbxtest.Eventually(t, 4*time.Minute, fmt.Sprintf("warm pool of %d per node", want), func() error {
+		if err := k.Get(context.Background(), client.ObjectKeyFromObject(tpl), tpl); err != nil {
+			return err
+		}
+		pods := &corev1.PodList{}
+		if err := k.List(context.Background(), pods, client.InNamespace("default"),
+			client.MatchingLabels{sandlotv1.LabelPool: tpl.Name, sandlotv1.LabelSandbox: ""}); err != nil {
+			return err
+		}
+		clear(uids)
+		perNode := map[string]int{}
+		for _, p := range pods.Items {
+			if p.Labels[sandlotv1.LabelBaseRevision] != tpl.Status.BaseRevision || p.Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("pool pod %s: revision %s (current %s), %s", p.Name, p.Labels[sandlotv1.LabelBaseRevision],
+					tpl.Status.BaseRevision, p.Status.Phase)
+			}
+			perNode[p.Spec.NodeName]++
+			uids[p.UID] = true
+		}
+		for _, n := range c.Nodes {
+			if perNode[n.Name] != want {
+				return fmt.Errorf("pool per node %v, status %+v", perNode, tpl.Status.Pool)
+			}
+		}
+		return nil
+	})
+	return uids
+}
+
+func waitVMReady(t *testing.T, k client.Client, name string) {
+	t.Helper()
+	sbxtest.Eventually(t, time.Minute, name+" VMReady", func() error {
+		var s sandlotv1.Sandbox
+		if err := k.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &s); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(s.Status.Conditions, sandlotv1.ConditionVMReady); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("VMReady %+v", c)
+		}
+		return nil
+	})
+}

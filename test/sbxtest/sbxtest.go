@@ -60,12 +60,22 @@ func Client(t *testing.T, c *cluster.Cluster) client.Client {
 	return k
 }
 
-// Template makes a small template of the default image (test-owned).
+// Template makes a small template of the default image (test-owned) and
+// waits until its base snapshot is Ready on every node.
 func Template(t *testing.T, k client.Client, name string) {
 	t.Helper()
 	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: sandlotv1.TemplateSpec{Image: DefaultImage(t), Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256}}}
 	if err := k.Create(context.Background(), tpl); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	// Its base snapshot on every node first: sandboxes go where a base is,
+	// and a test of placement wants them all.
+	nodes := &corev1.NodeList{}
+	if err := k.List(context.Background(), nodes, client.MatchingLabels{sandlotv1.LabelRuntime: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitBases(context.Background(), k, client.ObjectKeyFromObject(tpl), len(nodes.Items), 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -253,7 +263,7 @@ func FromSnapshot(t *testing.T, k client.Client, name, snapshot string) *sandlot
 }
 
 // WaitBases waits until a template's base snapshot of its current
-// generation is Ready on nodes nodes (benchmarks measure restores, not
+// revision is Ready on nodes nodes (benchmarks measure restores, not
 // the build).
 func WaitBases(ctx context.Context, k client.Client, key client.ObjectKey, nodes int, timeout time.Duration) error {
 	tpl := &sandlotv1.Template{}
@@ -264,7 +274,7 @@ func WaitBases(ctx context.Context, k client.Client, key client.ObjectKey, nodes
 		}
 		ready := 0
 		for _, b := range tpl.Status.BaseSnapshots {
-			if b.Generation == tpl.Generation && b.Phase == sandlotv1.BaseReady {
+			if b.Revision == tpl.Status.BaseRevision && b.Phase == sandlotv1.BaseReady {
 				ready++
 			}
 		}

@@ -1,0 +1,123 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// A template's warm pool, per node: pods that restore the node's current
+// base snapshot and keep the VM paused (the shim pauses it, annotation
+// AnnotationPool) until a Sandbox of the template claims one. Unclaimed
+// pool pods carry LabelSandbox "" so the controller's cache of sandbox
+// pods sees them; a claim sets it (sandbox_claim.go).
+
+// poolPods are a node's unclaimed pool pods of a template, by kind.
+type poolPods struct {
+	ready, starting, old, failed []*corev1.Pod
+}
+
+func (r *TemplateReconciler) listPool(ctx context.Context, tpl *sandlotv1.Template, node string) (poolPods, error) {
+	list := &corev1.PodList{}
+	if err := r.List(ctx, list, client.InNamespace(tpl.Namespace), client.MatchingLabels{
+		sandlotv1.LabelPool: tpl.Name, sandlotv1.LabelNode: node, sandlotv1.LabelSandbox: ""}); err != nil {
+		return poolPods{}, fmt.Errorf("list pool pods: %w", err)
+	}
+	rev := baseRevision(tpl)
+	var p poolPods
+	for i := range list.Items {
+		pod := &list.Items[i]
+		switch {
+		case pod.DeletionTimestamp != nil:
+		case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+			p.failed = append(p.failed, pod)
+		case pod.Labels[sandlotv1.LabelBaseRevision] != rev:
+			p.old = append(p.old, pod)
+		case pod.Status.Phase == corev1.PodRunning:
+			p.ready = append(p.ready, pod)
+		default:
+			p.starting = append(p.starting, pod)
+		}
+	}
+	return p, nil
+}
+
+// pool keeps a node's warm pool at spec.warmPool: missing pods are created
+// once the node's base snapshot of this revision is Ready, extra and
+// failed ones deleted; pods of an older base revision go one at a time as
+// new ones are ready (all at once when the pool is scaled to zero).
+func (r *TemplateReconciler) pool(ctx context.Context, tpl *sandlotv1.Template, node string, base sandlotv1.BaseSnapshot) (sandlotv1.NodePool, error) {
+	p, err := r.listPool(ctx, tpl, node)
+	if err != nil {
+		return sandlotv1.NodePool{}, err
+	}
+	want := int(tpl.Spec.WarmPool)
+	var remove []*corev1.Pod
+	remove = append(remove, p.failed...)
+	if have := len(p.ready) + len(p.starting); have > want {
+		extra := append(append([]*corev1.Pod{}, p.starting...), p.ready...)
+		remove = append(remove, extra[:have-want]...)
+	} else if base.Phase == sandlotv1.BaseReady && base.Revision == baseRevision(tpl) {
+		for range want - have {
+			pod, err := r.poolPod(ctx, tpl, node, base)
+			if err != nil {
+				return sandlotv1.NodePool{}, err
+			}
+			if err := r.Create(ctx, pod); err != nil {
+				return sandlotv1.NodePool{}, fmt.Errorf("create pool pod on %s: %w", node, err)
+			}
+		}
+	}
+	switch {
+	case want == 0:
+		remove = append(remove, p.old...)
+	case len(p.old) > 0 && len(p.ready) > 0:
+		remove = append(remove, p.old[0]) // gradually: one per new pod ready
+	}
+	for _, pod := range remove {
+		uid := pod.UID // never a pod claimed since the list
+		if err := r.Delete(ctx, pod, client.Preconditions{UID: &uid, ResourceVersion: &pod.ResourceVersion}); client.IgnoreNotFound(err) != nil &&
+			!apierrors.IsConflict(err) {
+			return sandlotv1.NodePool{}, fmt.Errorf("delete pool pod %s: %w", pod.Name, err)
+		}
+	}
+	return sandlotv1.NodePool{Node: node, Ready: int32(len(p.ready)), Starting: int32(len(p.starting))}, nil
+}
+
+// poolPod restores the node's base snapshot with the VM paused after.
+func (r *TemplateReconciler) poolPod(ctx context.Context, tpl *sandlotv1.Template, node string, base sandlotv1.BaseSnapshot) (*corev1.Pod, error) {
+	snap := &sandlotv1.Snapshot{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: tpl.Namespace, Name: base.Snapshot}, snap); err != nil {
+		return nil, fmt.Errorf("base snapshot %s: %w", base.Snapshot, err)
+	}
+	plan := podPlan{Node: node,
+		VM:              sandlotv1.VMSpec{Image: tpl.Spec.Image, Resources: tpl.Spec.Resources, WritableLayerMiB: tpl.Spec.WritableLayerMiB},
+		Restore:         restoreSource{Kind: "Snapshot", Name: snap.Name, UID: string(snap.UID), Location: snap.Status.Location},
+		MilliCPUPerVCPU: r.MilliCPUPerVCPU}
+	env := make([]corev1.EnvVar, 0, len(tpl.Spec.Env))
+	for _, e := range tpl.Spec.Env { // the sandbox's identity comes with the claim
+		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
+	}
+	pod := renderPod(tpl.Namespace, plan, env)
+	pod.GenerateName = shortName(tpl.Name) + "-pool-"
+	pod.Labels = map[string]string{sandlotv1.LabelPool: tpl.Name, sandlotv1.LabelSandbox: "", sandlotv1.LabelNode: node,
+		sandlotv1.LabelBaseRevision: baseRevision(tpl)}
+	pod.Annotations[sandlotv1.AnnotationPool] = tpl.Name
+	pod.OwnerReferences = []metav1.OwnerReference{templateOwner(tpl)}
+	return pod, nil
+}
+
+// shortName keeps generated names within a DNS label.
+func shortName(name string) string {
+	if len(name) > 36 {
+		return name[:36]
+	}
+	return name
+}

@@ -1,0 +1,482 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/test/bench/stats"
+	"github.com/sandlot-dev/sandlot/test/crienv"
+)
+
+const (
+	// waitTimeout bounds one batch or one cleanup: a hundred TCG guests
+	// restoring on two cores take minutes.
+	waitTimeout = 10 * time.Minute
+	// poll is the period of the few waits that poll (pods gone).
+	poll = 50 * time.Millisecond
+	// lifetime outlives the run: no sandbox expires mid-row.
+	lifetime = 4 * 3600
+	// densityBatch sandboxes start at once in the density rows: a hundred
+	// TCG guests restoring together on two cores would starve each other.
+	densityBatch = 10
+	// idle lets the guests settle after their start (and freed memory
+	// after a cleanup) before memory is read.
+	idle = 3 * time.Second
+)
+
+var tplSource = sandlotv1.SandboxSource{Template: tplName}
+
+// fromTemplate measures C restores of the template's base snapshot.
+func (b *bench) fromTemplate(c int) {
+	row := rowTemplate(c)
+	if why := b.fits(c); why != "" {
+		b.skip(row, why)
+		return
+	}
+	names := b.names("t", c)
+	samples, wall := b.each(row, c, func(ctx context.Context, i int) (time.Duration, error) {
+		_, d, err := b.start(ctx, names[i], tplSource)
+		return d, err
+	})
+	b.record(row, samples, wall, "")
+	b.remove(sandboxes(names)...)
+}
+
+// fromPool measures C creates with a full warm pool of C. The pool refills
+// as it is claimed, during the batch, as it would in use; pool pods plus
+// refills are 2C VMs.
+func (b *bench) fromPool(c, poolMax int) {
+	row := rowPool(c)
+	if c > poolMax {
+		b.skip(row, fmt.Sprintf("above -poolmax %d (each pool VM holds its memory)", poolMax))
+		return
+	}
+	if why := b.fits(2 * c); why != "" {
+		b.skip(row, why)
+		return
+	}
+	b.setPool(c)
+	names, claimed := b.names("p", c), make([]bool, c)
+	samples, wall := b.each(row, c, func(ctx context.Context, i int) (time.Duration, error) {
+		s, d, err := b.start(ctx, names[i], tplSource)
+		if err == nil {
+			claimed[i] = s.Status.PodName != s.Name // a pool pod keeps its generated name
+		}
+		return d, err
+	})
+	b.setPool(0)
+	b.remove(sandboxes(names)...)
+	k := 0
+	for _, ok := range claimed {
+		if ok {
+			k++
+		}
+	}
+	b.record(row, samples, wall, fmt.Sprintf("%d of %d claimed a pool pod", k, c))
+}
+
+// fork measures N children of one snapshot started at once. The parent
+// goes before they start: only its data is needed, and N VMs are enough
+// for two cores.
+func (b *bench) fork(n int) {
+	row := rowFork(n)
+	if why := b.fits(n); why != "" {
+		b.skip(row, why)
+		return
+	}
+	parent := b.started("fp", 1, tplSource)
+	snap := b.snapshotsOf("fsnap", parent...)[0]
+	b.paused = append(b.paused, float64(snap.Status.SourcePausedMicroseconds)/1000)
+	b.remove(sandboxes(parent)...)
+	kids := b.names("fk", n)
+	samples, wall := b.each(row, n, func(ctx context.Context, i int) (time.Duration, error) {
+		_, d, err := b.start(ctx, kids[i], sandlotv1.SandboxSource{Snapshot: snap.Name})
+		return d, err
+	})
+	b.record(row, samples, wall, "")
+	b.table.Add(row+": batch wall time", "ms", []float64{stats.MS(wall)}, "")
+	b.remove(append(sandboxes(kids), snapshots([]string{snap.Name})...)...)
+}
+
+// rollbackLevel measures R in-place rollbacks at once, each sandbox to its
+// own snapshot (a rollback restores only the sandbox's own).
+func (b *bench) rollbackLevel(r int) {
+	row := rowRollback(r)
+	if why := b.fits(r); why != "" {
+		b.skip(row, why)
+		return
+	}
+	names := b.started("rb", r, tplSource)
+	snaps := b.snapshotsOf("rbsnap", names...)
+	ids := b.names("req", r)
+	samples, wall := b.each(row, r, func(ctx context.Context, i int) (time.Duration, error) {
+		return b.rollback(ctx, names[i], snaps[i].Name, ids[i])
+	})
+	b.record(row, samples, wall, "")
+	snapNames := make([]string, r)
+	for i, s := range snaps {
+		snapNames[i] = s.Name
+	}
+	b.remove(append(sandboxes(names), snapshots(snapNames)...)...)
+}
+
+// densities measures each level that fits from one shared snapshot, its
+// parent gone before any memory is read.
+func (b *bench) densities(ds []int) {
+	var fit []int
+	for _, d := range ds {
+		if why := b.fits(d); why != "" {
+			b.skip(rowHostMem(d), why)
+			continue
+		}
+		fit = append(fit, d)
+	}
+	if len(fit) == 0 {
+		return
+	}
+	parent := b.started("dp", 1, tplSource)
+	snap := b.snapshotsOf("dsnap", parent...)[0].Name
+	b.remove(sandboxes(parent)...)
+	for _, d := range fit {
+		b.density(d, snap)
+	}
+	b.remove(snapshots([]string{snap})...)
+}
+
+// density starts D sandboxes, densityBatch at a time, and reads the host's
+// MemAvailable drop and this cluster's QEMUs' PSS once they all answer.
+func (b *bench) density(d int, snap string) {
+	time.Sleep(idle)
+	before := memAvailableMiB()
+	names := b.names("d", d)
+	for off := 0; off < d; off += densityBatch {
+		n := min(densityBatch, d-off)
+		b.each(fmt.Sprintf("density %d: sandboxes %d-%d", d, off+1, off+n), n, func(ctx context.Context, i int) (time.Duration, error) {
+			_, dur, err := b.start(ctx, names[off+i], sandlotv1.SandboxSource{Snapshot: snap})
+			return dur, err
+		})
+	}
+	time.Sleep(idle)
+	after, pss := memAvailableMiB(), b.qemuPSS()
+	b.table.Add(rowHostMem(d), "MiB", []float64{(before - after) / float64(d)}, fmt.Sprintf(
+		"MemAvailable %.0f -> %.0f MiB over %d idle sandboxes forked from one snapshot, started %d at a time "+
+			"(each batch answering before the next); host-wide: anything else running moves it", before, after, d, densityBatch))
+	sum := 0.0
+	for _, p := range pss {
+		sum += p
+	}
+	b.table.Add(rowPSS(d), "MiB", pss, fmt.Sprintf("each QEMU's Pss; their sum %.0f MiB over %d QEMU processes is %.1f MiB per sandbox",
+		sum, len(pss), sum/float64(d)))
+	b.remove(sandboxes(names)...)
+}
+
+// started starts n sandboxes from src at once, untimed, and returns them
+// once all answer.
+func (b *bench) started(prefix string, n int, src sandlotv1.SandboxSource) []string {
+	names := b.names(prefix, n)
+	b.each("start "+prefix, n, func(ctx context.Context, i int) (time.Duration, error) {
+		_, d, err := b.start(ctx, names[i], src)
+		return d, err
+	})
+	return names
+}
+
+// snapshotsOf takes one snapshot of each running sandbox, all at once,
+// untimed, and returns them Ready.
+func (b *bench) snapshotsOf(prefix string, srcs ...string) []*sandlotv1.Snapshot {
+	names, out := b.names(prefix, len(srcs)), make([]*sandlotv1.Snapshot, len(srcs))
+	b.each("snapshot "+prefix, len(srcs), func(ctx context.Context, i int) (time.Duration, error) {
+		s, err := b.snapshot(ctx, names[i], srcs[i])
+		out[i] = s
+		return 0, err
+	})
+	return out
+}
+
+// start creates a sandbox from src and returns it once it runs and
+// answers, with the time from the Create.
+func (b *bench) start(ctx context.Context, name string, src sandlotv1.SandboxSource) (*sandlotv1.Sandbox, time.Duration, error) {
+	sbx := &sandlotv1.Sandbox{ObjectMeta: meta(name),
+		Spec: sandlotv1.SandboxSpec{Source: src, TimeoutSeconds: ptr.To[int32](lifetime)}}
+	began := time.Now()
+	if err := b.k.Create(ctx, sbx); err != nil {
+		return nil, 0, err
+	}
+	s, err := b.running(ctx, name)
+	return s, time.Since(began), err
+}
+
+// running waits for phase Running with a pod IP and for envd's /health to
+// answer there: when a user can use the sandbox.
+func (b *bench) running(ctx context.Context, name string) (*sandlotv1.Sandbox, error) {
+	var sbx *sandlotv1.Sandbox
+	err := until(ctx, b.k, &sandlotv1.SandboxList{}, name, func(s *sandlotv1.Sandbox) (bool, error) {
+		sbx = s
+		if err := ended(s); err != nil {
+			return false, err
+		}
+		return s.Status.Phase == sandlotv1.SandboxRunning && s.Status.PodIP != "", nil
+	})
+	if err != nil && sbx != nil {
+		err = fmt.Errorf("%w (last seen: %s, %s: %s)", err, sbx.Status.Phase, sbx.Status.Reason, sbx.Status.Message)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return sbx, crienv.WaitHTTP(ctx, fmt.Sprintf("http://%s:%d/health", sbx.Status.PodIP, sandlotv1.EnvdPort))
+}
+
+func ended(s *sandlotv1.Sandbox) error {
+	if s.Status.Phase.Terminal() {
+		return fmt.Errorf("sandbox %s %s: %s: %s", s.Name, s.Status.Phase, s.Status.Reason, s.Status.Message)
+	}
+	return nil
+}
+
+// snapshot takes a Snapshot of a running sandbox and returns it Ready.
+func (b *bench) snapshot(ctx context.Context, name, sandbox string) (*sandlotv1.Snapshot, error) {
+	snap := &sandlotv1.Snapshot{ObjectMeta: meta(name),
+		Spec: sandlotv1.SnapshotSpec{Source: sandlotv1.SnapshotSource{Sandbox: sandbox}}}
+	if err := b.k.Create(ctx, snap); err != nil {
+		return nil, err
+	}
+	err := until(ctx, b.k, &sandlotv1.SnapshotList{}, name, func(s *sandlotv1.Snapshot) (bool, error) {
+		snap = s
+		if s.Status.Phase == sandlotv1.DataFailed {
+			return false, fmt.Errorf("snapshot %s failed: %+v", name, s.Status.Conditions)
+		}
+		return s.Status.Phase == sandlotv1.DataReady, nil
+	})
+	return snap, err
+}
+
+// rollback asks for an in-place rollback and returns the time from the
+// patch until the agent reports this request done (lastRollbackRequestID
+// and RolledBack True). A refusal or failure of it is an error.
+func (b *bench) rollback(ctx context.Context, name, snap, id string) (time.Duration, error) {
+	sbx := &sandlotv1.Sandbox{ObjectMeta: meta(name)}
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"rollback":{"snapshot":%q,"requestID":%q}}}`, snap, id))
+	began := time.Now()
+	if err := b.k.Patch(ctx, sbx, patch); err != nil {
+		return 0, err
+	}
+	gen := sbx.Generation // a False condition of an older generation is not this request's
+	err := until(ctx, b.k, &sandlotv1.SandboxList{}, name, func(s *sandlotv1.Sandbox) (bool, error) {
+		if err := ended(s); err != nil {
+			return false, err
+		}
+		c := apimeta.FindStatusCondition(s.Status.Conditions, sandlotv1.ConditionRolledBack)
+		switch {
+		case c == nil:
+			return false, nil
+		case c.Status == metav1.ConditionTrue && s.Status.LastRollbackRequestID == id:
+			return true, nil
+		case c.Status == metav1.ConditionFalse && c.ObservedGeneration >= gen:
+			return false, fmt.Errorf("sandbox %s: rollback %s: %s: %s", name, id, c.Reason, c.Message)
+		}
+		return false, nil
+	})
+	return time.Since(began), err
+}
+
+// setPool sets the template's warm pool size and waits until the node's
+// pool, as the controller reports it for this spec, has that many Ready
+// and none Starting.
+func (b *bench) setPool(n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	tpl := &sandlotv1.Template{ObjectMeta: meta(tplName)}
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"warmPool":%d}}`, n))
+	if err := b.k.Patch(ctx, tpl, patch); err != nil {
+		b.t.Fatalf("warm pool %d: %v", n, err)
+	}
+	gen, last := tpl.Generation, sandlotv1.NodePool{}
+	err := until(ctx, b.k, &sandlotv1.TemplateList{}, tplName, func(t *sandlotv1.Template) (bool, error) {
+		if t.Status.ObservedGeneration < gen {
+			return false, nil
+		}
+		last = sandlotv1.NodePool{}
+		for _, p := range t.Status.Pool {
+			if p.Node == b.node {
+				last = p
+			}
+		}
+		return last.Ready == int32(n) && last.Starting == 0, nil
+	})
+	if err != nil {
+		b.t.Fatalf("warm pool %d: %v (last: %+v)", n, err, last)
+	}
+}
+
+// each runs job for 0..n-1 at once (stats.Concurrently) and returns the
+// durations the jobs report and the batch's wall time. Any error fails
+// the run here, on the run's goroutine: Fatalf from a job's goroutine
+// would skip the cleanups.
+func (b *bench) each(what string, n int, job func(ctx context.Context, i int) (time.Duration, error)) ([]float64, time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	next := make(chan int, n)
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	samples, wall, _, errs := stats.Concurrently(n, func() (time.Duration, func(), error) {
+		d, err := job(ctx, <-next)
+		return d, nil, err
+	})
+	if len(errs) > 0 {
+		b.t.Fatalf("%s: %v", what, errs)
+	}
+	return samples, wall
+}
+
+// remove deletes objects (a Snapshot's deletion waits for the sandboxes
+// restored from it) and waits until they and every sandlot pod are gone,
+// claimed pool pods included, so VMs do not pile up between rows; it is
+// never part of a measurement.
+func (b *bench) remove(objs ...client.Object) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	for _, o := range objs {
+		if err := b.k.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
+			b.t.Fatalf("cleanup: delete %s: %v", o.GetName(), err)
+		}
+	}
+	for _, o := range objs {
+		if err := b.gone(ctx, o); err != nil {
+			b.t.Fatalf("cleanup: %v", err)
+		}
+	}
+	if err := b.noPods(ctx); err != nil {
+		b.t.Fatalf("cleanup: %v", err)
+	}
+}
+
+// gone polls until the object is not found.
+func (b *bench) gone(ctx context.Context, o client.Object) error {
+	for {
+		err := b.k.Get(ctx, client.ObjectKeyFromObject(o), o)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%T %s still there (%v): %w", o, o.GetName(), err, ctx.Err())
+		case <-time.After(poll):
+		}
+	}
+}
+
+// noPods polls until no sandlot pod is left: every sandbox's and pool
+// pod carries the sandbox label (a pool pod's empty until claimed).
+func (b *bench) noPods(ctx context.Context) error {
+	for {
+		pods := &corev1.PodList{}
+		err := b.k.List(ctx, pods, client.InNamespace("default"), client.HasLabels{sandlotv1.LabelSandbox})
+		if err == nil && len(pods.Items) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			var left []string
+			for _, p := range pods.Items {
+				left = append(left, p.Name)
+			}
+			return fmt.Errorf("pods %v still there (%v): %w", left, err, ctx.Err())
+		case <-time.After(poll):
+		}
+	}
+}
+
+// qemuPSS is the Pss of each QEMU of this cluster: its command line names
+// a path under the cluster's directory (other QEMUs on the host do not).
+func (b *bench) qemuPSS() []float64 {
+	entries, _ := os.ReadDir("/proc")
+	var out []float64
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		argv := bytes.Split(cmdline, []byte{0})
+		if filepath.Base(string(argv[0])) != "qemu-system-x86_64" || !bytes.Contains(cmdline, []byte(b.clusterDir+"/")) {
+			continue
+		}
+		out = append(out, procKiB(filepath.Join("/proc", e.Name(), "smaps_rollup"), "Pss:")/1024)
+	}
+	return out
+}
+
+// memAvailableMiB is the host's MemAvailable.
+func memAvailableMiB() float64 { return procKiB("/proc/meminfo", "MemAvailable:") / 1024 }
+
+// procKiB reads a "<key> <n> kB" line of a /proc file.
+func procKiB(path, key string) float64 {
+	data, _ := os.ReadFile(path)
+	for _, l := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == key {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb
+		}
+	}
+	return 0
+}
+
+// until watches the object of that name and hands done each state as it
+// arrives, until done is satisfied or fails: a watch, not polling, so a
+// hundred waiters do not queue behind the rate limiter and a moment is
+// timed when it is seen. A watch starts with the current state; a closed
+// one is reopened.
+func until[O client.Object](ctx context.Context, k client.WithWatch, list client.ObjectList, name string,
+	done func(O) (bool, error)) error {
+	for ctx.Err() == nil {
+		w, err := k.Watch(ctx, list, client.InNamespace("default"), client.MatchingFields{"metadata.name": name})
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", name, err)
+		}
+		finished, err := drain(w, name, done)
+		w.Stop()
+		if finished {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(poll):
+		}
+	}
+	return fmt.Errorf("%s: %w", name, ctx.Err())
+}
+
+// drain reads one watch until done is satisfied or fails (finished) or the
+// watch closes.
+func drain[O client.Object](w watch.Interface, name string, done func(O) (bool, error)) (finished bool, err error) {
+	for ev := range w.ResultChan() {
+		if ev.Type == watch.Deleted {
+			return true, fmt.Errorf("%s was deleted", name)
+		}
+		o, ok := ev.Object.(O)
+		if !ok { // an Error event: the watch closes and is reopened
+			continue
+		}
+		if ok, err := done(o); ok || err != nil {
+			return true, err
+		}
+	}
+	return false, nil
+}
