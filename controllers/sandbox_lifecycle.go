@@ -60,7 +60,9 @@ func (r *SandboxReconciler) enforceTimeout(ctx context.Context, sbx *sandlotv1.S
 	}
 	if sbx.Spec.OnTimeout == sandlotv1.TimeoutPause && !sbx.Status.Phase.Terminal() {
 		log.FromContext(ctx).Info("sandbox expired: pausing", "expiresAt", sbx.Status.ExpiresAt)
-		patch := client.MergeFrom(sbx.DeepCopy())
+		// Guarded by the resourceVersion read: a reconcile of a stale copy
+		// must not pause again a sandbox its user just resumed.
+		patch := client.MergeFromWithOptions(sbx.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		sbx.Spec.Paused = true
 		if err := r.Patch(ctx, sbx, patch); err != nil {
 			return true, fmt.Errorf("pause expired sandbox %s: %w", sbx.Name, err)
@@ -69,7 +71,9 @@ func (r *SandboxReconciler) enforceTimeout(ctx context.Context, sbx *sandlotv1.S
 	}
 	log.FromContext(ctx).Info("sandbox expired: deleting", "expiresAt", sbx.Status.ExpiresAt)
 	sbx.Status.Reason, sbx.Status.Message = sandlotv1.ReasonExpired, "timeout passed at "+sbx.Status.ExpiresAt.UTC().Format(time.RFC3339)
-	if err := r.Delete(ctx, sbx); client.IgnoreNotFound(err) != nil {
+	// Likewise: nor delete one whose timeout was just extended.
+	rv := sbx.ResourceVersion
+	if err := r.Delete(ctx, sbx, client.Preconditions{ResourceVersion: &rv}); client.IgnoreNotFound(err) != nil {
 		return true, fmt.Errorf("delete expired sandbox %s: %w", sbx.Name, err)
 	}
 	return true, nil
