@@ -26,20 +26,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/bench/host"
+	"github.com/sandlot-dev/sandlot/test/bench/sbxbench"
 	"github.com/sandlot-dev/sandlot/test/bench/stats"
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/crienv"
@@ -75,7 +71,7 @@ func main() {
 	n := flag.Int("n", 3, "rounds at concurrency 1 (a round at C > 1 gives C samples)")
 	asJSON := flag.Bool("json", false, "print JSON instead of a table")
 	flag.Parse()
-	cs, err := parseLevels(*levels)
+	cs, err := sbxbench.ParseLevels("c", *levels)
 	if err != nil || (*store != "local" && *store != "s3") || *n < 1 {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -100,19 +96,6 @@ func main() {
 		return
 	}
 	report(&table, *store == "s3")
-}
-
-// parseLevels reads -c: concurrency levels, each at least 1.
-func parseLevels(s string) ([]int, error) {
-	var cs []int
-	for _, f := range strings.Split(s, ",") {
-		c, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || c < 1 {
-			return nil, fmt.Errorf("-c: %q is not a concurrency", f)
-		}
-		cs = append(cs, c)
-	}
-	return cs, nil
 }
 
 // report prints the table under a header naming what the numbers depend
@@ -171,28 +154,10 @@ func newBench(t crienv.T, s3 bool) *bench {
 			SecretKey: minio.SecretKey, Region: minio.Region}
 	}
 	c := cluster.Start(t, o)
-	b := &bench{t: t, k: newClient(t, c), s3: s3, nodeA: c.Nodes[0].Name, nodeB: c.Nodes[1].Name,
+	b := &bench{t: t, k: sbxbench.NewClient(t, c), s3: s3, nodeA: c.Nodes[0].Name, nodeB: c.Nodes[1].Name,
 		samples: map[string][]float64{}, placed: map[string][2]int{}}
 	b.template()
 	return b
-}
-
-// newClient raises the rate limit: c sandboxes each watched and polled at
-// once must not queue behind the client's default 5 QPS.
-func newClient(t crienv.T, c *cluster.Cluster) client.WithWatch {
-	cfg, err := c.RESTConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 200, 400
-	scheme := runtime.NewScheme()
-	_ = corev1.AddToScheme(scheme)
-	_ = sandlotv1.AddToScheme(scheme)
-	k, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
 }
 
 func (b *bench) template() {
@@ -200,7 +165,7 @@ func (b *bench) template() {
 	if err != nil || env.ImageRef == "" {
 		b.t.Fatalf("no default sandbox image (make vm-assets): %v", err)
 	}
-	tpl := &sandlotv1.Template{ObjectMeta: meta("bench"),
+	tpl := &sandlotv1.Template{ObjectMeta: sbxbench.Meta("bench"),
 		Spec: sandlotv1.TemplateSpec{Image: env.ImageRef, Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256},
 			ReadinessProbe: &sandlotv1.ReadinessProbe{HTTPGet: &sandlotv1.HTTPGetProbe{Port: sandlotv1.CodeInterpreterPort, Path: "/health"}}}}
 	if err := b.k.Create(context.Background(), tpl); err != nil {
@@ -238,16 +203,16 @@ func (b *bench) local(c int) {
 	srcs, nodes := b.coldStart(c)
 	snaps, snapNodes := b.snapshots(c, srcs)
 	b.pauseResume(c, srcs, nodes)
-	b.remove(sandboxes(srcs)...)
+	b.remove(sbxbench.Sandboxes(srcs)...)
 	kids := b.names("k", c)
 	b.add(mLocalSnap, c, b.each(mLocalSnap, c, func(ctx context.Context, i int) (time.Duration, error) {
-		s, d, err := b.start(ctx, kids[i], sandlotv1.SandboxSource{Snapshot: snaps[i]})
+		s, d, err := sbxbench.Start(ctx, b.k, kids[i], sandlotv1.SandboxSource{Snapshot: snaps[i]})
 		if err == nil {
 			b.tally(mLocalSnap, c, s.Status.NodeName == snapNodes[i])
 		}
 		return d, err
 	})...)
-	b.remove(append(sandboxes(kids), snapshots(snaps)...)...)
+	b.remove(append(sbxbench.Sandboxes(kids), sbxbench.Snapshots(snaps)...)...)
 }
 
 // coldStart (4.1) starts c sandboxes of the template (restores of its
@@ -256,7 +221,7 @@ func (b *bench) local(c int) {
 func (b *bench) coldStart(c int) (names, nodes []string) {
 	names, nodes = b.names("t", c), make([]string, c)
 	b.add(mTemplate, c, b.each(mTemplate, c, func(ctx context.Context, i int) (time.Duration, error) {
-		s, d, err := b.start(ctx, names[i], fromTemplate)
+		s, d, err := sbxbench.Start(ctx, b.k, names[i], fromTemplate)
 		if err == nil {
 			nodes[i] = s.Status.NodeName
 		}
@@ -311,16 +276,16 @@ func (b *bench) crossSnapshot(c int) {
 		_, api, _, err := b.snapshot(ctx, snaps[i], srcs[i]) // waits for remote Ready too
 		return api, err
 	})
-	b.remove(sandboxes(srcs)...) // only their data is needed: keep c VMs at most
+	b.remove(sbxbench.Sandboxes(srcs)...) // only their data is needed: keep c VMs at most
 	kids := b.names("xk", c)
 	b.cordon(b.nodeA, true)
 	samples := b.each(mCrossSnap, c, func(ctx context.Context, i int) (time.Duration, error) {
-		s, d, err := b.start(ctx, kids[i], sandlotv1.SandboxSource{Snapshot: snaps[i]})
+		s, d, err := sbxbench.Start(ctx, b.k, kids[i], sandlotv1.SandboxSource{Snapshot: snaps[i]})
 		return d, on(s, err, b.nodeB)
 	})
 	b.cordon(b.nodeA, false)
 	b.add(mCrossSnap, c, samples...)
-	b.remove(append(sandboxes(kids), snapshots(snaps)...)...)
+	b.remove(append(sbxbench.Sandboxes(kids), sbxbench.Snapshots(snaps)...)...)
 }
 
 // crossResume (4.4): sandboxes paused on A, their packages remote Ready,
@@ -338,7 +303,7 @@ func (b *bench) crossResume(c int) {
 	})
 	b.cordon(b.nodeA, false)
 	b.add(mCrossResume, c, samples...)
-	b.remove(sandboxes(names)...)
+	b.remove(sbxbench.Sandboxes(names)...)
 }
 
 // onA starts c sandboxes of the template on node A, untimed: B is cordoned
@@ -347,7 +312,7 @@ func (b *bench) onA(prefix string, c int) []string {
 	names := b.names(prefix, c)
 	b.cordon(b.nodeB, true)
 	b.each("sandboxes on "+b.nodeA, c, func(ctx context.Context, i int) (time.Duration, error) {
-		s, d, err := b.start(ctx, names[i], fromTemplate)
+		s, d, err := sbxbench.Start(ctx, b.k, names[i], fromTemplate)
 		return d, on(s, err, b.nodeA)
 	})
 	b.cordon(b.nodeB, false)
@@ -381,22 +346,6 @@ func (b *bench) each(what string, n int, job func(ctx context.Context, i int) (t
 		b.t.Fatalf("%s: %v", what, errs)
 	}
 	return samples
-}
-
-func sandboxes(names []string) []client.Object {
-	out := make([]client.Object, len(names))
-	for i, n := range names {
-		out[i] = &sandlotv1.Sandbox{ObjectMeta: meta(n)}
-	}
-	return out
-}
-
-func snapshots(names []string) []client.Object {
-	out := make([]client.Object, len(names))
-	for i, n := range names {
-		out[i] = &sandlotv1.Snapshot{ObjectMeta: meta(n)}
-	}
-	return out
 }
 
 // names are fresh object names: no round meets a previous one's leftovers.
@@ -443,5 +392,3 @@ func (b *bench) fill(t *stats.Table, levels []int) {
 		}
 	}
 }
-
-func meta(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name, Namespace: "default"} }

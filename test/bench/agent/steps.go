@@ -9,12 +9,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
-	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/test/bench/sbxbench"
 )
 
 const (
@@ -23,65 +21,23 @@ const (
 	waitTimeout = 10 * time.Minute
 	// poll is the period of the few waits that poll (a pod gone, cleanup).
 	poll = 50 * time.Millisecond
-	// lifetime outlives a round; a paused sandbox's clock restarts on resume.
-	lifetime = 2 * 3600
 	// settle lets the controller's node cache see a cordon before the next
 	// placement: it places from that cache, not from the API.
 	settle = time.Second
 )
 
-// start creates a sandbox from src and returns it once it runs and
-// answers, with the time from the Create.
-func (b *bench) start(ctx context.Context, name string, src sandlotv1.SandboxSource) (*sandlotv1.Sandbox, time.Duration, error) {
-	sbx := &sandlotv1.Sandbox{ObjectMeta: meta(name),
-		Spec: sandlotv1.SandboxSpec{Source: src, TimeoutSeconds: ptr.To[int32](lifetime)}}
-	began := time.Now()
-	if err := b.k.Create(ctx, sbx); err != nil {
-		return nil, 0, err
-	}
-	s, err := b.running(ctx, name)
-	return s, time.Since(began), err
-}
-
-// running waits for phase Running with a pod IP and for envd's /health to
-// answer there: when a user can use the sandbox.
-func (b *bench) running(ctx context.Context, name string) (*sandlotv1.Sandbox, error) {
-	var sbx *sandlotv1.Sandbox
-	err := until(ctx, b.k, &sandlotv1.SandboxList{}, name, func(s *sandlotv1.Sandbox) (bool, error) {
-		sbx = s
-		if err := ended(s); err != nil {
-			return false, err
-		}
-		return s.Status.Phase == sandlotv1.SandboxRunning && s.Status.PodIP != "", nil
-	})
-	if err != nil && sbx != nil {
-		err = fmt.Errorf("%w (last seen: %s, %s: %s)", err, sbx.Status.Phase, sbx.Status.Reason, sbx.Status.Message)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return sbx, crienv.WaitHTTP(ctx, fmt.Sprintf("http://%s:%d/health", sbx.Status.PodIP, sandlotv1.EnvdPort))
-}
-
-func ended(s *sandlotv1.Sandbox) error {
-	if s.Status.Phase.Terminal() {
-		return fmt.Errorf("sandbox %s %s: %s: %s", s.Name, s.Status.Phase, s.Status.Reason, s.Status.Message)
-	}
-	return nil
-}
-
 // snapshot takes a Snapshot of a running sandbox and returns it with the
 // time from the Create to phase Ready and, with s3, from there on to
 // remote Ready (it waits for both; one watch sees both moments).
 func (b *bench) snapshot(ctx context.Context, name, sandbox string) (*sandlotv1.Snapshot, time.Duration, time.Duration, error) {
-	snap := &sandlotv1.Snapshot{ObjectMeta: meta(name),
+	snap := &sandlotv1.Snapshot{ObjectMeta: sbxbench.Meta(name),
 		Spec: sandlotv1.SnapshotSpec{Source: sandlotv1.SnapshotSource{Sandbox: sandbox}}}
 	began := time.Now()
 	if err := b.k.Create(ctx, snap); err != nil {
 		return nil, 0, 0, err
 	}
 	var readyAt, doneAt time.Time
-	err := until(ctx, b.k, &sandlotv1.SnapshotList{}, name, func(s *sandlotv1.Snapshot) (bool, error) {
+	err := sbxbench.Until(ctx, b.k, &sandlotv1.SnapshotList{}, name, func(s *sandlotv1.Snapshot) (bool, error) {
 		now := time.Now()
 		snap = s
 		if s.Status.Phase == sandlotv1.DataReady && readyAt.IsZero() {
@@ -142,7 +98,7 @@ func (b *bench) pause(ctx context.Context, name string) (paused, remote time.Dur
 // not exist yet) was seen Ready and remote Ready.
 func (b *bench) packageRemoteReady(ctx context.Context, name string) (time.Time, error) {
 	var at time.Time
-	err := until(ctx, b.k, &sandlotv1.PausedSandboxList{}, name, func(p *sandlotv1.PausedSandbox) (bool, error) {
+	err := sbxbench.Until(ctx, b.k, &sandlotv1.PausedSandboxList{}, name, func(p *sandlotv1.PausedSandbox) (bool, error) {
 		at = time.Now()
 		return dataDone(name, &p.Status.DataStatus, true)
 	})
@@ -153,16 +109,16 @@ func (b *bench) packageRemoteReady(ctx context.Context, name string) (time.Time,
 // the API is asked too, as the row promises the pod gone. A failed pause
 // leaves the sandbox Running with reason PauseFailed: an error, not a wait.
 func (b *bench) waitPaused(ctx context.Context, name string) error {
-	err := until(ctx, b.k, &sandlotv1.SandboxList{}, name, func(s *sandlotv1.Sandbox) (bool, error) {
+	err := sbxbench.Until(ctx, b.k, &sandlotv1.SandboxList{}, name, func(s *sandlotv1.Sandbox) (bool, error) {
 		if s.Status.Reason == sandlotv1.ReasonPauseFailed {
 			return false, fmt.Errorf("sandbox %s: pause failed: %s", name, s.Status.Message)
 		}
-		return s.Status.Phase == sandlotv1.SandboxPaused, ended(s)
+		return s.Status.Phase == sandlotv1.SandboxPaused, sbxbench.Ended(s)
 	})
 	if err != nil {
 		return err
 	}
-	return b.gone(ctx, &corev1.Pod{ObjectMeta: meta(name)})
+	return b.gone(ctx, &corev1.Pod{ObjectMeta: sbxbench.Meta(name)})
 }
 
 // resume clears spec.paused and returns the sandbox once it runs and
@@ -172,13 +128,13 @@ func (b *bench) resume(ctx context.Context, name string) (*sandlotv1.Sandbox, ti
 	if err := b.setPaused(ctx, name, false); err != nil {
 		return nil, 0, err
 	}
-	s, err := b.running(ctx, name)
+	s, err := sbxbench.Running(ctx, b.k, name)
 	return s, time.Since(began), err
 }
 
 func (b *bench) setPaused(ctx context.Context, name string, paused bool) error {
 	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"paused":%t}}`, paused))
-	return b.k.Patch(ctx, &sandlotv1.Sandbox{ObjectMeta: meta(name)}, patch)
+	return b.k.Patch(ctx, &sandlotv1.Sandbox{ObjectMeta: sbxbench.Meta(name)}, patch)
 }
 
 // cordon marks a node (un)schedulable, which the controller's placement
@@ -204,8 +160,8 @@ func (b *bench) remove(objs ...client.Object) {
 		}
 		wait = append(wait, o)
 		if _, ok := o.(*sandlotv1.Sandbox); ok {
-			wait = append(wait, &corev1.Pod{ObjectMeta: meta(o.GetName())},
-				&sandlotv1.PausedSandbox{ObjectMeta: meta(o.GetName())})
+			wait = append(wait, &corev1.Pod{ObjectMeta: sbxbench.Meta(o.GetName())},
+				&sandlotv1.PausedSandbox{ObjectMeta: sbxbench.Meta(o.GetName())})
 		}
 	}
 	for _, o := range wait {
@@ -228,47 +184,4 @@ func (b *bench) gone(ctx context.Context, o client.Object) error {
 		case <-time.After(poll):
 		}
 	}
-}
-
-// until watches the object of that name and hands done each state as it
-// arrives, until done is satisfied or fails: a watch, not polling, so c
-// waiters do not queue behind the rate limiter and a moment is timed when
-// it is seen. A watch starts with the current state; a closed one is
-// reopened.
-func until[O client.Object](ctx context.Context, k client.WithWatch, list client.ObjectList, name string,
-	done func(O) (bool, error)) error {
-	for ctx.Err() == nil {
-		w, err := k.Watch(ctx, list, client.InNamespace("default"), client.MatchingFields{"metadata.name": name})
-		if err != nil {
-			return fmt.Errorf("watch %s: %w", name, err)
-		}
-		finished, err := drain(w, name, done)
-		w.Stop()
-		if finished {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(poll):
-		}
-	}
-	return fmt.Errorf("%s: %w", name, ctx.Err())
-}
-
-// drain reads one watch until done is satisfied or fails (finished) or the
-// watch closes.
-func drain[O client.Object](w watch.Interface, name string, done func(O) (bool, error)) (finished bool, err error) {
-	for ev := range w.ResultChan() {
-		if ev.Type == watch.Deleted {
-			return true, fmt.Errorf("%s was deleted", name)
-		}
-		o, ok := ev.Object.(O)
-		if !ok { // an Error event: the watch closes and is reopened
-			continue
-		}
-		if ok, err := done(o); ok || err != nil {
-			return true, err
-		}
-	}
-	return false, nil
 }

@@ -44,8 +44,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -53,13 +51,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/bench/host"
+	"github.com/sandlot-dev/sandlot/test/bench/sbxbench"
 	"github.com/sandlot-dev/sandlot/test/bench/stats"
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/crienv"
@@ -102,7 +100,7 @@ func main() {
 		to      *[]int
 	}{{"c", *cs, &l.creates}, {"forks", *forks, &l.forks}, {"rollbacks", *rbs, &l.rollbacks}, {"density", *dens, &l.density}} {
 		var err error
-		*p.to, err = parseLevels(p.name, p.s)
+		*p.to, err = sbxbench.ParseLevels(p.name, p.s)
 		errs = append(errs, err)
 	}
 	if err := firstErr(errs); err != nil || *mem < 64 {
@@ -126,19 +124,6 @@ func main() {
 		os.Exit(1)
 	}
 	b.report(os.Stdout, *asJSON)
-}
-
-// parseLevels reads a comma-separated list of counts, each at least 1.
-func parseLevels(name, s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("-%s: %q is not a count", name, f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
 
 func firstErr(errs []error) error {
@@ -194,30 +179,11 @@ func newBench(t crienv.T, mem int) *bench {
 		t.Fatal(err)
 	}
 	c := cluster.Start(t, o)
-	b := &bench{t: t, k: newClient(t, c), node: c.Nodes[0].Name, clusterDir: o.Dir, mem: mem}
+	b := &bench{t: t, k: sbxbench.NewClient(t, c), node: c.Nodes[0].Name, clusterDir: o.Dir, mem: mem}
 	b.zeroOverhead()
 	b.capacity()
 	b.template()
 	return b
-}
-
-// newClient raises the rate limit: a hundred sandboxes each watched and
-// polled at once must not queue behind the client's default 5 QPS.
-func newClient(t crienv.T, c *cluster.Cluster) client.WithWatch {
-	cfg, err := c.RESTConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 200, 400
-	scheme := runtime.NewScheme()
-	_ = corev1.AddToScheme(scheme)
-	_ = nodev1.AddToScheme(scheme)
-	_ = sandlotv1.AddToScheme(scheme)
-	k, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
 }
 
 // zeroOverhead drops the RuntimeClass's per-pod overhead (100m CPU, 96 MiB)
@@ -264,7 +230,7 @@ func (b *bench) template() {
 	if err != nil || env.ImageRef == "" {
 		b.t.Fatalf("no default sandbox image (make vm-assets): %v", err)
 	}
-	tpl := &sandlotv1.Template{ObjectMeta: meta(tplName),
+	tpl := &sandlotv1.Template{ObjectMeta: sbxbench.Meta(tplName),
 		Spec: sandlotv1.TemplateSpec{Image: env.ImageRef, Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: int32(b.mem)},
 			ReadinessProbe: &sandlotv1.ReadinessProbe{HTTPGet: &sandlotv1.HTTPGetProbe{Port: sandlotv1.CodeInterpreterPort, Path: "/health"}}}}
 	if err := b.k.Create(context.Background(), tpl); err != nil {
@@ -369,21 +335,3 @@ func (b *bench) names(prefix string, n int) []string {
 	}
 	return out
 }
-
-func sandboxes(names []string) []client.Object {
-	out := make([]client.Object, len(names))
-	for i, n := range names {
-		out[i] = &sandlotv1.Sandbox{ObjectMeta: meta(n)}
-	}
-	return out
-}
-
-func snapshots(names []string) []client.Object {
-	out := make([]client.Object, len(names))
-	for i, n := range names {
-		out[i] = &sandlotv1.Snapshot{ObjectMeta: meta(n)}
-	}
-	return out
-}
-
-func meta(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name, Namespace: "default"} }

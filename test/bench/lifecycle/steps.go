@@ -15,13 +15,11 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/test/bench/sbxbench"
 	"github.com/sandlot-dev/sandlot/test/bench/stats"
-	"github.com/sandlot-dev/sandlot/test/crienv"
 )
 
 const (
@@ -30,8 +28,6 @@ const (
 	waitTimeout = 10 * time.Minute
 	// poll is the period of the few waits that poll (pods gone).
 	poll = 50 * time.Millisecond
-	// lifetime outlives the run: no sandbox expires mid-row.
-	lifetime = 4 * 3600
 	// densityBatch sandboxes start at once in the density rows: a hundred
 	// TCG guests restoring together on two cores would starve each other.
 	densityBatch = 10
@@ -51,11 +47,11 @@ func (b *bench) fromTemplate(c int) {
 	}
 	names := b.names("t", c)
 	samples, wall := b.each(row, c, func(ctx context.Context, i int) (time.Duration, error) {
-		_, d, err := b.start(ctx, names[i], tplSource)
+		_, d, err := sbxbench.Start(ctx, b.k, names[i], tplSource)
 		return d, err
 	})
 	b.record(row, samples, wall, "")
-	b.remove(sandboxes(names)...)
+	b.remove(sbxbench.Sandboxes(names)...)
 }
 
 // fromPool measures C creates with a full warm pool of C. The pool refills
@@ -74,14 +70,14 @@ func (b *bench) fromPool(c, poolMax int) {
 	b.setPool(c)
 	names, claimed := b.names("p", c), make([]bool, c)
 	samples, wall := b.each(row, c, func(ctx context.Context, i int) (time.Duration, error) {
-		s, d, err := b.start(ctx, names[i], tplSource)
+		s, d, err := sbxbench.Start(ctx, b.k, names[i], tplSource)
 		if err == nil {
 			claimed[i] = s.Status.PodName != s.Name // a pool pod keeps its generated name
 		}
 		return d, err
 	})
 	b.setPool(0)
-	b.remove(sandboxes(names)...)
+	b.remove(sbxbench.Sandboxes(names)...)
 	k := 0
 	for _, ok := range claimed {
 		if ok {
@@ -103,15 +99,15 @@ func (b *bench) fork(n int) {
 	parent := b.started("fp", 1, tplSource)
 	snap := b.snapshotsOf("fsnap", parent...)[0]
 	b.paused = append(b.paused, float64(snap.Status.SourcePausedMicroseconds)/1000)
-	b.remove(sandboxes(parent)...)
+	b.remove(sbxbench.Sandboxes(parent)...)
 	kids := b.names("fk", n)
 	samples, wall := b.each(row, n, func(ctx context.Context, i int) (time.Duration, error) {
-		_, d, err := b.start(ctx, kids[i], sandlotv1.SandboxSource{Snapshot: snap.Name})
+		_, d, err := sbxbench.Start(ctx, b.k, kids[i], sandlotv1.SandboxSource{Snapshot: snap.Name})
 		return d, err
 	})
 	b.record(row, samples, wall, "")
 	b.table.Add(row+": batch wall time", "ms", []float64{stats.MS(wall)}, "")
-	b.remove(append(sandboxes(kids), snapshots([]string{snap.Name})...)...)
+	b.remove(append(sbxbench.Sandboxes(kids), sbxbench.Snapshots([]string{snap.Name})...)...)
 }
 
 // rollbackLevel measures R in-place rollbacks at once, each sandbox to its
@@ -133,7 +129,7 @@ func (b *bench) rollbackLevel(r int) {
 	for i, s := range snaps {
 		snapNames[i] = s.Name
 	}
-	b.remove(append(sandboxes(names), snapshots(snapNames)...)...)
+	b.remove(append(sbxbench.Sandboxes(names), sbxbench.Snapshots(snapNames)...)...)
 }
 
 // densities measures each level that fits from one shared snapshot, its
@@ -152,11 +148,11 @@ func (b *bench) densities(ds []int) {
 	}
 	parent := b.started("dp", 1, tplSource)
 	snap := b.snapshotsOf("dsnap", parent...)[0].Name
-	b.remove(sandboxes(parent)...)
+	b.remove(sbxbench.Sandboxes(parent)...)
 	for _, d := range fit {
 		b.density(d, snap)
 	}
-	b.remove(snapshots([]string{snap})...)
+	b.remove(sbxbench.Snapshots([]string{snap})...)
 }
 
 // density starts D sandboxes, densityBatch at a time, and reads the host's
@@ -168,7 +164,7 @@ func (b *bench) density(d int, snap string) {
 	for off := 0; off < d; off += densityBatch {
 		n := min(densityBatch, d-off)
 		b.each(fmt.Sprintf("density %d: sandboxes %d-%d", d, off+1, off+n), n, func(ctx context.Context, i int) (time.Duration, error) {
-			_, dur, err := b.start(ctx, names[off+i], sandlotv1.SandboxSource{Snapshot: snap})
+			_, dur, err := sbxbench.Start(ctx, b.k, names[off+i], sandlotv1.SandboxSource{Snapshot: snap})
 			return dur, err
 		})
 	}
@@ -183,7 +179,7 @@ func (b *bench) density(d int, snap string) {
 	}
 	b.table.Add(rowPSS(d), "MiB", pss, fmt.Sprintf("each QEMU's Pss; their sum %.0f MiB over %d QEMU processes is %.1f MiB per sandbox",
 		sum, len(pss), sum/float64(d)))
-	b.remove(sandboxes(names)...)
+	b.remove(sbxbench.Sandboxes(names)...)
 }
 
 // started starts n sandboxes from src at once, untimed, and returns them
@@ -191,7 +187,7 @@ func (b *bench) density(d int, snap string) {
 func (b *bench) started(prefix string, n int, src sandlotv1.SandboxSource) []string {
 	names := b.names(prefix, n)
 	b.each("start "+prefix, n, func(ctx context.Context, i int) (time.Duration, error) {
-		_, d, err := b.start(ctx, names[i], src)
+		_, d, err := sbxbench.Start(ctx, b.k, names[i], src)
 		return d, err
 	})
 	return names
@@ -209,54 +205,14 @@ func (b *bench) snapshotsOf(prefix string, srcs ...string) []*sandlotv1.Snapshot
 	return out
 }
 
-// start creates a sandbox from src and returns it once it runs and
-// answers, with the time from the Create.
-func (b *bench) start(ctx context.Context, name string, src sandlotv1.SandboxSource) (*sandlotv1.Sandbox, time.Duration, error) {
-	sbx := &sandlotv1.Sandbox{ObjectMeta: meta(name),
-		Spec: sandlotv1.SandboxSpec{Source: src, TimeoutSeconds: ptr.To[int32](lifetime)}}
-	began := time.Now()
-	if err := b.k.Create(ctx, sbx); err != nil {
-		return nil, 0, err
-	}
-	s, err := b.running(ctx, name)
-	return s, time.Since(began), err
-}
-
-// running waits for phase Running with a pod IP and for envd's /health to
-// answer there: when a user can use the sandbox.
-func (b *bench) running(ctx context.Context, name string) (*sandlotv1.Sandbox, error) {
-	var sbx *sandlotv1.Sandbox
-	err := until(ctx, b.k, &sandlotv1.SandboxList{}, name, func(s *sandlotv1.Sandbox) (bool, error) {
-		sbx = s
-		if err := ended(s); err != nil {
-			return false, err
-		}
-		return s.Status.Phase == sandlotv1.SandboxRunning && s.Status.PodIP != "", nil
-	})
-	if err != nil && sbx != nil {
-		err = fmt.Errorf("%w (last seen: %s, %s: %s)", err, sbx.Status.Phase, sbx.Status.Reason, sbx.Status.Message)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return sbx, crienv.WaitHTTP(ctx, fmt.Sprintf("http://%s:%d/health", sbx.Status.PodIP, sandlotv1.EnvdPort))
-}
-
-func ended(s *sandlotv1.Sandbox) error {
-	if s.Status.Phase.Terminal() {
-		return fmt.Errorf("sandbox %s %s: %s: %s", s.Name, s.Status.Phase, s.Status.Reason, s.Status.Message)
-	}
-	return nil
-}
-
 // snapshot takes a Snapshot of a running sandbox and returns it Ready.
 func (b *bench) snapshot(ctx context.Context, name, sandbox string) (*sandlotv1.Snapshot, error) {
-	snap := &sandlotv1.Snapshot{ObjectMeta: meta(name),
+	snap := &sandlotv1.Snapshot{ObjectMeta: sbxbench.Meta(name),
 		Spec: sandlotv1.SnapshotSpec{Source: sandlotv1.SnapshotSource{Sandbox: sandbox}}}
 	if err := b.k.Create(ctx, snap); err != nil {
 		return nil, err
 	}
-	err := until(ctx, b.k, &sandlotv1.SnapshotList{}, name, func(s *sandlotv1.Snapshot) (bool, error) {
+	err := sbxbench.Until(ctx, b.k, &sandlotv1.SnapshotList{}, name, func(s *sandlotv1.Snapshot) (bool, error) {
 		snap = s
 		if s.Status.Phase == sandlotv1.DataFailed {
 			return false, fmt.Errorf("snapshot %s failed: %+v", name, s.Status.Conditions)
@@ -270,15 +226,15 @@ func (b *bench) snapshot(ctx context.Context, name, sandbox string) (*sandlotv1.
 // patch until the agent reports this request done (lastRollbackRequestID
 // and RolledBack True). A refusal or failure of it is an error.
 func (b *bench) rollback(ctx context.Context, name, snap, id string) (time.Duration, error) {
-	sbx := &sandlotv1.Sandbox{ObjectMeta: meta(name)}
+	sbx := &sandlotv1.Sandbox{ObjectMeta: sbxbench.Meta(name)}
 	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"rollback":{"snapshot":%q,"requestID":%q}}}`, snap, id))
 	began := time.Now()
 	if err := b.k.Patch(ctx, sbx, patch); err != nil {
 		return 0, err
 	}
 	gen := sbx.Generation // a False condition of an older generation is not this request's
-	err := until(ctx, b.k, &sandlotv1.SandboxList{}, name, func(s *sandlotv1.Sandbox) (bool, error) {
-		if err := ended(s); err != nil {
+	err := sbxbench.Until(ctx, b.k, &sandlotv1.SandboxList{}, name, func(s *sandlotv1.Sandbox) (bool, error) {
+		if err := sbxbench.Ended(s); err != nil {
 			return false, err
 		}
 		c := apimeta.FindStatusCondition(s.Status.Conditions, sandlotv1.ConditionRolledBack)
@@ -301,13 +257,13 @@ func (b *bench) rollback(ctx context.Context, name, snap, id string) (time.Durat
 func (b *bench) setPool(n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	tpl := &sandlotv1.Template{ObjectMeta: meta(tplName)}
+	tpl := &sandlotv1.Template{ObjectMeta: sbxbench.Meta(tplName)}
 	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"warmPool":%d}}`, n))
 	if err := b.k.Patch(ctx, tpl, patch); err != nil {
 		b.t.Fatalf("warm pool %d: %v", n, err)
 	}
 	gen, last := tpl.Generation, sandlotv1.NodePool{}
-	err := until(ctx, b.k, &sandlotv1.TemplateList{}, tplName, func(t *sandlotv1.Template) (bool, error) {
+	err := sbxbench.Until(ctx, b.k, &sandlotv1.TemplateList{}, tplName, func(t *sandlotv1.Template) (bool, error) {
 		if t.Status.ObservedGeneration < gen {
 			return false, nil
 		}
@@ -436,47 +392,4 @@ func procKiB(path, key string) float64 {
 		}
 	}
 	return 0
-}
-
-// until watches the object of that name and hands done each state as it
-// arrives, until done is satisfied or fails: a watch, not polling, so a
-// hundred waiters do not queue behind the rate limiter and a moment is
-// timed when it is seen. A watch starts with the current state; a closed
-// one is reopened.
-func until[O client.Object](ctx context.Context, k client.WithWatch, list client.ObjectList, name string,
-	done func(O) (bool, error)) error {
-	for ctx.Err() == nil {
-		w, err := k.Watch(ctx, list, client.InNamespace("default"), client.MatchingFields{"metadata.name": name})
-		if err != nil {
-			return fmt.Errorf("watch %s: %w", name, err)
-		}
-		finished, err := drain(w, name, done)
-		w.Stop()
-		if finished {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(poll):
-		}
-	}
-	return fmt.Errorf("%s: %w", name, ctx.Err())
-}
-
-// drain reads one watch until done is satisfied or fails (finished) or the
-// watch closes.
-func drain[O client.Object](w watch.Interface, name string, done func(O) (bool, error)) (finished bool, err error) {
-	for ev := range w.ResultChan() {
-		if ev.Type == watch.Deleted {
-			return true, fmt.Errorf("%s was deleted", name)
-		}
-		o, ok := ev.Object.(O)
-		if !ok { // an Error event: the watch closes and is reopened
-			continue
-		}
-		if ok, err := done(o); ok || err != nil {
-			return true, err
-		}
-	}
-	return false, nil
 }
