@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -39,6 +40,7 @@ func NewClient(t crienv.T, c *cluster.Cluster) client.WithWatch {
 	cfg.QPS, cfg.Burst = 200, 400
 	scheme := runtime.NewScheme()
 	_ = corev1.AddToScheme(scheme)
+	_ = nodev1.AddToScheme(scheme) // the RuntimeClass a benchmark may adjust
 	_ = sandlotv1.AddToScheme(scheme)
 	k, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
