@@ -72,7 +72,9 @@ func Setup(mgr ctrl.Manager, n Node) error {
 		Complete(&RollbackReconciler{Client: mgr.GetClient(), Node: n, layout: l}); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).Named("vmready").For(&corev1.Pod{}).
+	// Pods are probed (and claimed warm pool VMs activated) side by side:
+	// one at a time, fifty claims wait on each other.
+	return ctrl.NewControllerManagedBy(mgr).Named("vmready").For(&corev1.Pod{}).WithOptions(opts).
 		Complete(&VMReadyReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Node: n})
 }
 
