@@ -67,9 +67,8 @@ const (
 
 // Reasons of the Template conditions (and of a BaseSnapshot).
 const (
-	ReasonValid          = "Valid"
-	ReasonInvalidImage   = "InvalidImage"
-	ReasonNotImplemented = "NotImplemented"
+	ReasonValid        = "Valid"
+	ReasonInvalidImage = "InvalidImage"
 	// ReasonBuilding: a builder sandbox boots the image, waits for the
 	// probe, or is snapshotted.
 	ReasonBuilding     = "Building"

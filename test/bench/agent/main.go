@@ -29,9 +29,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/bench/host"
@@ -137,24 +135,14 @@ type bench struct {
 }
 
 func newBench(t crienv.T, s3 bool) *bench {
-	ctrllog.SetLogger(logr.Discard())
-	dir, err := os.MkdirTemp("/var/tmp", "sl-bench-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	o := cluster.Options{Dir: filepath.Join(dir, "c"), Nodes: 2, BinDir: filepath.Join(dir, "bin"),
-		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }}
-	if err := cluster.Build(o.BinDir); err != nil {
-		t.Fatal(err)
-	}
-	if s3 {
-		srv := minio.StartIn(t, filepath.Join(dir, "minio"))
-		o.S3 = &cluster.S3Store{Endpoint: srv.Endpoint, Bucket: srv.Bucket, AccessKey: minio.AccessKey,
-			SecretKey: minio.SecretKey, Region: minio.Region}
-	}
-	c := cluster.Start(t, o)
-	b := &bench{t: t, k: sbxbench.NewClient(t, c), s3: s3, nodeA: c.Nodes[0].Name, nodeB: c.Nodes[1].Name,
+	c, k := sbxbench.StartCluster(t, 2, func(dir string, o *cluster.Options) {
+		if s3 {
+			srv := minio.StartIn(t, filepath.Join(dir, "minio"))
+			o.S3 = &cluster.S3Store{Endpoint: srv.Endpoint, Bucket: srv.Bucket, AccessKey: minio.AccessKey,
+				SecretKey: minio.SecretKey, Region: minio.Region}
+		}
+	})
+	b := &bench{t: t, k: k, s3: s3, nodeA: c.Nodes[0].Name, nodeB: c.Nodes[1].Name,
 		samples: map[string][]float64{}, placed: map[string][2]int{}}
 	b.template()
 	return b

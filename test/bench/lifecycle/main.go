@@ -43,17 +43,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/bench/host"
@@ -167,19 +164,8 @@ type batch struct {
 }
 
 func newBench(t crienv.T, mem int) *bench {
-	ctrllog.SetLogger(logr.Discard())
-	dir, err := os.MkdirTemp("/var/tmp", "sl-bench-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	o := cluster.Options{Dir: filepath.Join(dir, "c"), Nodes: 1, BinDir: filepath.Join(dir, "bin"),
-		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }}
-	if err := cluster.Build(o.BinDir); err != nil {
-		t.Fatal(err)
-	}
-	c := cluster.Start(t, o)
-	b := &bench{t: t, k: sbxbench.NewClient(t, c), node: c.Nodes[0].Name, clusterDir: o.Dir, mem: mem}
+	c, k := sbxbench.StartCluster(t, 1, nil)
+	b := &bench{t: t, k: k, node: c.Nodes[0].Name, clusterDir: c.Dir, mem: mem}
 	b.zeroOverhead()
 	b.capacity()
 	b.template()

@@ -7,6 +7,8 @@ package sbxbench
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -18,7 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/go-logr/logr"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/crienv"
@@ -29,6 +33,29 @@ const Lifetime = 4 * 3600
 
 // rewatch is the wait before a closed watch is reopened.
 const rewatch = 50 * time.Millisecond
+
+// StartCluster builds sandlot and starts a cluster of nodes for a
+// benchmark under a fresh /var/tmp directory (gone with t's cleanups);
+// configure may add to its options (a store) first. It returns the
+// cluster and a client for it.
+func StartCluster(t crienv.T, nodes int, configure func(dir string, o *cluster.Options)) (*cluster.Cluster, client.WithWatch) {
+	ctrllog.SetLogger(logr.Discard())
+	dir, err := os.MkdirTemp("/var/tmp", "sl-bench-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	o := cluster.Options{Dir: filepath.Join(dir, "c"), Nodes: nodes, BinDir: filepath.Join(dir, "bin"),
+		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }}
+	if err := cluster.Build(o.BinDir); err != nil {
+		t.Fatal(err)
+	}
+	if configure != nil {
+		configure(dir, &o)
+	}
+	c := cluster.Start(t, o)
+	return c, NewClient(t, c)
+}
 
 // NewClient raises the rate limit: many sandboxes watched and polled at
 // once must not queue behind the client's default 5 QPS.
