@@ -9,7 +9,7 @@ export SANDLOT_CACHE
 K8S_VERSION ?= v1.37.2
 ENVTEST_ASSETS := $(SANDLOT_CACHE)/k8s/$(K8S_VERSION)
 CONTROLLER_GEN := go tool controller-gen
-BINARIES := sandlot-controller sandlot-agent sandlot-guest containerd-shim-sandlot-v2
+BINARIES := sandlot-controller sandlot-agent sandlot-api sandlot-guest containerd-shim-sandlot-v2
 GENERATED := api config guest/envdpb shim/controlapi
 
 .PHONY: help
@@ -41,9 +41,9 @@ vm-assets: ## Build the guest kernel, initramfs and base disks into the cache (r
 
 .PHONY: test
 test: envtest-assets vm-assets cluster-bins minio-bins ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), store (real MinIO), shim (real containerd + CNI + QEMU), e2e and agent (real two-node clusters).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/vm$$\|/test/shim$$\|/test/e2e$$\|/test/agent$$\|/test/lifecycle$$')
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/vm$$\|/test/shim$$\|/test/e2e$$\|/test/agent$$\|/test/lifecycle$$\|/test/e2b$$')
 	@# The VM, shim and cluster tests run QEMU guests under TCG on both cores: alone, one package at a time, after the rest.
-	go test -count=1 -p 1 -timeout 50m ./test/vm/ ./test/shim/ ./test/e2e/ ./test/agent/ ./test/lifecycle/
+	go test -count=1 -p 1 -timeout 50m ./test/vm/ ./test/shim/ ./test/e2e/ ./test/agent/ ./test/lifecycle/ ./test/e2b/
 
 test-shim: vm-assets containerd-bins ## The shim under a real containerd (CRI, CNI bridge) with real QEMU: pods as VMs, snapshots, restarts, faults.
 	go test -count=1 -v -timeout 20m ./shim/... ./test/crienv/ ./test/shim/
@@ -111,6 +111,10 @@ test-agent: cluster-bins vm-assets minio-bins ## The node agent and the s3 store
 .PHONY: test-lifecycle
 test-lifecycle: cluster-bins vm-assets ## Templates that build their base snapshot and sandboxes that restore it, warm pools, fork, rollback, timeouts, template failures, on a real two-node cluster.
 	go test -count=1 -v -timeout 30m ./test/lifecycle/
+
+.PHONY: test-e2b
+test-e2b: cluster-bins vm-assets ## sandlot-api (the E2B REST facade and sandbox proxy) driven by the real e2b and @e2b/code-interpreter SDKs on a real two-node cluster, in both proxy modes.
+	go test -count=1 -v -timeout 30m ./test/e2b/
 
 .PHONY: bench-lifecycle
 bench-lifecycle: cluster-bins vm-assets ## Create from a template with and without a warm pool at concurrency 1, 10, 20, 50; fork 1 and 100; rollback 1, 5, 10; host memory per live sandbox at 20/50/100 (one node; BENCH_ARGS=-json).

@@ -1,6 +1,7 @@
 // Package envd composes the envd-compatible API the E2B SDK talks to on
 // port 49983: the Connect process and filesystem services, /files,
-// /health and /envs, behind the access-token check and user resolution.
+// /health, /envs and /metrics, behind the access-token check and user
+// resolution.
 package envd
 
 import (
@@ -41,6 +42,7 @@ func NewHandler(cfg Config) http.Handler {
 	mux.HandleFunc("GET /envs", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, cfg.Identity.Env())
 	})
+	mux.Handle("GET /metrics", &metricsSource{})
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})

@@ -339,7 +339,7 @@ func (c *Cluster) node(name string) (*Node, error) {
 
 // Build compiles the sandlot binaries a cluster runs into dir.
 func Build(dir string) error {
-	for _, cmd := range []string{"sandlot-controller", "sandlot-agent", "containerd-shim-sandlot-v2"} {
+	for _, cmd := range []string{"sandlot-controller", "sandlot-agent", "sandlot-api", "containerd-shim-sandlot-v2"} {
 		b := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "./cmd/"+cmd)
 		b.Dir = RepoRoot()
 		b.Env = append(os.Environ(), "CGO_ENABLED=0")

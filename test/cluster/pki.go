@@ -512,3 +512,24 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	}
 	return nil
 }
+
+// IssueServingCert writes a server certificate for dnsNames (wildcards
+// allowed), signed by the cluster's CA, into dir as <name>.crt and
+// <name>.key; clients trust it through CACert.
+func (p *PKI) IssueServingCert(dir, name string, dnsNames ...string) (certPath, keyPath string, err error) {
+	pair, err := tls.LoadX509KeyPair(p.CACert, p.CAKey)
+	if err != nil {
+		return "", "", fmt.Errorf("load the cluster CA: %w", err)
+	}
+	ca, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return "", "", err
+	}
+	signer, ok := pair.PrivateKey.(crypto.Signer)
+	if !ok {
+		return "", "", fmt.Errorf("the cluster CA's key cannot sign")
+	}
+	l := pkiLeaf{cn: dnsNames[0], usage: x509.ExtKeyUsageServerAuth, dns: dnsNames,
+		cert: filepath.Join(dir, name+".crt"), key: filepath.Join(dir, name+".key")}
+	return l.cert, l.key, writeLeaf(l, ca, signer)
+}

@@ -1,0 +1,204 @@
+package e2b
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// target is the sandbox and port a proxied request is for.
+type target struct {
+	id   string
+	port int
+}
+
+// hostLabel is the first label of a sandbox host name: <port>-<sandboxID>.
+var hostLabel = regexp.MustCompile(`^([0-9]{1,5})-([a-z0-9]{20})$`)
+
+// proxyTarget tells sandbox traffic from API calls: the SDK's
+// E2B_SANDBOX_URL mode names the sandbox in headers, the domain mode in
+// the host name (<port>-<sandboxID>.<domain>).
+func (s *Server) proxyTarget(r *http.Request) (target, bool) {
+	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
+		port, err := strconv.Atoi(r.Header.Get("E2b-Sandbox-Port"))
+		if err != nil {
+			port = sandlotv1.EnvdPort
+		}
+		return target{id: id, port: port}, true
+	}
+	label, rest, ok := strings.Cut(stripPort(r.Host), ".")
+	m := hostLabel.FindStringSubmatch(label)
+	if !ok || m == nil || (s.cfg.Domain != "" && rest != stripPort(s.cfg.Domain)) {
+		return target{}, false
+	}
+	port, _ := strconv.Atoi(m[1])
+	return target{id: m[2], port: port}, true
+}
+
+func stripPort(host string) string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		return h
+	}
+	return host
+}
+
+// proxy forwards sandbox traffic to the sandbox's pod, streaming both
+// ways. Connections to pods are not kept alive: a VM restored in place
+// (rollback) or resumed comes back with the TCP state of its snapshot,
+// and a pooled connection to it would hang.
+type proxy struct {
+	s    *Server
+	rp   *httputil.ReverseProxy
+	dial func(ctx context.Context, network, addr string) (net.Conn, error) // tests replace it
+}
+
+type targetKey struct{}
+
+func newProxy(s *Server) *proxy {
+	p := &proxy{s: s, dial: (&net.Dialer{Timeout: 10 * time.Second}).DialContext}
+	transport := &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return p.dial(ctx, network, addr)
+		},
+		DisableKeepAlives:   true,
+		TLSHandshakeTimeout: 10 * time.Second,
+	}
+	rp := &httputil.ReverseProxy{
+		Transport:     transport,
+		FlushInterval: -1, // Connect streams and NDJSON: every write at once
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(pr.In.Context().Value(targetKey{}).(*url.URL))
+			pr.Out.Host = pr.In.Host
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, errorf(http.StatusBadGateway, "sandbox unreachable: %v", err))
+		},
+	}
+	p.rp = rp
+	return p
+}
+
+// serve checks the access token, resumes a paused sandbox that asked for
+// it (a paused one else answers 502, as E2B's does) and forwards.
+func (p *proxy) serve(w http.ResponseWriter, r *http.Request, t target) {
+	sbx, err := p.s.sandbox(r.Context(), t.id, false)
+	if err != nil {
+		writeError(w, errorf(http.StatusBadGateway, "sandbox %q not found", t.id))
+		return
+	}
+	if err := p.s.checkAccess(r, sbx, t.port); err != nil {
+		writeError(w, err)
+		return
+	}
+	if paused(sbx) {
+		if sbx.Annotations[AnnotationAutoResume] != "true" {
+			writeError(w, errorf(http.StatusBadGateway, "sandbox %q is paused: connect to it to resume it", t.id))
+			return
+		}
+		if sbx, err = p.s.autoResume(r.Context(), sbx); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	if sbx.Status.PodIP == "" {
+		writeError(w, errorf(http.StatusBadGateway, "sandbox %q is not running yet (%s)", t.id, sbx.Status.Phase))
+		return
+	}
+	u := &url.URL{Scheme: "http", Host: net.JoinHostPort(sbx.Status.PodIP, strconv.Itoa(t.port))}
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, u)))
+}
+
+// checkAccess: envd's and the interpreter's ports need the sandbox's
+// own token (a pre-signed /files URL carries its signature instead,
+// which envd checks); other ports are public, as on E2B.
+func (s *Server) checkAccess(r *http.Request, sbx *sandlotv1.Sandbox, port int) *apiError {
+	if port != sandlotv1.EnvdPort && port != sandlotv1.CodeInterpreterPort {
+		return nil
+	}
+	if r.URL.Path == "/files" && r.URL.Query().Get("signature") != "" && r.Header.Get("X-Access-Token") == "" {
+		return nil
+	}
+	want := s.token(r.Context(), sbx)
+	got := r.Header.Get("X-Access-Token")
+	if want == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+		return errorf(http.StatusUnauthorized, "invalid or missing X-Access-Token for sandbox %q", sandlotv1.SandboxIDFor(sbx.UID))
+	}
+	return nil
+}
+
+// autoResume resumes a paused sandbox for the traffic that reached it.
+func (s *Server) autoResume(ctx context.Context, sbx *sandlotv1.Sandbox) (*sandlotv1.Sandbox, *apiError) {
+	if sbx.Spec.Paused {
+		if err := s.patchSpec(ctx, sbx, map[string]any{"paused": false}); err != nil {
+			return nil, err
+		}
+	}
+	return s.waitUsable(ctx, sbx.Name, sbx.Generation)
+}
+
+// envdMetrics is envd's GET /metrics.
+type envdMetrics struct {
+	TS         int64   `json:"ts"`
+	CPUCount   int32   `json:"cpu_count"`
+	CPUUsedPct float64 `json:"cpu_used_pct"`
+	MemTotal   int64   `json:"mem_total"`
+	MemUsed    int64   `json:"mem_used"`
+	MemCache   int64   `json:"mem_cache"`
+	DiskUsed   int64   `json:"disk_used"`
+	DiskTotal  int64   `json:"disk_total"`
+}
+
+// metrics is the sandbox's current resource use, read from its envd (as
+// E2B's orchestrator does); a paused sandbox has none.
+func (s *Server) metrics(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	sbx, aerr := s.sandbox(r.Context(), r.PathValue("id"), false)
+	if aerr != nil {
+		return 0, nil, aerr
+	}
+	if paused(sbx) || sbx.Status.PodIP == "" {
+		return http.StatusOK, []metricJSON{}, nil
+	}
+	m, err := s.envdMetrics(r.Context(), sbx)
+	if err != nil {
+		return 0, nil, errorf(http.StatusBadGateway, "metrics of sandbox %s: %v", r.PathValue("id"), err)
+	}
+	return http.StatusOK, []metricJSON{{Timestamp: time.Unix(m.TS, 0).UTC().Format(time.RFC3339), TimestampUnix: m.TS,
+		CPUCount: m.CPUCount, CPUUsedPct: m.CPUUsedPct, MemUsed: m.MemUsed, MemTotal: m.MemTotal, MemCache: m.MemCache,
+		DiskUsed: m.DiskUsed, DiskTotal: m.DiskTotal}}, nil
+}
+
+func (s *Server) envdMetrics(ctx context.Context, sbx *sandlotv1.Sandbox) (*envdMetrics, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	u := "http://" + net.JoinHostPort(sbx.Status.PodIP, strconv.Itoa(sandlotv1.EnvdPort)) + "/metrics"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("X-Access-Token", s.token(ctx, sbx))
+	resp, err := s.proxy.rp.Transport.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("envd answered %s", resp.Status)
+	}
+	m := &envdMetrics{}
+	if err := json.NewDecoder(resp.Body).Decode(m); err != nil {
+		return nil, fmt.Errorf("decode envd metrics: %w", err)
+	}
+	return m, nil
+}

@@ -1,0 +1,601 @@
+package e2b
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// Annotations the API sets on the Sandboxes it creates.
+const (
+	// AnnotationTemplateID is the templateID the client asked for.
+	AnnotationTemplateID = "e2b.sandlot.dev/template-id"
+	// AnnotationAutoResume ("true"): traffic to the paused sandbox resumes it.
+	AnnotationAutoResume = "e2b.sandlot.dev/auto-resume"
+)
+
+// defaultTemplateIDs are what the SDKs send when the caller names none.
+var defaultTemplateIDs = map[string]bool{"base": true, "code-interpreter-v1": true, "code-interpreter": true}
+
+var sandboxIDPattern = regexp.MustCompile(`^[a-z0-9]{20}$`)
+
+func (s *Server) createSandbox(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	var req newSandbox
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	if err := req.validate(); err != nil {
+		return 0, nil, err
+	}
+	source, err := s.resolveTemplate(r.Context(), req.TemplateID)
+	if err != nil {
+		return 0, nil, err
+	}
+	sbx, err := s.startSandbox(r.Context(), &req, source)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusCreated, s.sandboxJSON(r.Context(), sbx), nil
+}
+
+// startSandbox creates a Sandbox of source as req asks and waits until
+// it is usable; a sandbox that does not get there is deleted.
+func (s *Server) startSandbox(ctx context.Context, req *newSandbox, source sandlotv1.SandboxSource) (*sandlotv1.Sandbox, *apiError) {
+	sbx := &sandlotv1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "e2b-", Namespace: s.cfg.Namespace,
+			Annotations: map[string]string{AnnotationTemplateID: req.TemplateID}},
+		Spec: sandlotv1.SandboxSpec{Source: source, Metadata: req.Metadata, Env: envList(req.EnvVars)},
+	}
+	if req.Timeout != nil && *req.Timeout > 0 {
+		sbx.Spec.TimeoutSeconds = ptr.To(int32(*req.Timeout))
+	}
+	if req.AutoPause != nil && *req.AutoPause {
+		sbx.Spec.OnTimeout = sandlotv1.TimeoutPause
+	}
+	if req.AutoResume != nil && req.AutoResume.Enabled {
+		sbx.Annotations[AnnotationAutoResume] = "true"
+	}
+	if err := s.kube.Create(ctx, sbx); err != nil {
+		return nil, kubeError("create the sandbox", err)
+	}
+	ready, aerr := s.waitUsable(ctx, sbx.Name, sbx.Generation)
+	if aerr != nil {
+		// Nothing half-made stays behind a failed create.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := s.kube.Delete(dctx, sbx); err == nil {
+			aerr.Message += " (the sandbox was deleted)"
+		}
+		return nil, aerr
+	}
+	return ready, nil
+}
+
+// resolveTemplate maps a templateID onto a Sandbox source: a Template of
+// that name, else a Snapshot of that name, else the default Template
+// for the SDKs' default IDs.
+func (s *Server) resolveTemplate(ctx context.Context, id string) (sandlotv1.SandboxSource, *apiError) {
+	key := client.ObjectKey{Namespace: s.cfg.Namespace, Name: id}
+	if err := s.kube.Get(ctx, key, &sandlotv1.Template{}); err == nil {
+		return sandlotv1.SandboxSource{Template: id}, nil
+	}
+	if err := s.kube.Get(ctx, key, &sandlotv1.Snapshot{}); err == nil {
+		return sandlotv1.SandboxSource{Snapshot: id}, nil
+	}
+	if defaultTemplateIDs[id] {
+		key.Name = s.cfg.DefaultTemplate
+		if err := s.kube.Get(ctx, key, &sandlotv1.Template{}); err != nil {
+			return sandlotv1.SandboxSource{}, errorf(http.StatusNotFound,
+				"template %q resolves to the default template %q, which does not exist in namespace %s", id, key.Name, key.Namespace)
+		}
+		return sandlotv1.SandboxSource{Template: key.Name}, nil
+	}
+	return sandlotv1.SandboxSource{}, errorf(http.StatusNotFound, "template %q not found: no Template or Snapshot of that name in namespace %s", id, s.cfg.Namespace)
+}
+
+func envList(m map[string]string) []sandlotv1.EnvVar {
+	var out []sandlotv1.EnvVar
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, sandlotv1.EnvVar{Name: k, Value: m[k]})
+	}
+	return out
+}
+
+// waitUsable waits until the sandbox's VM is ready for generation gen or
+// later (a resume bumps the generation: an older VMReady is the VM that
+// was paused), running, with a pod IP and its token Secret.
+func (s *Server) waitUsable(ctx context.Context, name string, gen int64) (*sandlotv1.Sandbox, *apiError) {
+	sbx := &sandlotv1.Sandbox{}
+	err := s.kube.waitFor(ctx, s.cfg.CreateTimeout, "sandbox "+name+" ready", func() (bool, *apiError) {
+		if err := s.kube.Get(ctx, client.ObjectKey{Namespace: s.cfg.Namespace, Name: name}, sbx); err != nil {
+			return false, nil // not in the cache yet
+		}
+		if sbx.DeletionTimestamp != nil {
+			return false, errorf(http.StatusGone, "sandbox %s was deleted while it started", sandlotv1.SandboxIDFor(sbx.UID))
+		}
+		if sbx.Status.Phase.Terminal() {
+			return false, errorf(http.StatusInternalServerError, "sandbox %s failed to start: %s: %s",
+				sandlotv1.SandboxIDFor(sbx.UID), sbx.Status.Reason, sbx.Status.Message)
+		}
+		c := meta.FindStatusCondition(sbx.Status.Conditions, sandlotv1.ConditionVMReady)
+		ready := sbx.Status.Phase == sandlotv1.SandboxRunning && sbx.Status.PodIP != "" &&
+			c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration >= gen
+		return ready && s.token(ctx, sbx) != "", nil
+	})
+	return sbx, err
+}
+
+// token is the sandbox's envd access token ("" while its Secret is not made).
+func (s *Server) token(ctx context.Context, sbx *sandlotv1.Sandbox) string {
+	secret := &corev1.Secret{}
+	if err := s.kube.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: sandlotv1.TokenSecretName(sbx.Name)}, secret); err != nil {
+		return ""
+	}
+	return string(secret.Data[sandlotv1.TokenSecretKey])
+}
+
+func (s *Server) sandboxJSON(ctx context.Context, sbx *sandlotv1.Sandbox) *sandboxJSON {
+	return &sandboxJSON{TemplateID: templateIDOf(sbx), SandboxID: sandlotv1.SandboxIDFor(sbx.UID), ClientID: s.cfg.ClientID,
+		EnvdVersion: s.cfg.EnvdVersion, EnvdAccessToken: s.token(ctx, sbx), Domain: s.cfg.Domain}
+}
+
+func templateIDOf(sbx *sandlotv1.Sandbox) string {
+	if id := sbx.Annotations[AnnotationTemplateID]; id != "" {
+		return id
+	}
+	return cmp.Or(sbx.Spec.Source.Template, sbx.Spec.Source.Snapshot)
+}
+
+// sandbox finds a sandbox by ID: 404 when there is none, it is being
+// deleted, or (unless withEnded) it ended.
+func (s *Server) sandbox(ctx context.Context, id string, withEnded bool) (*sandlotv1.Sandbox, *apiError) {
+	notFound := errorf(http.StatusNotFound, "sandbox %q not found", id)
+	if !sandboxIDPattern.MatchString(id) {
+		return nil, notFound
+	}
+	list := &sandlotv1.SandboxList{}
+	if err := s.kube.List(ctx, list, client.InNamespace(s.cfg.Namespace), client.MatchingFields{indexSandboxID: id}); err != nil {
+		return nil, kubeError("look up the sandbox", err)
+	}
+	for i := range list.Items {
+		if sbx := &list.Items[i]; listed(sbx) && (withEnded || !sbx.Status.Phase.Terminal()) {
+			return sbx, nil
+		}
+	}
+	return nil, notFound
+}
+
+// listed: users' sandboxes, not being deleted (template builders are the
+// controller's own).
+func listed(sbx *sandlotv1.Sandbox) bool {
+	return sbx.DeletionTimestamp == nil && sbx.Annotations[sandlotv1.AnnotationBaseOf] == ""
+}
+
+func paused(sbx *sandlotv1.Sandbox) bool {
+	return sbx.Spec.Paused || sbx.Status.Phase == sandlotv1.SandboxPaused || sbx.Status.Phase == sandlotv1.SandboxPausing
+}
+
+func state(sbx *sandlotv1.Sandbox) string {
+	if paused(sbx) {
+		return "paused"
+	}
+	return "running"
+}
+
+func (s *Server) detail(ctx context.Context, sbx *sandlotv1.Sandbox, withToken bool) *sandboxDetail {
+	started := sbx.CreationTimestamp.Time
+	if sbx.Status.StartedAt != nil {
+		started = sbx.Status.StartedAt.Time
+	}
+	end := expiresAt(sbx)
+	d := &sandboxDetail{TemplateID: templateIDOf(sbx), SandboxID: sandlotv1.SandboxIDFor(sbx.UID), ClientID: s.cfg.ClientID,
+		StartedAt: started.UTC().Format(time.RFC3339Nano), EndAt: end.UTC().Format(time.RFC3339Nano),
+		EnvdVersion: s.cfg.EnvdVersion, Domain: s.cfg.Domain, Metadata: sbx.Spec.Metadata, State: state(sbx),
+		Lifecycle: &lifecycleJSON{OnTimeout: "kill", AutoResume: sbx.Annotations[AnnotationAutoResume] == "true"}}
+	if d.Metadata == nil {
+		d.Metadata = map[string]string{}
+	}
+	if sbx.Spec.OnTimeout == sandlotv1.TimeoutPause {
+		d.Lifecycle.OnTimeout = "pause"
+	}
+	if res := sbx.Status.Resources; res != nil {
+		d.CPUCount, d.MemoryMB = res.VCPU, res.MemoryMiB
+	}
+	if withToken {
+		d.EnvdAccessToken = s.token(ctx, sbx)
+	}
+	return d
+}
+
+// expiresAt is when the sandbox ends: the controller's rule (the spec's
+// timeout counted from creation or the last resume) applied at once, so
+// a timeout just set shows before the controller has seen it.
+func expiresAt(sbx *sandlotv1.Sandbox) time.Time {
+	base := sbx.CreationTimestamp.Time
+	if sbx.Status.LastResumedAt != nil {
+		base = sbx.Status.LastResumedAt.Time
+	}
+	switch {
+	case sbx.Spec.TimeoutSeconds != nil:
+		return base.Add(time.Duration(*sbx.Spec.TimeoutSeconds) * time.Second)
+	case sbx.Status.ExpiresAt != nil:
+		return sbx.Status.ExpiresAt.Time
+	}
+	return base.Add(sandlotv1.DefaultTimeoutSeconds * time.Second)
+}
+
+func (s *Server) getSandbox(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	sbx, err := s.sandbox(r.Context(), r.PathValue("id"), false)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, s.detail(r.Context(), sbx, true), nil
+}
+
+func (s *Server) killSandbox(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	sbx, err := s.sandbox(r.Context(), r.PathValue("id"), true)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := s.kube.Delete(r.Context(), sbx, client.Preconditions{UID: &sbx.UID}); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return 0, nil, errorf(http.StatusNotFound, "sandbox %q not found", r.PathValue("id"))
+		}
+		return 0, nil, kubeError("delete the sandbox", err)
+	}
+	return http.StatusNoContent, nil, nil
+}
+
+// listSandboxesV1 is the old list: running sandboxes, no pages.
+func (s *Server) listSandboxesV1(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	filter, err := parseMetadataQuery(r.URL.Query().Get("metadata"))
+	if err != nil {
+		return 0, nil, err
+	}
+	items, err := s.matching(r.Context(), filter, map[string]bool{"running": true}, "")
+	if err != nil {
+		return 0, nil, err
+	}
+	out := make([]*sandboxDetail, 0, len(items))
+	for i := range items {
+		out = append(out, s.detail(r.Context(), &items[i], false))
+	}
+	return http.StatusOK, out, nil
+}
+
+// listSandboxes is GET /v2/sandboxes: filters metadata, state and
+// template; pages of limit (default and at most 100) ordered by start,
+// the next page's token in x-next-token.
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	q := r.URL.Query()
+	filter, err := parseMetadataQuery(q.Get("metadata"))
+	if err != nil {
+		return 0, nil, err
+	}
+	states := map[string]bool{}
+	for _, v := range q["state"] {
+		for _, st := range strings.Split(v, ",") {
+			if st != "running" && st != "paused" {
+				return 0, nil, errorf(http.StatusBadRequest, "query \"state\": %q is neither running nor paused", st)
+			}
+			states[st] = true
+		}
+	}
+	limit, err := pageLimit(q.Get("limit"))
+	if err != nil {
+		return 0, nil, err
+	}
+	items, err := s.matching(r.Context(), filter, states, q.Get("template"))
+	if err != nil {
+		return 0, nil, err
+	}
+	page, next, err := paginate(items, q.Get("nextToken"), limit, func(sbx *sandlotv1.Sandbox) pageKey {
+		return pageKey{sbx.CreationTimestamp.Time, sandlotv1.SandboxIDFor(sbx.UID)}
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	out := make([]*sandboxDetail, 0, len(page))
+	for i := range page {
+		out = append(out, s.detail(r.Context(), &page[i], false))
+	}
+	return http.StatusOK, out, nil
+}
+
+// matching lists the namespace's live sandboxes with all of filter's
+// metadata, in one of states (any when empty) and of template (any when "").
+func (s *Server) matching(ctx context.Context, filter map[string]string, states map[string]bool, template string) ([]sandlotv1.Sandbox, *apiError) {
+	list := &sandlotv1.SandboxList{}
+	if err := s.kube.List(ctx, list, client.InNamespace(s.cfg.Namespace)); err != nil {
+		return nil, kubeError("list sandboxes", err)
+	}
+	var out []sandlotv1.Sandbox
+	for _, sbx := range list.Items {
+		if !listed(&sbx) || sbx.Status.Phase.Terminal() || (len(states) > 0 && !states[state(&sbx)]) ||
+			(template != "" && templateIDOf(&sbx) != template) {
+			continue
+		}
+		if hasAll(sbx.Spec.Metadata, filter) {
+			out = append(out, sbx)
+		}
+	}
+	return out, nil
+}
+
+func hasAll(m, filter map[string]string) bool {
+	for k, v := range filter {
+		if got, ok := m[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// pageKey orders list items: by time, then ID.
+type pageKey struct {
+	at time.Time
+	id string
+}
+
+func (k pageKey) compare(o pageKey) int {
+	return cmp.Or(k.at.Compare(o.at), strings.Compare(k.id, o.id))
+}
+
+// token encodes the key of a page's last item: the next page starts after it.
+func (k pageKey) token() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(k.at.UnixNano(), 10) + "." + k.id))
+}
+
+func parsePageToken(tok string) (pageKey, *apiError) {
+	bad := errorf(http.StatusBadRequest, "query \"nextToken\": %q is not a token this API issued", tok)
+	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return pageKey{}, bad
+	}
+	ns, id, ok := strings.Cut(string(raw), ".")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil {
+		return pageKey{}, bad
+	}
+	return pageKey{time.Unix(0, n), id}, nil
+}
+
+const maxPage = 100
+
+func pageLimit(q string) (int, *apiError) {
+	if q == "" {
+		return maxPage, nil
+	}
+	n, err := strconv.Atoi(q)
+	if err != nil || n < 1 || n > maxPage {
+		return 0, errorf(http.StatusBadRequest, "query \"limit\": %q is not a number in 1..%d", q, maxPage)
+	}
+	return n, nil
+}
+
+// paginate sorts items by key and returns the page after token, and the
+// token of the page after it ("" on the last page).
+func paginate[T any](items []T, token string, limit int, key func(*T) pageKey) ([]T, string, *apiError) {
+	slices.SortFunc(items, func(a, b T) int { return key(&a).compare(key(&b)) })
+	if token != "" {
+		after, err := parsePageToken(token)
+		if err != nil {
+			return nil, "", err
+		}
+		i, _ := slices.BinarySearchFunc(items, after, func(it T, k pageKey) int { return key(&it).compare(k) })
+		for i < len(items) && key(&items[i]).compare(after) <= 0 {
+			i++
+		}
+		items = items[i:]
+	}
+	if len(items) <= limit {
+		return items, "", nil
+	}
+	return items[:limit], key(&items[limit-1]).token(), nil
+}
+
+// setTimeout makes the sandbox expire timeout seconds from now: the
+// Sandbox's timeout counts from its creation or last resume.
+func (s *Server) setTimeout(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	var body timeoutBody
+	if err := decodeBody(r, &body); err != nil {
+		return 0, nil, err
+	}
+	secs, err := seconds("timeout", body.Timeout, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	return s.expireIn(r, secs)
+}
+
+// refresh keeps the sandbox alive duration seconds (default E2B's 300) from now.
+func (s *Server) refresh(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	var body timeoutBody
+	if err := decodeBody(r, &body); err != nil {
+		return 0, nil, err
+	}
+	secs := int64(sandlotv1.DefaultTimeoutSeconds)
+	if body.Duration != nil {
+		if *body.Duration < 0 || *body.Duration > 3600 {
+			return 0, nil, errorf(http.StatusBadRequest, "field \"duration\": %d is outside 0..3600 seconds", *body.Duration)
+		}
+		secs = *body.Duration
+	}
+	return s.expireIn(r, secs)
+}
+
+func (s *Server) expireIn(r *http.Request, secs int64) (int, any, *apiError) {
+	sbx, err := s.sandbox(r.Context(), r.PathValue("id"), false)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := s.patchSpec(r.Context(), sbx, map[string]any{"timeoutSeconds": s.timeoutFromNow(sbx, secs)}); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusNoContent, nil, nil
+}
+
+// timeoutFromNow is the spec timeout that ends secs from now.
+func (s *Server) timeoutFromNow(sbx *sandlotv1.Sandbox, secs int64) int64 {
+	base := sbx.CreationTimestamp.Time
+	if sbx.Status.LastResumedAt != nil {
+		base = sbx.Status.LastResumedAt.Time
+	}
+	elapsed := int64(s.now().Sub(base).Seconds() + 0.999)
+	return max(1, min(elapsed+secs, maxTimeoutSeconds))
+}
+
+// patchSpec merge-patches spec fields, guarded by the UID (a sandbox
+// deleted and made again under the same name is not patched).
+func (s *Server) patchSpec(ctx context.Context, sbx *sandlotv1.Sandbox, spec map[string]any) *apiError {
+	patch := map[string]any{"metadata": map[string]any{"uid": sbx.UID}, "spec": spec}
+	if err := s.kube.Patch(ctx, sbx, client.RawPatch(types.MergePatchType, mustJSON(patch))); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return errorf(http.StatusNotFound, "sandbox %q not found", sandlotv1.SandboxIDFor(sbx.UID))
+		}
+		return kubeError("update the sandbox", err)
+	}
+	return nil
+}
+
+// pause pauses a running sandbox and returns once it is paused; 409
+// when it is paused (or pausing) already.
+func (s *Server) pause(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	if err := decodeBody(r, &struct{}{}); err != nil {
+		return 0, nil, err
+	}
+	sbx, err := s.sandbox(r.Context(), r.PathValue("id"), false)
+	if err != nil {
+		return 0, nil, err
+	}
+	if paused(sbx) {
+		return 0, nil, errorf(http.StatusConflict, "sandbox %q is already paused", r.PathValue("id"))
+	}
+	if err := s.patchSpec(r.Context(), sbx, map[string]any{"paused": true}); err != nil {
+		return 0, nil, err
+	}
+	err = s.kube.waitFor(r.Context(), s.cfg.PauseTimeout, "pause of "+r.PathValue("id"), func() (bool, *apiError) {
+		if err := s.kube.Get(r.Context(), client.ObjectKeyFromObject(sbx), sbx); err != nil {
+			return false, errorf(http.StatusNotFound, "sandbox %q was deleted while it paused", r.PathValue("id"))
+		}
+		if sbx.Status.Phase.Terminal() {
+			return false, errorf(http.StatusInternalServerError, "pause of %s failed: %s: %s", r.PathValue("id"), sbx.Status.Reason, sbx.Status.Message)
+		}
+		return sbx.Status.Phase == sandlotv1.SandboxPaused, nil
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusNoContent, nil, nil
+}
+
+// resume is the old resume: 409 when the sandbox runs.
+func (s *Server) resume(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	var body timeoutBody
+	if err := decodeBody(r, &body); err != nil {
+		return 0, nil, err
+	}
+	sbx, err := s.sandbox(r.Context(), r.PathValue("id"), false)
+	if err != nil {
+		return 0, nil, err
+	}
+	if !paused(sbx) {
+		return 0, nil, errorf(http.StatusConflict, "sandbox %q is already running", r.PathValue("id"))
+	}
+	return s.resumeAndWait(r.Context(), sbx, body.Timeout)
+}
+
+// connect returns a running sandbox (200, its timeout extended when
+// asked) or resumes a paused one (201).
+func (s *Server) connect(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	var body timeoutBody
+	if err := decodeBody(r, &body); err != nil {
+		return 0, nil, err
+	}
+	if body.Timeout != nil {
+		if _, err := seconds("timeout", body.Timeout, 0); err != nil {
+			return 0, nil, err
+		}
+	}
+	sbx, err := s.sandbox(r.Context(), r.PathValue("id"), false)
+	if err != nil {
+		return 0, nil, err
+	}
+	if paused(sbx) {
+		return s.resumeAndWait(r.Context(), sbx, body.Timeout)
+	}
+	if body.Timeout != nil && *body.Timeout > 0 && s.extends(sbx, *body.Timeout) {
+		if err := s.patchSpec(r.Context(), sbx, map[string]any{"timeoutSeconds": s.timeoutFromNow(sbx, *body.Timeout)}); err != nil {
+			return 0, nil, err
+		}
+	}
+	ready, err := s.waitUsable(r.Context(), sbx.Name, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, s.sandboxJSON(r.Context(), ready), nil
+}
+
+// extends: a connect's timeout only ever lengthens a sandbox's life.
+func (s *Server) extends(sbx *sandlotv1.Sandbox, secs int64) bool {
+	return sbx.Status.ExpiresAt == nil || s.now().Add(time.Duration(secs)*time.Second).After(sbx.Status.ExpiresAt.Time)
+}
+
+// resumeAndWait unpauses the sandbox (its timeout counted again from now)
+// and waits until its VM is ready: 201.
+func (s *Server) resumeAndWait(ctx context.Context, sbx *sandlotv1.Sandbox, timeout *int64) (int, any, *apiError) {
+	spec := map[string]any{"paused": false}
+	if timeout != nil && *timeout > 0 {
+		spec["timeoutSeconds"] = min(*timeout, maxTimeoutSeconds)
+	}
+	if err := s.patchSpec(ctx, sbx, spec); err != nil {
+		return 0, nil, err
+	}
+	ready, err := s.waitUsable(ctx, sbx.Name, sbx.Generation)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusCreated, s.sandboxJSON(ctx, ready), nil
+}
+
+// kubeError maps an API server error onto the E2B API: its own status
+// for client errors, 500 otherwise.
+func kubeError(what string, err error) *apiError {
+	code := http.StatusInternalServerError
+	if st, ok := err.(apierrors.APIStatus); ok {
+		if c := int(st.Status().Code); c >= 400 && c < 500 {
+			code = c
+		}
+	}
+	return errorf(code, "%s: %v", what, err)
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("marshal %T: %v", v, err))
+	}
+	return b
+}

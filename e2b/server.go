@@ -1,0 +1,229 @@
+// Package e2b serves E2B's REST API over sandlot's CRDs, and proxies the
+// SDK's traffic to sandboxes (envd, the code interpreter, any port) to
+// their pods. It talks only to the Kubernetes API: creating a sandbox is
+// creating a Sandbox and watching it until its VM is ready.
+package e2b
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// DefaultEnvdVersion is the envd API version sandlot-guest implements
+// (guest/envd.Version); the SDK gates features on it.
+const DefaultEnvdVersion = "0.6.2"
+
+// Config shapes a Server.
+type Config struct {
+	// Namespace holds the sandboxes, snapshots and templates served.
+	Namespace string
+	// DefaultTemplate is the Template the SDKs' default template IDs
+	// (base, code-interpreter-v1) name, unless a Template of that name exists.
+	DefaultTemplate string
+	// Domain is returned to the SDK: with it the SDK reaches port p of a
+	// sandbox at https://<p>-<sandboxID>.<Domain> (wildcard DNS and TLS
+	// pointing at this server). May carry a port.
+	Domain string
+	// KeysSecret is the Secret (in Namespace) whose values are the API keys.
+	KeysSecret string
+	// EnvdVersion is reported for every sandbox.
+	EnvdVersion string
+	// ClientID is reported for every sandbox.
+	ClientID string
+	// CreateTimeout bounds a create, resume or fork until the VM is ready;
+	// PauseTimeout a pause and SnapshotTimeout a snapshot.
+	CreateTimeout, PauseTimeout, SnapshotTimeout time.Duration
+	// MaxBodyBytes bounds control-plane request bodies (not proxied ones).
+	MaxBodyBytes int64
+	Log          *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	defaults := Config{Namespace: "default", DefaultTemplate: "default", KeysSecret: "sandlot-api-keys",
+		EnvdVersion: DefaultEnvdVersion, ClientID: "sandlot", CreateTimeout: 2 * time.Minute,
+		PauseTimeout: 2 * time.Minute, SnapshotTimeout: 5 * time.Minute, MaxBodyBytes: 1 << 20, Log: slog.Default()}
+	set := func(v *string, d string) {
+		if *v == "" {
+			*v = d
+		}
+	}
+	set(&c.Namespace, defaults.Namespace)
+	set(&c.DefaultTemplate, defaults.DefaultTemplate)
+	set(&c.KeysSecret, defaults.KeysSecret)
+	set(&c.EnvdVersion, defaults.EnvdVersion)
+	set(&c.ClientID, defaults.ClientID)
+	for _, d := range []struct{ v, d *time.Duration }{{&c.CreateTimeout, &defaults.CreateTimeout},
+		{&c.PauseTimeout, &defaults.PauseTimeout}, {&c.SnapshotTimeout, &defaults.SnapshotTimeout}} {
+		if *d.v <= 0 {
+			*d.v = *d.d
+		}
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = defaults.MaxBodyBytes
+	}
+	if c.Log == nil {
+		c.Log = defaults.Log
+	}
+}
+
+// Server is the E2B API and sandbox proxy.
+type Server struct {
+	cfg   Config
+	kube  *Kube
+	proxy *proxy
+	mux   *http.ServeMux
+	now   func() time.Time
+}
+
+// New makes a Server over kube (see NewKube).
+func New(cfg Config, kube *Kube) *Server {
+	cfg.setDefaults()
+	s := &Server{cfg: cfg, kube: kube, now: time.Now}
+	s.proxy = newProxy(s)
+	s.mux = s.routes()
+	return s
+}
+
+// endpoint handles one API route: a status and a JSON body (none when
+// nil), or an error.
+type endpoint func(w http.ResponseWriter, r *http.Request) (int, any, *apiError)
+
+func (s *Server) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	paths := map[string]bool{}
+	handle := func(method, path string, e endpoint) {
+		mux.HandleFunc(method+" "+path, s.serve(e))
+		if !paths[path] { // any other method: a JSON 405
+			paths[path] = true
+			mux.HandleFunc(path, s.serve(func(http.ResponseWriter, *http.Request) (int, any, *apiError) {
+				return 0, nil, errorf(http.StatusMethodNotAllowed, "method not allowed on %s", path)
+			}))
+		}
+	}
+	handle("POST", "/sandboxes", s.createSandbox)
+	handle("POST", "/v2/sandboxes", s.createSandbox)
+	handle("GET", "/sandboxes", s.listSandboxesV1)
+	handle("GET", "/v2/sandboxes", s.listSandboxes)
+	handle("GET", "/sandboxes/{id}", s.getSandbox)
+	handle("DELETE", "/sandboxes/{id}", s.killSandbox)
+	handle("POST", "/sandboxes/{id}/timeout", s.setTimeout)
+	handle("POST", "/sandboxes/{id}/refreshes", s.refresh)
+	handle("POST", "/sandboxes/{id}/pause", s.pause)
+	handle("POST", "/sandboxes/{id}/resume", s.resume)
+	handle("POST", "/sandboxes/{id}/connect", s.connect)
+	handle("POST", "/v2/sandboxes/{id}/connect", s.connect)
+	handle("POST", "/sandboxes/{id}/snapshots", s.createSnapshot)
+	handle("POST", "/sandboxes/{id}/fork", s.fork)
+	handle("POST", "/sandboxes/{id}/rollback", s.rollback)
+	handle("GET", "/sandboxes/{id}/metrics", s.metrics)
+	handle("GET", "/snapshots", s.listSnapshots)
+	handle("GET", "/templates", s.listTemplates)
+	handle("GET", "/templates/{id}", s.getTemplate)
+	handle("DELETE", "/templates/{id}", s.deleteTemplate)
+	for _, p := range []string{"/templates", "/v2/templates", "/v3/templates"} {
+		handle("POST", p, s.templateBuild)
+	}
+	mux.HandleFunc("/", s.serve(func(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+		if strings.Contains(r.URL.Path, "/templates/") {
+			return s.templateBuild(nil, r)
+		}
+		return 0, nil, errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path)
+	}))
+	return mux
+}
+
+// ServeHTTP routes sandbox traffic (by E2b-Sandbox-Id header or host
+// name) to the proxy and everything else to the API, which needs a key.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if t, ok := s.proxyTarget(r); ok {
+		s.proxy.serve(w, r, t)
+		return
+	}
+	if r.URL.Path == "/health" {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if err := s.authorize(r); err != nil {
+		writeError(w, err)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *Server) serve(e endpoint) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		code, body, err := e(w, r)
+		if err != nil {
+			s.cfg.Log.Info("request failed", "method", r.Method, "path", r.URL.Path, "code", err.Code, "error", err.Message,
+				"took", time.Since(start))
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, code, body)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, body any) {
+	if body == nil {
+		w.WriteHeader(code)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+func writeError(w http.ResponseWriter, err *apiError) { writeJSON(w, err.Code, err) }
+
+// authorize checks X-API-KEY against the keys Secret's values, in
+// constant time (hashes of equal length, every key compared).
+func (s *Server) authorize(r *http.Request) *apiError {
+	key := r.Header.Get("X-API-KEY")
+	if key == "" {
+		return errorf(http.StatusUnauthorized, "missing X-API-KEY header")
+	}
+	secret := &corev1.Secret{}
+	if err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: s.cfg.Namespace, Name: s.cfg.KeysSecret}, secret); err != nil {
+		return errorf(http.StatusUnauthorized, "invalid API key (no keys issued: %v)", err)
+	}
+	got := sha256.Sum256([]byte(key))
+	ok := 0
+	for _, v := range secret.Data {
+		want := sha256.Sum256([]byte(strings.TrimSpace(string(v))))
+		ok |= subtle.ConstantTimeCompare(got[:], want[:])
+	}
+	if ok != 1 {
+		return errorf(http.StatusUnauthorized, "invalid API key")
+	}
+	return nil
+}
+
+// NewAPIKey draws a key in E2B's format: e2b_ and 40 hex digits.
+func NewAPIKey() (string, error) {
+	b := make([]byte, 20)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("draw an API key: %w", err)
+	}
+	return "e2b_" + hex.EncodeToString(b), nil
+}
+
+// templateBuild answers E2B's template-build routes: sandlot builds a
+// template from an OCI image in the nodes' containerd.
+func (s *Server) templateBuild(http.ResponseWriter, *http.Request) (int, any, *apiError) {
+	return 0, nil, errorf(http.StatusNotImplemented, "sandlot does not build templates through the E2B API: "+
+		"import an OCI image into the nodes' containerd and create a Template (kind: Template, spec.image) in namespace %s; "+
+		"its base snapshot is built on every node, and its name is the templateID", s.cfg.Namespace)
+}

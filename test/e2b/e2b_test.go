@@ -1,0 +1,84 @@
+package e2b
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sandlot-dev/sandlot/test/cluster"
+	"github.com/sandlot-dev/sandlot/test/sbxtest"
+)
+
+// domain is the sandbox domain of the domain-mode run: the SDK reaches
+// port p of a sandbox at https://<p>-<id>.sandlot.test:8443.
+const (
+	domain   = "sandlot.test"
+	tlsPort  = 8443
+	template = "default"
+)
+
+// TestSDK runs sdk.test.mjs twice against one sandlot-api: with
+// E2B_SANDBOX_URL (sandbox traffic named by headers) and with E2B_DOMAIN
+// (sandbox traffic named by host name, over TLS).
+func TestSDK(t *testing.T) {
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not found: install Node 20 and npm (the E2B SDK runs on them)", tool)
+		}
+	}
+	dir := t.TempDir()
+	if out, err := npm("ci", "--no-audit", "--no-fund"); err != nil {
+		t.Fatalf("npm ci (installs the pinned e2b and @e2b/code-interpreter): %v\n%s", err, out)
+	}
+	k := sbxtest.Client(t, c)
+	sbxtest.Template(t, k, template)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	key, err := c.IssueAPIKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, certKey, err := c.PKI.IssueServingCert(dir, "sandbox-proxy", "*."+domain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsAddr := fmt.Sprintf("%s:%d", c.APIAddress(), tlsPort)
+	apiURL, err := c.StartAPI("--default-template="+template, fmt.Sprintf("--domain=%s:%d", domain, tlsPort),
+		"--tls-listen="+tlsAddr, "--tls-cert="+cert, "--tls-key="+certKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"E2B_API_URL=" + apiURL, "E2B_API_KEY=" + key}
+	t.Run("sandbox-url", func(t *testing.T) {
+		runSDK(t, append(base, "SANDLOT_MODE=sandbox-url", "E2B_SANDBOX_URL="+apiURL))
+	})
+	t.Run("domain", func(t *testing.T) {
+		runSDK(t, append(base, "SANDLOT_MODE=domain", fmt.Sprintf("E2B_DOMAIN=%s:%d", domain, tlsPort),
+			"NODE_EXTRA_CA_CERTS="+c.PKI.CACert, "SANDLOT_TEST_DOMAIN="+domain, "SANDLOT_TEST_IP="+c.APIAddress()),
+			"--import", "./resolve.mjs")
+	})
+}
+
+// runSDK runs the Node test file with env; each of its tests is reported.
+func runSDK(t *testing.T, env []string, nodeArgs ...string) {
+	args := append(nodeArgs, "--test", "--test-concurrency=1", "--test-reporter=spec", "sdk.test.mjs")
+	cmd := exec.Command("node", args...)
+	cmd.Dir = cluster.RepoRoot() + "/test/e2b"
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("the E2B SDK tests failed after %v: %v (output above)", time.Since(start).Round(time.Second), err)
+	}
+	t.Logf("the E2B SDK tests passed in %v", time.Since(start).Round(time.Second))
+}
+
+func npm(args ...string) ([]byte, error) {
+	cmd := exec.Command("npm", args...)
+	cmd.Dir = filepath.Join(cluster.RepoRoot(), "test", "e2b")
+	return cmd.CombinedOutput()
+}

@@ -1,0 +1,214 @@
+// The real, unmodified E2B SDKs against sandlot-api on a real cluster.
+// Run by test/e2b/e2b_test.go (make test-e2b), once per proxy mode:
+//   SANDLOT_MODE=sandbox-url  E2B_SANDBOX_URL points every sandbox call at
+//                             the API server (E2b-Sandbox-Id/-Port headers)
+//   SANDLOT_MODE=domain       E2B_DOMAIN: the SDK calls
+//                             https://<port>-<id>.<domain> (resolve.mjs maps
+//                             the wildcard name to the API server)
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
+import { Sandbox, CommandExitError, AuthenticationError } from 'e2b'
+
+const apiUrl = process.env.E2B_API_URL
+const apiKey = process.env.E2B_API_KEY
+const mode = process.env.SANDLOT_MODE
+const run = `${mode}-${Date.now()}` // this run's metadata tag
+const created = []
+
+let sbx
+
+function track(s) {
+  created.push(s)
+  return s
+}
+
+// api calls the REST API directly (what the SDK has no method for).
+async function api(method, path, { body, key = apiKey, headers = {} } = {}) {
+  const res = await fetch(apiUrl + path, {
+    method,
+    headers: { 'X-API-KEY': key, 'Content-Type': 'application/json', ...headers },
+    body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+  })
+  const text = await res.text()
+  return { status: res.status, json: text ? JSON.parse(text) : undefined, headers: res.headers }
+}
+
+before(async () => {
+  assert.ok(apiUrl && apiKey && mode, 'run with E2B_API_URL, E2B_API_KEY and SANDLOT_MODE')
+  sbx = track(await CodeSandbox.create({ metadata: { run, role: 'main' }, timeoutMs: 900_000 }))
+})
+
+after(async () => {
+  for (const s of created) await Sandbox.kill(s.sandboxId).catch(() => {})
+})
+
+test('create: the default template, a sandbox ID and an access token', async () => {
+  assert.match(sbx.sandboxId, /^[a-z0-9]{20}$/)
+  const info = await sbx.getInfo()
+  assert.equal(info.sandboxId, sbx.sandboxId)
+  assert.equal(info.templateId, 'code-interpreter-v1')
+  assert.equal(info.state, 'running')
+  assert.deepEqual(info.metadata, { run, role: 'main' })
+  assert.ok(info.cpuCount >= 1 && info.memoryMB >= 128, JSON.stringify(info))
+  assert.equal(await sbx.isRunning(), true)
+})
+
+test('commands.run: stdout, stderr, exit code and env', async () => {
+  const r = await sbx.commands.run('echo out; echo err >&2; echo "$GREETING"', { envs: { GREETING: 'hi sandlot' } })
+  assert.equal(r.exitCode, 0)
+  assert.equal(r.stdout, 'out\nhi sandlot\n')
+  assert.equal(r.stderr, 'err\n')
+  await assert.rejects(sbx.commands.run('exit 7'), (err) => err instanceof CommandExitError && err.exitCode === 7)
+})
+
+test('commands: a background command is listed and killed', async () => {
+  const h = await sbx.commands.run('sleep 600', { background: true })
+  assert.ok((await sbx.commands.list()).some((p) => p.pid === h.pid))
+  assert.equal(await sbx.commands.kill(h.pid), true)
+  await assert.rejects(h.wait(), CommandExitError)
+})
+
+test('files: write, read, list, makeDir, exists, remove', async () => {
+  await sbx.files.makeDir('/tmp/e2b-dir')
+  await sbx.files.write('/tmp/e2b-dir/a.txt', 'alpha')
+  assert.equal(await sbx.files.read('/tmp/e2b-dir/a.txt'), 'alpha')
+  const names = (await sbx.files.list('/tmp/e2b-dir')).map((e) => e.name)
+  assert.deepEqual(names, ['a.txt'])
+  assert.equal(await sbx.files.exists('/tmp/e2b-dir/a.txt'), true)
+  await sbx.files.remove('/tmp/e2b-dir/a.txt')
+  assert.equal(await sbx.files.exists('/tmp/e2b-dir/a.txt'), false)
+  // A large upload streams through the proxy.
+  const big = 'x'.repeat(3 << 20)
+  await sbx.files.write('/tmp/e2b-dir/big.txt', big)
+  assert.equal((await sbx.files.read('/tmp/e2b-dir/big.txt')).length, big.length)
+})
+
+test('runCode: value, stdout, error with traceback, state kept', async () => {
+  const a = await sbx.runCode('x = 20\nprint("hello")\nx + 22')
+  assert.equal(a.text, '42')
+  assert.deepEqual(a.logs.stdout, ['hello\n'])
+  const b = await sbx.runCode('x * 2')
+  assert.equal(b.text, '40')
+  const c = await sbx.runCode('1/0')
+  assert.equal(c.error.name, 'ZeroDivisionError')
+  assert.match(c.error.traceback, /ZeroDivisionError/)
+})
+
+test('setTimeout moves the end; getMetrics reads the guest', async () => {
+  await sbx.setTimeout(600_000)
+  const info = await sbx.getInfo()
+  const left = info.endAt.getTime() - Date.now()
+  assert.ok(left > 540_000 && left <= 605_000, `endAt ${info.endAt.toISOString()} is ${left} ms away`)
+  const metrics = await sbx.getMetrics()
+  assert.equal(metrics.length, 1)
+  assert.ok(metrics[0].memTotal > 0 && metrics[0].memUsed > 0 && metrics[0].cpuCount >= 1, JSON.stringify(metrics[0]))
+})
+
+test('security: a wrong key, another sandbox token, bad bodies', async () => {
+  await assert.rejects(Sandbox.create({ apiKey: 'e2b_0000000000000000000000000000000000000000' }), AuthenticationError)
+  for (const [method, path] of [['GET', '/v2/sandboxes'], ['GET', `/sandboxes/${sbx.sandboxId}`],
+    ['DELETE', `/sandboxes/${sbx.sandboxId}`], ['POST', `/sandboxes/${sbx.sandboxId}/pause`], ['GET', '/templates'], ['GET', '/snapshots']]) {
+    const r = await api(method, path, { key: 'e2b_wrong' })
+    assert.equal(r.status, 401, `${method} ${path}`)
+    assert.equal(r.json.code, 401)
+  }
+  assert.equal((await api('POST', '/v2/sandboxes', { body: '{"templateID":' })).status, 400)
+  const typed = await api('POST', '/v2/sandboxes', { body: { templateID: 'base', timeout: 'soon' } })
+  assert.equal(typed.status, 400)
+  assert.match(typed.json.message, /timeout/)
+  assert.equal((await api('POST', '/v2/sandboxes', { body: { templateID: 'base', metadata: { big: 'y'.repeat(2 << 20) } } })).status, 413)
+  // The sandbox's envd refuses another sandbox's token, through the proxy.
+  const other = track(await Sandbox.create({ metadata: { run, role: 'other' } }))
+  const res = await fetch(apiUrl + '/health', {
+    headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': other.envdAccessToken ?? 'none' },
+  })
+  assert.equal(res.status, 401)
+  assert.equal(await other.kill(), true)
+})
+
+test('Sandbox.list: a metadata filter, and pages', async () => {
+  for (let i = 0; i < 2; i++) track(await Sandbox.create({ metadata: { run, role: 'listed' } }))
+  const only = await Sandbox.list({ query: { metadata: { run, role: 'listed' } } }).nextItems()
+  assert.equal(only.length, 2)
+  const pager = Sandbox.list({ query: { metadata: { run } }, limit: 2 })
+  const seen = []
+  let pages = 0
+  while (pager.hasNext) {
+    seen.push(...(await pager.nextItems()).map((s) => s.sandboxId))
+    pages++
+  }
+  assert.equal(pages, 2)
+  assert.equal(new Set(seen).size, 3)
+  assert.ok(seen.includes(sbx.sandboxId))
+})
+
+test('pause, pause again, connect: files and processes intact', async () => {
+  await sbx.files.write('/tmp/kept.txt', 'before pause')
+  const h = await sbx.commands.run('sleep 900', { background: true })
+  assert.equal(await sbx.pause(), true)
+  assert.equal(await sbx.pause(), false, 'pausing a paused sandbox reports false')
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused')
+  const resumed = await Sandbox.connect(sbx.sandboxId)
+  assert.equal(resumed.sandboxId, sbx.sandboxId)
+  assert.equal(await resumed.files.read('/tmp/kept.txt'), 'before pause')
+  assert.ok((await resumed.commands.list()).some((p) => p.pid === h.pid), 'the background process survived the pause')
+  assert.equal((await CodeSandbox.connect(sbx.sandboxId).then((s) => s.runCode('x'))).text, '20')
+  sbx = await CodeSandbox.connect(sbx.sandboxId)
+})
+
+test('autoResume: traffic to a paused sandbox resumes it', async () => {
+  const s = track(await Sandbox.create({ metadata: { run, role: 'auto' }, lifecycle: { onTimeout: 'pause', autoResume: true } }))
+  await s.files.write('/tmp/auto.txt', 'still here')
+  assert.equal(await s.pause(), true)
+  assert.equal(await s.files.read('/tmp/auto.txt'), 'still here')
+  assert.equal((await s.getInfo()).state, 'running')
+  // Without autoResume a paused sandbox answers 502 (isRunning: false).
+  const plain = track(await Sandbox.create({ metadata: { run, role: 'plain' } }))
+  assert.equal(await plain.pause(), true)
+  assert.equal(await plain.isRunning(), false)
+})
+
+test('snapshot, then a sandbox from its ID', async () => {
+  await sbx.files.write('/tmp/snap.txt', 'snapshotted')
+  const snap = await sbx.createSnapshot()
+  assert.ok(snap.snapshotId)
+  const clone = track(await Sandbox.create(snap.snapshotId, { metadata: { run, role: 'clone' } }))
+  assert.notEqual(clone.sandboxId, sbx.sandboxId)
+  assert.equal(await clone.files.read('/tmp/snap.txt'), 'snapshotted')
+  const listed = []
+  for (const pager = Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }); pager.hasNext;) listed.push(...(await pager.nextItems()))
+  assert.ok(listed.some((s) => s.snapshotId === snap.snapshotId), JSON.stringify(listed))
+})
+
+test('fork: two sandboxes from a running one', async () => {
+  await sbx.files.write('/tmp/fork.txt', 'parent state')
+  const forks = await Sandbox.fork(sbx.sandboxId, { count: 2 })
+  assert.equal(forks.length, 2)
+  for (const f of forks) {
+    assert.ok(f instanceof Sandbox, `fork failed: ${f}`)
+    track(f)
+    assert.equal(await f.files.read('/tmp/fork.txt'), 'parent state')
+  }
+  assert.notEqual(forks[0].sandboxId, forks[1].sandboxId)
+  assert.equal(await sbx.isRunning(), true)
+})
+
+test('rollback: back to a snapshot in place', async () => {
+  await sbx.files.write('/tmp/rb.txt', 'old')
+  const snap = await sbx.createSnapshot()
+  await sbx.files.write('/tmp/rb.txt', 'new')
+  const r = await api('POST', `/sandboxes/${sbx.sandboxId}/rollback`, { body: { snapshotID: snap.snapshotId } })
+  assert.equal(r.status, 200, JSON.stringify(r.json))
+  assert.equal(r.json.sandboxID, sbx.sandboxId)
+  assert.equal(await sbx.files.read('/tmp/rb.txt'), 'old')
+  const other = track(await Sandbox.create({ metadata: { run, role: 'rb-other' } }))
+  const refused = await api('POST', `/sandboxes/${other.sandboxId}/rollback`, { body: { snapshotID: snap.snapshotId } })
+  assert.equal(refused.status, 409, JSON.stringify(refused.json))
+})
+
+test('kill, kill again', async () => {
+  assert.equal(await sbx.kill(), true)
+  assert.equal(await sbx.kill(), false)
+  assert.equal((await api('GET', `/sandboxes/${sbx.sandboxId}`)).status, 404)
+})
