@@ -116,6 +116,10 @@ test-lifecycle: cluster-bins vm-assets ## Templates that build their base snapsh
 test-e2b: cluster-bins vm-assets ## sandlot-api (the E2B REST facade and sandbox proxy) driven by the real e2b and @e2b/code-interpreter SDKs on a real two-node cluster, in both proxy modes.
 	go test -count=1 -v -timeout 30m ./test/e2b/
 
+.PHONY: bench-e2b
+bench-e2b: cluster-bins vm-assets ## cube-bench's shape through sandlot-api: create-only and create-delete at c = 1, 10, 20, 50, without and with a warm pool, with the raw QEMU restore floor (BENCH_ARGS=-json).
+	go run ./test/bench/e2b $(BENCH_ARGS)
+
 .PHONY: bench-lifecycle
 bench-lifecycle: cluster-bins vm-assets ## Create from a template with and without a warm pool at concurrency 1, 10, 20, 50; fork 1 and 100; rollback 1, 5, 10; host memory per live sandbox at 20/50/100 (one node; BENCH_ARGS=-json).
 	go run ./test/bench/lifecycle $(BENCH_ARGS)

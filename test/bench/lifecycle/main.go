@@ -47,9 +47,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	nodev1 "k8s.io/api/node/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -172,15 +169,10 @@ func newBench(t crienv.T, mem int) *bench {
 	return b
 }
 
-// zeroOverhead drops the RuntimeClass's per-pod overhead (100m CPU, 96 MiB)
-// in this run's cluster: it is placement accounting only (QEMU runs
-// outside the pod's cgroup), and with it a 2-core node admits 18 pods,
-// too few for the levels asked. Guest memory requests still count.
+// zeroOverhead: see sbxbench.ZeroOverhead.
 func (b *bench) zeroOverhead() {
-	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: sandlotv1.RuntimeClassName}}
-	patch := client.RawPatch(types.MergePatchType, []byte(`{"overhead":null}`))
-	if err := b.k.Patch(context.Background(), rc, patch); err != nil {
-		b.t.Fatalf("RuntimeClass %s: drop overhead: %v", rc.Name, err)
+	if err := sbxbench.ZeroOverhead(context.Background(), b.k); err != nil {
+		b.t.Fatal(err)
 	}
 }
 

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,8 +24,6 @@ const (
 	// waitTimeout bounds one batch or one cleanup: a hundred TCG guests
 	// restoring on two cores take minutes.
 	waitTimeout = 10 * time.Minute
-	// poll is the period of the few waits that poll (pods gone).
-	poll = 50 * time.Millisecond
 	// densityBatch sandboxes start at once in the density rows: a hundred
 	// TCG guests restoring together on two cores would starve each other.
 	densityBatch = 10
@@ -251,32 +247,12 @@ func (b *bench) rollback(ctx context.Context, name, snap, id string) (time.Durat
 	return time.Since(began), err
 }
 
-// setPool sets the template's warm pool size and waits until the node's
-// pool, as the controller reports it for this spec, has that many Ready
-// and none Starting.
+// setPool sets the template's warm pool size and waits until it is full.
 func (b *bench) setPool(n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	tpl := &sandlotv1.Template{ObjectMeta: sbxbench.Meta(tplName)}
-	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"warmPool":%d}}`, n))
-	if err := b.k.Patch(ctx, tpl, patch); err != nil {
-		b.t.Fatalf("warm pool %d: %v", n, err)
-	}
-	gen, last := tpl.Generation, sandlotv1.NodePool{}
-	err := sbxbench.Until(ctx, b.k, &sandlotv1.TemplateList{}, tplName, func(t *sandlotv1.Template) (bool, error) {
-		if t.Status.ObservedGeneration < gen {
-			return false, nil
-		}
-		last = sandlotv1.NodePool{}
-		for _, p := range t.Status.Pool {
-			if p.Node == b.node {
-				last = p
-			}
-		}
-		return last.Ready == int32(n) && last.Starting == 0, nil
-	})
-	if err != nil {
-		b.t.Fatalf("warm pool %d: %v (last: %+v)", n, err, last)
+	if err := sbxbench.SetPool(ctx, b.k, tplName, b.node, n); err != nil {
+		b.t.Fatal(err)
 	}
 }
 
@@ -302,61 +278,13 @@ func (b *bench) each(what string, n int, job func(ctx context.Context, i int) (t
 	return samples, wall
 }
 
-// remove deletes objects (a Snapshot's deletion waits for the sandboxes
-// restored from it) and waits until they and every sandlot pod are gone,
-// claimed pool pods included, so VMs do not pile up between rows; it is
-// never part of a measurement.
+// remove deletes objects and waits until they and every sandlot pod are
+// gone (sbxbench.Remove); it is never part of a measurement.
 func (b *bench) remove(objs ...client.Object) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	for _, o := range objs {
-		if err := b.k.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
-			b.t.Fatalf("cleanup: delete %s: %v", o.GetName(), err)
-		}
-	}
-	for _, o := range objs {
-		if err := b.gone(ctx, o); err != nil {
-			b.t.Fatalf("cleanup: %v", err)
-		}
-	}
-	if err := b.noPods(ctx); err != nil {
+	if err := sbxbench.Remove(ctx, b.k, objs...); err != nil {
 		b.t.Fatalf("cleanup: %v", err)
-	}
-}
-
-// gone polls until the object is not found.
-func (b *bench) gone(ctx context.Context, o client.Object) error {
-	for {
-		err := b.k.Get(ctx, client.ObjectKeyFromObject(o), o)
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%T %s still there (%v): %w", o, o.GetName(), err, ctx.Err())
-		case <-time.After(poll):
-		}
-	}
-}
-
-// noPods polls until no sandlot pod is left: every sandbox's and pool
-// pod carries the sandbox label (a pool pod's empty until claimed).
-func (b *bench) noPods(ctx context.Context) error {
-	for {
-		pods := &corev1.PodList{}
-		err := b.k.List(ctx, pods, client.InNamespace("default"), client.HasLabels{sandlotv1.LabelSandbox})
-		if err == nil && len(pods.Items) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			var left []string
-			for _, p := range pods.Items {
-				left = append(left, p.Name)
-			}
-			return fmt.Errorf("pods %v still there (%v): %w", left, err, ctx.Err())
-		case <-time.After(poll):
-		}
 	}
 }
 

@@ -26,6 +26,8 @@ type bench struct {
 	dir   string
 	accel string
 	n     int
+	// floorOnly stops after the restores (bench-e2b's floor).
+	floorOnly bool
 	stats.Table
 	mu  sync.Mutex
 	seq int
@@ -34,14 +36,15 @@ type bench struct {
 func main() {
 	asJSON := flag.Bool("json", false, "print JSON instead of a table")
 	n := flag.Int("n", 5, "samples per single measurement")
+	floor := flag.Bool("floor", false, "only the restore floor other benchmarks compare against: cold boot, restore (sandlot's VM layer and bare QEMU)")
 	flag.Parse()
-	if err := run(*asJSON, *n); err != nil {
+	if err := run(*asJSON, *n, *floor); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-vm:", err)
 		os.Exit(1)
 	}
 }
 
-func run(asJSON bool, n int) error {
+func run(asJSON bool, n int, floor bool) error {
 	env, err := vmtest.LoadEnv()
 	if err != nil {
 		return err
@@ -55,7 +58,7 @@ func run(asJSON bool, n int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	b := &bench{env: env, dir: dir, accel: accel, n: n}
+	b := &bench{env: env, dir: dir, accel: accel, n: n, floorOnly: floor}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	if err := b.all(ctx); err != nil {

@@ -24,6 +24,9 @@ func (b *bench) all(ctx context.Context) error {
 	parent.Stop() // the clones run alone from here
 	steps := []func(context.Context, string, vmtest.Guest) error{b.restores, b.floorRestores, b.concurrentRestores,
 		b.restoredSnapshots, b.pauseResume, b.idleCPU, b.density}
+	if b.floorOnly {
+		steps = steps[:2]
+	}
 	for _, step := range steps {
 		if err := step(ctx, snap, pg); err != nil {
 			return err

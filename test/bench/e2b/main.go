@@ -1,0 +1,419 @@
+// Command e2b benchmarks sandbox creation through sandlot-api, the E2B
+// REST facade, in the shape of CubeSandbox's cube-bench (the seed
+// report's section 3.2): -c workers drive -n requests per level against
+// POST /v2/sandboxes, after -w warm-up creates, in mode create-only (the
+// sandboxes stay alive until the level ends) or create-delete (each
+// worker deletes what it created through DELETE /sandboxes/{id}). A
+// create is timed from the request until its 201, which sandlot-api
+// answers once the VM is ready. Each level runs without and with a warm
+// pool of min(n, -poolmax) VMs per node (full before the level starts;
+// it refills during the level, as in use).
+//
+// Columns as cube-bench prints them: avg, min, p95, max, per-sandbox
+// amortised (level wall time / n) and throughput (n / wall). The floor,
+// measured in the same run before the cluster starts: the raw QEMU
+// restore of a snapshot to the guest's first answer (bench-vm -floor),
+// and the ratio of the create median at c = 1 to it.
+//
+// On one node of a real cluster on this machine; every figure holds for
+// the accel in the header only (TCG on these machines).
+//
+//	go run ./test/bench/e2b [-c 1,10,20,50] [-n 0] [-w 3] [-m create-only,create-delete]
+//	    [-pool without,with] [-poolmax 20] [-json]
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/test/bench/host"
+	"github.com/sandlot-dev/sandlot/test/bench/sbxbench"
+	"github.com/sandlot-dev/sandlot/test/bench/stats"
+	"github.com/sandlot-dev/sandlot/test/cluster"
+	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/test/sbxtest"
+	vmtest "github.com/sandlot-dev/sandlot/test/vm"
+	"github.com/sandlot-dev/sandlot/vm"
+)
+
+const (
+	tplName     = "default" // what the SDKs' default template IDs resolve to
+	waitTimeout = 10 * time.Minute
+	floorRow    = "restore to first answer (floor: bare QEMU)"
+)
+
+type options struct {
+	levels       []int
+	n, warm      int
+	modes, pools []string
+	poolMax      int
+	asJSON       bool
+}
+
+func main() {
+	var o options
+	cs := flag.String("c", "1,10,20,50", "concurrency levels (workers)")
+	flag.IntVar(&o.n, "n", 0, "requests per level (0: 10 at c = 1, else c)")
+	flag.IntVar(&o.warm, "w", 3, "warm-up creates before each mode, not counted")
+	modes := flag.String("m", "create-only,create-delete", "modes: create-only, create-delete")
+	pools := flag.String("pool", "without,with", "warm pool: without, with")
+	flag.IntVar(&o.poolMax, "poolmax", 20, "largest warm pool (each pool VM holds its memory)")
+	flag.BoolVar(&o.asJSON, "json", false, "print JSON instead of tables")
+	flag.Parse()
+	var err error
+	o.levels, err = sbxbench.ParseLevels("c", *cs)
+	o.modes, o.pools = strings.Split(*modes, ","), strings.Split(*pools, ",")
+	for _, m := range o.modes {
+		if m != "create-only" && m != "create-delete" {
+			err = fmt.Errorf("-m: %q is neither create-only nor create-delete", m)
+		}
+	}
+	for _, p := range o.pools {
+		if p != "without" && p != "with" {
+			err = fmt.Errorf("-pool: %q is neither without nor with", p)
+		}
+	}
+	if err != nil || o.n < 0 || o.warm < 0 {
+		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, "usage: e2b [-c 1,10,20,50] [-n 0] [-w 3] [-m create-only,create-delete] [-pool without,with] [-poolmax 20] [-json]")
+		os.Exit(2)
+	}
+	var b *bench
+	err = crienv.Run("bench-e2b", func(t crienv.T) {
+		b = &bench{t: t}
+		b.floor()
+		b.setup()
+		b.run(o)
+	})
+	if b != nil && len(b.batches) > 0 {
+		b.report(os.Stdout, o.asJSON) // a failure late in the run keeps the rows before it
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+type bench struct {
+	t       crienv.T
+	k       client.WithWatch
+	node    string
+	api     string
+	key     string
+	table   stats.Table
+	batches []batch
+	floorMS []float64
+}
+
+// batch is a level in cube-bench's columns.
+type batch struct {
+	Name        string  `json:"name"`
+	N           int     `json:"n"`
+	Failed      int     `json:"failed"`
+	AvgMS       float64 `json:"avgMs"`
+	MinMS       float64 `json:"minMs"`
+	P95MS       float64 `json:"p95Ms"`
+	MaxMS       float64 `json:"maxMs"`
+	AmortisedMS float64 `json:"amortisedMs"`
+	PerSecond   float64 `json:"perSecond"`
+	Note        string  `json:"note,omitempty"`
+}
+
+// floor runs bench-vm's floor (bare QEMU restores) before the cluster
+// starts, so the two do not share the cores.
+func (b *bench) floor() {
+	cmd := exec.Command("go", "run", "./test/bench/vm", "-floor", "-json", "-n", "5")
+	cmd.Dir, cmd.Stderr = cluster.RepoRoot(), os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		b.t.Fatalf("bench-vm -floor: %v", err)
+	}
+	var res struct {
+		Results []stats.Result `json:"results"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		b.t.Fatalf("bench-vm -floor output: %v", err)
+	}
+	for _, r := range res.Results {
+		if r.Name == floorRow {
+			b.floorMS = r.Samples
+			b.table.Add(floorRow, "ms", r.Samples, "bench-vm -floor, this run, before the cluster started")
+		}
+	}
+	if len(b.floorMS) == 0 {
+		b.t.Fatalf("bench-vm -floor printed no %q row", floorRow)
+	}
+}
+
+// setup starts a one-node cluster, the default template (its base
+// snapshot built) and sandlot-api with a key.
+func (b *bench) setup() {
+	c, k := sbxbench.StartCluster(b.t, 1, nil)
+	b.k, b.node = k, c.Nodes[0].Name
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := sbxbench.ZeroOverhead(ctx, k); err != nil {
+		b.t.Fatal(err)
+	}
+	env, err := vmtest.LoadEnv()
+	if err != nil || env.ImageRef == "" {
+		b.t.Fatalf("no default sandbox image (make vm-assets): %v", err)
+	}
+	tpl := &sandlotv1.Template{ObjectMeta: sbxbench.Meta(tplName),
+		Spec: sandlotv1.TemplateSpec{Image: env.ImageRef, Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256}}}
+	if err := k.Create(ctx, tpl); err != nil {
+		b.t.Fatal(err)
+	}
+	if err := sbxtest.WaitBases(ctx, k, client.ObjectKeyFromObject(tpl), 1, waitTimeout); err != nil {
+		b.t.Fatal(err)
+	}
+	if err := sbxbench.NoPods(ctx, k); err != nil { // the builder gone
+		b.t.Fatal(err)
+	}
+	if b.key, err = c.IssueAPIKey(ctx); err != nil {
+		b.t.Fatal(err)
+	}
+	if b.api, err = c.StartAPI("--default-template=" + tplName); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+func (b *bench) run(o options) {
+	for _, pool := range o.pools {
+		for _, mode := range o.modes {
+			b.warmUp(o.warm)
+			for _, c := range o.levels {
+				n := o.n
+				switch {
+				case n == 0 && c == 1:
+					n = 10
+				case n == 0:
+					n = c
+				}
+				b.level(mode, pool == "with", c, n, o.poolMax)
+			}
+		}
+	}
+}
+
+// warmUp creates and deletes w sandboxes one by one, uncounted.
+func (b *bench) warmUp(w int) {
+	for range w {
+		id, _, err := b.create()
+		if err != nil {
+			b.t.Fatalf("warm-up: %v", err)
+		}
+		if _, err := b.kill(id); err != nil {
+			b.t.Fatalf("warm-up: %v", err)
+		}
+	}
+	b.settle()
+}
+
+// level runs n requests on c workers and records the batch.
+func (b *bench) level(mode string, pool bool, c, n, poolMax int) {
+	name := fmt.Sprintf("%s, %s warm pool, c=%d", mode, map[bool]string{false: "without", true: "with"}[pool], c)
+	size := 0
+	if pool {
+		size = min(n, poolMax)
+		b.setPool(size)
+	}
+	jobs := make(chan int, n)
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	var (
+		mu               sync.Mutex
+		creates, deletes []float64
+		ids              []string
+		failed           int
+		firstErr         error
+		wg               sync.WaitGroup
+	)
+	began := time.Now()
+	for range c {
+		wg.Go(func() {
+			for range jobs {
+				id, d, err := b.create()
+				var kd time.Duration
+				if err == nil && mode == "create-delete" {
+					kd, err = b.kill(id)
+					id = ""
+				}
+				mu.Lock()
+				if err != nil {
+					failed++
+					firstErr = cmpErr(firstErr, err)
+				} else {
+					creates = append(creates, stats.MS(d))
+					if kd > 0 {
+						deletes = append(deletes, stats.MS(kd))
+					}
+				}
+				if id != "" {
+					ids = append(ids, id)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(began)
+	note := ""
+	if size > 0 {
+		note = fmt.Sprintf("pool of %d, full at the start", size)
+	}
+	if firstErr != nil {
+		note = strings.TrimPrefix(note+"; first error: "+firstErr.Error(), "; ")
+	}
+	b.record(name, creates, n, failed, wall, note)
+	if len(deletes) > 0 {
+		b.table.Add(name+": delete", "ms", deletes, "")
+	}
+	for _, id := range ids {
+		if _, err := b.kill(id); err != nil {
+			b.t.Fatalf("cleanup: %v", err)
+		}
+	}
+	if pool {
+		b.setPool(0)
+	}
+	b.settle()
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// create is POST /v2/sandboxes with the SDK's default template ID.
+func (b *bench) create() (string, time.Duration, error) {
+	start := time.Now()
+	code, body, err := b.call(http.MethodPost, "/v2/sandboxes", `{"templateID":"base","timeout":3600}`)
+	d := time.Since(start)
+	if err != nil {
+		return "", 0, err
+	}
+	if code != http.StatusCreated {
+		return "", 0, fmt.Errorf("create: %d %s", code, body)
+	}
+	var s struct {
+		SandboxID string `json:"sandboxID"`
+	}
+	if err := json.Unmarshal(body, &s); err != nil || s.SandboxID == "" {
+		return "", 0, fmt.Errorf("create: no sandboxID in %s", body)
+	}
+	return s.SandboxID, d, nil
+}
+
+// kill is DELETE /sandboxes/{id}.
+func (b *bench) kill(id string) (time.Duration, error) {
+	start := time.Now()
+	code, body, err := b.call(http.MethodDelete, "/sandboxes/"+id, "")
+	if err == nil && code != http.StatusNoContent {
+		err = fmt.Errorf("delete %s: %d %s", id, code, body)
+	}
+	return time.Since(start), err
+}
+
+var httpClient = &http.Client{Timeout: waitTimeout, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 100}}
+
+func (b *bench) call(method, path, body string) (int, []byte, error) {
+	req, err := http.NewRequest(method, b.api+path, bytes.NewBufferString(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("X-API-KEY", b.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, data, err
+}
+
+func (b *bench) setPool(n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := sbxbench.SetPool(ctx, b.k, tplName, b.node, n); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// settle waits until every sandlot pod is gone between levels.
+func (b *bench) settle() {
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := sbxbench.Remove(ctx, b.k); err != nil {
+		b.t.Fatalf("cleanup: %v", err)
+	}
+}
+
+func (b *bench) record(name string, samples []float64, n, failed int, wall time.Duration, note string) {
+	b.table.Add(name, "ms", samples, note)
+	bt := batch{Name: name, N: n, Failed: failed, AmortisedMS: stats.MS(wall) / float64(n),
+		PerSecond: float64(len(samples)) / wall.Seconds(), Note: note}
+	if len(samples) > 0 {
+		r := b.table.Results[len(b.table.Results)-1]
+		sum := 0.0
+		for _, s := range samples {
+			sum += s
+		}
+		bt.AvgMS, bt.MinMS, bt.P95MS, bt.MaxMS = sum/float64(len(samples)), r.Min, r.P95, r.Max
+	}
+	b.batches = append(b.batches, bt)
+}
+
+func (b *bench) header() string {
+	accel, _ := vm.DetectAccel()
+	return fmt.Sprintf("sandlot-api (E2B REST) create: accel %s, Kubernetes %s, containerd %s, 1 node, VM 1 vCPU 256 MiB "+
+		"(template base snapshot restore; RuntimeClass overhead zeroed for the run), %s",
+		accel, cluster.K8sVersion, crienv.ContainerdVersion, host.Describe())
+}
+
+func (b *bench) report(w io.Writer, asJSON bool) {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(map[string]any{"header": b.header(), "results": b.table.Results, "batches": b.batches,
+			"at": metav1.Now().UTC().Format(time.RFC3339)})
+		return
+	}
+	b.table.Print(w, b.header())
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "%-44s %5s %6s %10s %10s %10s %10s %12s %10s\n", "level", "n", "failed", "avg", "min", "p95", "max", "amortised", "per s")
+	for _, bt := range b.batches {
+		fmt.Fprintf(w, "%-44s %5d %6d %8.1fms %8.1fms %8.1fms %8.1fms %10.1fms %10.2f\n", bt.Name, bt.N, bt.Failed,
+			bt.AvgMS, bt.MinMS, bt.P95MS, bt.MaxMS, bt.AmortisedMS, bt.PerSecond)
+	}
+	fmt.Fprintln(w)
+	for _, bt := range b.batches {
+		if strings.HasSuffix(bt.Name, ", c=1") {
+			b.table.Ratio(w, bt.Name, floorRow)
+		}
+	}
+	for _, r := range b.table.Results {
+		if r.Note != "" {
+			fmt.Fprintf(w, "%s: %s\n", r.Name, r.Note)
+		}
+	}
+}

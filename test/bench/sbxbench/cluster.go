@@ -1,0 +1,113 @@
+package sbxbench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// poll is the period of the few waits that poll (objects and pods gone).
+const poll = 50 * time.Millisecond
+
+// ZeroOverhead drops the RuntimeClass's per-pod overhead (100m CPU, 96 MiB)
+// in a benchmark's cluster: it is placement accounting only (QEMU runs
+// outside the pod's cgroup), and with it a 2-core node admits 18 pods,
+// too few for the levels asked. Guest memory requests still count.
+func ZeroOverhead(ctx context.Context, k client.Client) error {
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: sandlotv1.RuntimeClassName}}
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"overhead":null}`))
+	if err := k.Patch(ctx, rc, patch); err != nil {
+		return fmt.Errorf("RuntimeClass %s: drop overhead: %w", rc.Name, err)
+	}
+	return nil
+}
+
+// SetPool sets a template's warm pool size and waits until node's pool,
+// as the controller reports it for this spec, has that many Ready and
+// none Starting.
+func SetPool(ctx context.Context, k client.WithWatch, template, node string, n int) error {
+	tpl := &sandlotv1.Template{ObjectMeta: Meta(template)}
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"warmPool":%d}}`, n))
+	if err := k.Patch(ctx, tpl, patch); err != nil {
+		return fmt.Errorf("warm pool %d: %w", n, err)
+	}
+	gen, last := tpl.Generation, sandlotv1.NodePool{}
+	err := Until(ctx, k, &sandlotv1.TemplateList{}, template, func(t *sandlotv1.Template) (bool, error) {
+		if t.Status.ObservedGeneration < gen {
+			return false, nil
+		}
+		last = sandlotv1.NodePool{}
+		for _, p := range t.Status.Pool {
+			if p.Node == node {
+				last = p
+			}
+		}
+		return last.Ready == int32(n) && last.Starting == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("warm pool %d: %w (last: %+v)", n, err, last)
+	}
+	return nil
+}
+
+// Remove deletes objects (a Snapshot's deletion waits for the sandboxes
+// restored from it) and waits until they and every sandlot pod are gone,
+// claimed pool pods included, so VMs do not pile up between rows.
+func Remove(ctx context.Context, k client.Client, objs ...client.Object) error {
+	for _, o := range objs {
+		if err := k.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete %s: %w", o.GetName(), err)
+		}
+	}
+	for _, o := range objs {
+		if err := gone(ctx, k, o); err != nil {
+			return err
+		}
+	}
+	return NoPods(ctx, k)
+}
+
+// gone polls until the object is not found.
+func gone(ctx context.Context, k client.Client, o client.Object) error {
+	for {
+		err := k.Get(ctx, client.ObjectKeyFromObject(o), o)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%T %s still there (%v): %w", o, o.GetName(), err, ctx.Err())
+		case <-time.After(poll):
+		}
+	}
+}
+
+// NoPods polls until no sandlot pod is left: every sandbox's and pool
+// pod carries the sandbox label (a pool pod's empty until claimed).
+func NoPods(ctx context.Context, k client.Client) error {
+	for {
+		pods := &corev1.PodList{}
+		err := k.List(ctx, pods, client.InNamespace("default"), client.HasLabels{sandlotv1.LabelSandbox})
+		if err == nil && len(pods.Items) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			var left []string
+			for _, p := range pods.Items {
+				left = append(left, p.Name)
+			}
+			return fmt.Errorf("pods %v still there (%v): %w", left, err, ctx.Err())
+		case <-time.After(poll):
+		}
+	}
+}
