@@ -131,9 +131,10 @@ func (s *Server) routes() *http.ServeMux {
 	handle("GET", "/templates", s.listTemplates)
 	handle("GET", "/templates/{id}", s.getTemplate)
 	handle("DELETE", "/templates/{id}", s.deleteTemplate)
-	for _, p := range []string{"/templates", "/v2/templates", "/v3/templates"} {
+	for _, p := range []string{"/templates", "/v2/templates", "/v3/templates", "/templates/{id}"} {
 		handle("POST", p, s.templateBuild)
 	}
+	handle("PATCH", "/templates/{id}", s.templateBuild)
 	mux.HandleFunc("/", s.serve(func(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
 		if strings.Contains(r.URL.Path, "/templates/") {
 			return s.templateBuild(nil, r)
