@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's quickstart against a running `make up` cluster: apply the
 # sample, wait until the Sandbox runs, check the VM answers on its pod IP,
-# logs and execs inside the microVM, then delete it. CI runs it between
+# logs and execs inside the microVM, drive it with the E2B SDK through
+# sandlot-api, then delete it. CI runs it between
 # `make up` and `make down`.
 set -euo pipefail
 export KUBECONFIG="${KUBECONFIG:-${SANDLOT_CLUSTER_DIR:-/var/tmp/sandlot-up}/pki/admin.kubeconfig}"
@@ -23,5 +24,10 @@ k logs hello
 guest="$(k exec hello -- uname -r)"
 [[ "$guest" != "$(uname -r)" ]] || { echo "kubectl exec ran on the host kernel" >&2; exit 1; }
 echo "kubectl exec: guest kernel $guest, host kernel $(uname -r)"
+# The E2B SDK, unchanged, through sandlot-api (make up runs it).
+dir="${SANDLOT_CLUSTER_DIR:-/var/tmp/sandlot-up}"
+(cd test/e2b && npm ci --no-audit --no-fund --silent)
+E2B_API_URL="$(cat "$dir/api-url")" E2B_SANDBOX_URL="$(cat "$dir/api-url")" E2B_API_KEY="$(cat "$dir/api-key")" \
+	node test/e2b/quickstart.mjs
 k delete -f config/samples/quickstart.yaml --wait
 echo "quickstart OK"

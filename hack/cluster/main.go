@@ -61,9 +61,11 @@ type daemon struct {
 	bin   string
 }
 
-func (d daemon) pidFile() string   { return filepath.Join(d.dir, "cluster.pid") }
-func (d daemon) readyFile() string { return filepath.Join(d.dir, "ready") }
-func (d daemon) logFile() string   { return filepath.Join(d.dir, "cluster.log") }
+func (d daemon) pidFile() string    { return filepath.Join(d.dir, "cluster.pid") }
+func (d daemon) readyFile() string  { return filepath.Join(d.dir, "ready") }
+func (d daemon) logFile() string    { return filepath.Join(d.dir, "cluster.log") }
+func (d daemon) apiKeyFile() string { return filepath.Join(d.dir, "api-key") }
+func (d daemon) apiURLFile() string { return filepath.Join(d.dir, "api-url") }
 
 // running is the daemon's PID when it is alive.
 func (d daemon) running() int {
@@ -143,6 +145,10 @@ func (d daemon) showLog(offset int) int {
 
 func (d daemon) printReady() error {
 	kc := filepath.Join(d.dir, "pki", "admin.kubeconfig")
+	url, err := os.ReadFile(d.apiURLFile())
+	if err != nil {
+		return err
+	}
 	fmt.Printf(`
 sandlot is running on a local cluster (state in %[1]s).
 Try:
@@ -152,9 +158,25 @@ Try:
   kubectl get sbx hello -w                       # Running, with a pod IP
   kubectl exec hello -- uname -r                 # inside the microVM
   make down                                      # stop it and undo every host change
+The E2B SDKs, unchanged (once the quickstart's template is ready):
+  export E2B_API_URL=%[3]s E2B_SANDBOX_URL=%[3]s E2B_API_KEY=$(cat %[4]s)
 kubeconfig: %[2]s
-`, d.dir, kc)
+`, d.dir, kc, strings.TrimSpace(string(url)), d.apiKeyFile())
 	return nil
+}
+
+// startAPI runs sandlot-api (the E2B API) with a fresh key, written to
+// apiKeyFile; the SDKs' default templates resolve to the quickstart's.
+func (d daemon) startAPI(ctx context.Context, c *cluster.Cluster) error {
+	url, err := c.StartAPI("--default-template=python")
+	if err != nil {
+		return err
+	}
+	key, err := c.IssueAPIKey(ctx)
+	if err != nil {
+		return err
+	}
+	return errors.Join(os.WriteFile(d.apiKeyFile(), []byte(key+"\n"), 0o600), os.WriteFile(d.apiURLFile(), []byte(url+"\n"), 0o644))
 }
 
 // serve runs the cluster until SIGTERM or SIGINT, then undoes it.
@@ -170,7 +192,10 @@ func (d daemon) serve() error {
 	}
 	before := cluster.SnapshotHost()
 	err := crienv.Run("cluster", func(t crienv.T) {
-		cluster.Start(t, cluster.Options{Dir: d.dir, Nodes: d.nodes, BinDir: d.bin, Logf: logf})
+		c := cluster.Start(t, cluster.Options{Dir: d.dir, Nodes: d.nodes, BinDir: d.bin, Logf: logf})
+		if err := d.startAPI(ctx, c); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(d.readyFile(), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
