@@ -22,9 +22,10 @@ generate: ## Generate deepcopy code for api/, the envd Connect code for guest/ a
 	hack/protoc.sh
 
 .PHONY: manifests
-manifests: ## Generate CRDs and RBAC into config/.
+manifests: ## Generate CRDs and RBAC (controller, API) into config/.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=sandlot-controller paths=./controllers/... output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=sandlot-api paths=./e2b/... output:rbac:artifacts:config=config/api
 
 .PHONY: build
 build: ## Build the binaries into bin/.
@@ -121,7 +122,7 @@ bench-e2b: cluster-bins vm-assets ## cube-bench's shape through sandlot-api: cre
 	go run ./test/bench/e2b $(BENCH_ARGS)
 
 .PHONY: bench-lifecycle
-bench-lifecycle: cluster-bins vm-assets ## Create from a template with and without a warm pool at concurrency 1, 10, 20, 50; fork 1 and 100; rollback 1, 5, 10; host memory per live sandbox at 20/50/100 (one node; BENCH_ARGS=-json).
+bench-lifecycle: cluster-bins vm-assets ## Create from a template with and without a warm pool at concurrency 1, 10, 20, 50; fork 1 and 100; rollback 1, 5, 10; host memory per running sandbox at 20/50 and per paused clone (a warm pool) at 50/100 (one node; BENCH_ARGS=-json).
 	go run ./test/bench/lifecycle $(BENCH_ARGS)
 
 .PHONY: bench-agent

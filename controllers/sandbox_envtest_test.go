@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
@@ -276,5 +277,28 @@ func TestWarmPoolClaims(t *testing.T) {
 			t.Fatalf("claimed pod %s: owners %v labels %v", name, pod.OwnerReferences, pod.Labels)
 		}
 	}
+	// Refills wait behind the claims the node agent has not activated.
+	if n := h.unclaimedPool("python"); n > 2 {
+		t.Fatalf("%d pool pods refilled while 5 claims were being activated", n)
+	}
+	for name := range owners { // play the node agent: each claim carried out
+		pod := h.pod(name)
+		patch := client.MergeFrom(pod.DeepCopy())
+		pod.Annotations[sandlotv1.AnnotationClaimActivated] = pod.Annotations[sandlotv1.AnnotationClaim]
+		if err := h.c.Patch(context.Background(), pod, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
 	h.runPool("python", 5) // refilled
+}
+
+// unclaimedPool counts a template's unclaimed pool pods.
+func (h *harness) unclaimedPool(tpl string) int {
+	h.t.Helper()
+	pods := &corev1.PodList{}
+	if err := h.c.List(context.Background(), pods, client.InNamespace(h.ns),
+		client.MatchingLabels{sandlotv1.LabelPool: tpl, sandlotv1.LabelSandbox: ""}); err != nil {
+		h.t.Fatal(err)
+	}
+	return len(pods.Items)
 }

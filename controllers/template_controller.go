@@ -157,16 +157,27 @@ func validateImageRef(ref string) error {
 }
 
 // SetupWithManager watches Templates, the builders and base snapshots
-// they own, and nodes (a node joining gets a base).
+// they own, their pool pods, and nodes (a node joining gets a base).
 func (r *TemplateReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).For(&sandlotv1.Template{}).
 		Owns(&sandlotv1.Sandbox{}).
 		Owns(&sandlotv1.Snapshot{}).
-		Owns(&corev1.Pod{}).
+		// Pool pods by label, not owner: a claimed one's owner is its
+		// Sandbox, and its activation lets the pool refill (poolPods).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(poolTemplate)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allTemplates),
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{},
 				nodeReadyChanged()))).
 		Named("template").Complete(r)
+}
+
+// poolTemplate maps a warm pool pod, claimed or not, to its Template.
+func poolTemplate(_ context.Context, o client.Object) []reconcile.Request {
+	name := o.GetLabels()[sandlotv1.LabelPool]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
 }
 
 func (r *TemplateReconciler) allTemplates(ctx context.Context, _ client.Object) []reconcile.Request {

@@ -19,15 +19,17 @@ import (
 // pool pods carry LabelSandbox "" so the controller's cache of sandbox
 // pods sees them; a claim sets it (sandbox_claim.go).
 
-// poolPods are a node's unclaimed pool pods of a template, by kind.
+// poolPods are a node's unclaimed pool pods of a template, by kind, and
+// how many claimed ones the node agent has not activated yet.
 type poolPods struct {
 	ready, starting, old, failed []*corev1.Pod
+	activating                   int
 }
 
 func (r *TemplateReconciler) listPool(ctx context.Context, tpl *sandlotv1.Template, node string) (poolPods, error) {
 	list := &corev1.PodList{}
 	if err := r.List(ctx, list, client.InNamespace(tpl.Namespace), client.MatchingLabels{
-		sandlotv1.LabelPool: tpl.Name, sandlotv1.LabelNode: node, sandlotv1.LabelSandbox: ""}); err != nil {
+		sandlotv1.LabelPool: tpl.Name, sandlotv1.LabelNode: node}); err != nil {
 		return poolPods{}, fmt.Errorf("list pool pods: %w", err)
 	}
 	rev := baseRevision(tpl)
@@ -35,6 +37,11 @@ func (r *TemplateReconciler) listPool(ctx context.Context, tpl *sandlotv1.Templa
 	for i := range list.Items {
 		pod := &list.Items[i]
 		switch {
+		case pod.Labels[sandlotv1.LabelSandbox] != "":
+			if claim := pod.Annotations[sandlotv1.AnnotationClaim]; pod.DeletionTimestamp == nil && claim != "" &&
+				pod.Annotations[sandlotv1.AnnotationClaimActivated] != claim {
+				p.activating++
+			}
 		case pod.DeletionTimestamp != nil:
 		case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
 			p.failed = append(p.failed, pod)
@@ -49,8 +56,16 @@ func (r *TemplateReconciler) listPool(ctx context.Context, tpl *sandlotv1.Templa
 	return p, nil
 }
 
+// poolStartBatch bounds a node's pool pods starting at once, claims being
+// activated counted in: a refill's restores share the node's CPUs with
+// the claims (a pool that refilled all at once made its own claims wait),
+// so refills wait behind claims, and restores are CPU-bound anyway: more
+// at once would not fill the pool sooner.
+const poolStartBatch = 2
+
 // pool keeps a node's warm pool at spec.warmPool: missing pods are created
-// once the node's base snapshot of this revision is Ready, extra and
+// (poolStartBatch at a time) once the node's base snapshot of this
+// revision is Ready, extra and
 // failed ones deleted; pods of an older base revision go one at a time as
 // new ones are ready (all at once when the pool is scaled to zero).
 func (r *TemplateReconciler) pool(ctx context.Context, tpl *sandlotv1.Template, node string, base sandlotv1.BaseSnapshot) (sandlotv1.NodePool, error) {
@@ -65,7 +80,7 @@ func (r *TemplateReconciler) pool(ctx context.Context, tpl *sandlotv1.Template, 
 		extra := append(append([]*corev1.Pod{}, p.starting...), p.ready...)
 		remove = append(remove, extra[:have-want]...)
 	} else if base.Phase == sandlotv1.BaseReady && base.Revision == baseRevision(tpl) {
-		for range want - have {
+		for range min(want-have, poolStartBatch-len(p.starting)-p.activating) {
 			pod, err := r.poolPod(ctx, tpl, node, base)
 			if err != nil {
 				return sandlotv1.NodePool{}, err

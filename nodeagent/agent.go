@@ -101,7 +101,7 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, nil
 	}
 	status, reason, msg := r.probe(ctx, pod)
-	if claim := pod.Annotations[sandlotv1.AnnotationClaim]; claim != "" && pod.Annotations[annotationActivated] != claim &&
+	if claim := pod.Annotations[sandlotv1.AnnotationClaim]; claim != "" && pod.Annotations[sandlotv1.AnnotationClaimActivated] != claim &&
 		(reason == "VMPaused" || reason == "VMRunning") {
 		// A claimed warm pool pod: resume it with its sandbox's identity.
 		if err := r.activate(ctx, pod, reason == "VMPaused"); err != nil {
@@ -177,17 +177,13 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, pause
 		return fmt.Errorf("push the identity of %s: %w", claim.Sandbox, err)
 	}
 	orig := pod.DeepCopy()
-	pod.Annotations[annotationActivated] = pod.Annotations[sandlotv1.AnnotationClaim]
+	pod.Annotations[sandlotv1.AnnotationClaimActivated] = pod.Annotations[sandlotv1.AnnotationClaim]
 	if err := r.Patch(ctx, pod, client.MergeFrom(orig)); err != nil {
 		return fmt.Errorf("record the claim of %s as done: %w", pod.Name, err)
 	}
 	log.FromContext(ctx).Info("warm pool pod claimed: VM resumed with the sandbox's identity", "pod", pod.Name, "sandbox", claim.Sandbox)
 	return nil
 }
-
-// annotationActivated records on a claimed pool pod the claim the agent
-// carried out (equal to the claim annotation once done).
-const annotationActivated = "sandlot.dev/claim-activated"
 
 // applyVMReady writes only the agent's condition, by server-side apply:
 // the controller owns every other field of the status.

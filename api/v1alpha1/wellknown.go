@@ -51,6 +51,9 @@ const (
 	// agent pushes into a claimed pool pod's VM before resuming it (JSON
 	// PoolClaim; the access token is read from the Sandbox's Secret).
 	AnnotationClaim = "sandlot.dev/claim"
+	// AnnotationClaimActivated is set by the node agent to the claim it
+	// carried out (equal to AnnotationClaim once the VM runs as the sandbox).
+	AnnotationClaimActivated = "sandlot.dev/claim-activated"
 )
 
 // PoolClaim is AnnotationClaim's value.

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,8 +18,6 @@ const (
 	// waitTimeout bounds one batch or one cleanup: ten TCG guests booting,
 	// or uploading to MinIO, on two cores take minutes.
 	waitTimeout = 10 * time.Minute
-	// poll is the period of the few waits that poll (a pod gone, cleanup).
-	poll = 50 * time.Millisecond
 	// settle lets the controller's node cache see a cordon before the next
 	// placement: it places from that cache, not from the API.
 	settle = time.Second
@@ -118,7 +115,7 @@ func (b *bench) waitPaused(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	return b.gone(ctx, &corev1.Pod{ObjectMeta: sbxbench.Meta(name)})
+	return sbxbench.Gone(ctx, b.k, &corev1.Pod{ObjectMeta: sbxbench.Meta(name)})
 }
 
 // resume clears spec.paused and returns the sandbox once it runs and
@@ -165,23 +162,8 @@ func (b *bench) remove(objs ...client.Object) {
 		}
 	}
 	for _, o := range wait {
-		if err := b.gone(ctx, o); err != nil {
+		if err := sbxbench.Gone(ctx, b.k, o); err != nil {
 			b.t.Fatalf("cleanup: %v", err)
-		}
-	}
-}
-
-// gone polls until the object is not found.
-func (b *bench) gone(ctx context.Context, o client.Object) error {
-	for {
-		err := b.k.Get(ctx, client.ObjectKeyFromObject(o), o)
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%T %s still there (%v): %w", o, o.GetName(), err, ctx.Err())
-		case <-time.After(poll):
 		}
 	}
 }

@@ -31,7 +31,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -53,7 +52,7 @@ import (
 const (
 	tplName     = "default" // what the SDKs' default template IDs resolve to
 	waitTimeout = 10 * time.Minute
-	floorRow    = "restore to first answer (floor: bare QEMU)"
+	floorRow    = sbxbench.FloorRow
 )
 
 type options struct {
@@ -116,7 +115,6 @@ type bench struct {
 	key     string
 	table   stats.Table
 	batches []batch
-	floorMS []float64
 }
 
 // batch is a level in cube-bench's columns.
@@ -133,30 +131,13 @@ type batch struct {
 	Note        string  `json:"note,omitempty"`
 }
 
-// floor runs bench-vm's floor (bare QEMU restores) before the cluster
-// starts, so the two do not share the cores.
+// floor measures the bare QEMU restore before the cluster starts.
 func (b *bench) floor() {
-	cmd := exec.Command("go", "run", "./test/bench/vm", "-floor", "-json", "-n", "5")
-	cmd.Dir, cmd.Stderr = cluster.RepoRoot(), os.Stderr
-	out, err := cmd.Output()
+	samples, err := sbxbench.Floor(5)
 	if err != nil {
-		b.t.Fatalf("bench-vm -floor: %v", err)
+		b.t.Fatal(err)
 	}
-	var res struct {
-		Results []stats.Result `json:"results"`
-	}
-	if err := json.Unmarshal(out, &res); err != nil {
-		b.t.Fatalf("bench-vm -floor output: %v", err)
-	}
-	for _, r := range res.Results {
-		if r.Name == floorRow {
-			b.floorMS = r.Samples
-			b.table.Add(floorRow, "ms", r.Samples, "bench-vm -floor, this run, before the cluster started")
-		}
-	}
-	if len(b.floorMS) == 0 {
-		b.t.Fatalf("bench-vm -floor printed no %q row", floorRow)
-	}
+	b.table.Add(floorRow, "ms", samples, "bench-vm -floor, this run, before the cluster started")
 }
 
 // setup starts a one-node cluster, the default template (its base

@@ -16,7 +16,10 @@
 //   - Rollback, concurrency R: R running sandboxes rolled back in place at
 //     once, each to its own snapshot, until the node agent reports it done;
 //   - Host memory and QEMU PSS per live sandbox, D sandboxes: D idle
-//     sandboxes forked from one snapshot, started 10 at a time.
+//     sandboxes forked from one snapshot, started 10 at a time;
+//   - Host memory and QEMU PSS per paused clone, D clones: a warm pool of
+//     D, each VM restored from the base snapshot and paused — at counts
+//     where D running TCG guests would saturate the two cores.
 //
 // A create ends when the Sandbox is Running and envd answers on its pod IP.
 // The create, fork and rollback batches also get 3.2's columns: avg,
@@ -24,16 +27,17 @@
 // is deleted between rows, outside every measurement. The RuntimeClass's
 // per-pod overhead is dropped for the run (see zeroOverhead); a level
 // whose VMs' memory requests exceed the node's is skipped with a note.
+// The VM floor, the bare QEMU restore without Kubernetes (bench-vm
+// -floor), is measured first in the same run, for the ratios.
 //
 // Not exercised: figures hold for the header's accel only (TCG on these
 // machines: never read them as KVM); a second node or a remote store,
-// and pause/resume (bench-agent); the E2B API and proxy (the pod IP is
-// asked directly); the raw restore without Kubernetes (bench-vm,
-// bench-shim); a guest doing work: density measures idle guests, and a
+// and pause/resume (bench-agent); the E2B API and proxy (bench-e2b; the
+// pod IP is asked directly here); a guest doing work: density measures idle guests, and a
 // rollback ends with the agent's report, not envd's next answer.
 //
 //	go run ./test/bench/lifecycle [-c 1,10,20,50] [-forks 1,100] [-rollbacks 1,5,10]
-//	    [-density 20,50,100] [-mem 192] [-poolmax 20] [-json]
+//	    [-density 20,50] [-paused-density 50,100] [-mem 192] [-poolmax 20] [-json]
 package main
 
 import (
@@ -67,6 +71,12 @@ func rowFork(n int) string     { return fmt.Sprintf("Fork, %d children", n) }
 func rowRollback(r int) string { return fmt.Sprintf("Rollback, concurrency %d", r) }
 func rowHostMem(d int) string  { return fmt.Sprintf("Host memory per live sandbox, %d sandboxes", d) }
 func rowPSS(d int) string      { return fmt.Sprintf("QEMU PSS per live sandbox, %d sandboxes", d) }
+func rowPausedMem(d int) string {
+	return fmt.Sprintf("Host memory per paused clone, %d clones (warm pool)", d)
+}
+func rowPausedPSS(d int) string {
+	return fmt.Sprintf("QEMU PSS per paused clone, %d clones (warm pool)", d)
+}
 
 const rowParentPaused = "Fork: parent paused"
 
@@ -75,6 +85,7 @@ const tplName = "bench"
 
 type levels struct {
 	creates, forks, rollbacks, density []int
+	pausedDensity                      []int
 	poolMax                            int
 }
 
@@ -83,7 +94,8 @@ func main() {
 	cs := flag.String("c", "1,10,20,50", "create concurrency levels (template and warm pool)")
 	forks := flag.String("forks", "1,100", "children per fork batch")
 	rbs := flag.String("rollbacks", "1,5,10", "rollback concurrency levels")
-	dens := flag.String("density", "20,50,100", "live sandboxes per density level")
+	dens := flag.String("density", "20,50", "running sandboxes per density level")
+	pdens := flag.String("paused-density", "50,100", "paused clones (a warm pool) per density level")
 	mem := flag.Int("mem", 192, "VM memory in MiB")
 	flag.IntVar(&l.poolMax, "poolmax", 20, "largest warm pool measured (each pool VM holds its memory)")
 	asJSON := flag.Bool("json", false, "print JSON instead of tables")
@@ -92,7 +104,7 @@ func main() {
 	for _, p := range []struct {
 		name, s string
 		to      *[]int
-	}{{"c", *cs, &l.creates}, {"forks", *forks, &l.forks}, {"rollbacks", *rbs, &l.rollbacks}, {"density", *dens, &l.density}} {
+	}{{"c", *cs, &l.creates}, {"forks", *forks, &l.forks}, {"rollbacks", *rbs, &l.rollbacks}, {"density", *dens, &l.density}, {"paused-density", *pdens, &l.pausedDensity}} {
 		var err error
 		*p.to, err = sbxbench.ParseLevels(p.name, p.s)
 		errs = append(errs, err)
@@ -101,7 +113,7 @@ func main() {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}
-		fmt.Fprintln(os.Stderr, "usage: lifecycle [-c 1,10,20,50] [-forks 1,100] [-rollbacks 1,5,10] [-density 20,50,100] [-mem 192] [-poolmax 20] [-json]")
+		fmt.Fprintln(os.Stderr, "usage: lifecycle [-c 1,10,20,50] [-forks 1,100] [-rollbacks 1,5,10] [-density 20,50] [-paused-density 50,100] [-mem 192] [-poolmax 20] [-json]")
 		os.Exit(2)
 	}
 	var b *bench
@@ -161,8 +173,15 @@ type batch struct {
 }
 
 func newBench(t crienv.T, mem int) *bench {
+	// The VM floor first, alone on the cores: the raw restore every
+	// create's ratio is read against.
+	floor, err := sbxbench.Floor(5)
+	if err != nil {
+		t.Fatal(err)
+	}
 	c, k := sbxbench.StartCluster(t, 1, nil)
 	b := &bench{t: t, k: k, node: c.Nodes[0].Name, clusterDir: c.Dir, mem: mem}
+	b.table.Add(sbxbench.FloorRow, "ms", floor, "bench-vm -floor, this run, before the cluster started (256 MiB VM)")
 	b.zeroOverhead()
 	b.capacity()
 	b.template()
@@ -238,6 +257,9 @@ func (b *bench) run(l levels) {
 		b.rollbackLevel(r)
 	}
 	b.densities(l.density)
+	for _, d := range l.pausedDensity {
+		b.pausedDensity(d)
+	}
 }
 
 // record adds a concurrent batch to the table and to the batch columns.
@@ -277,9 +299,11 @@ func (b *bench) report(w io.Writer, asJSON bool) {
 	printBatches(w, b.batches)
 	fmt.Fprintln(w)
 	if pool, tpl := rowPool(1), rowTemplate(1); b.table.Median(tpl) > 0 {
-		fmt.Fprintf(w, "baseline: %s, the template start (base snapshot restore); the VM floor without Kubernetes: make bench-vm, make bench-shim\n", tpl)
+		fmt.Fprintf(w, "baseline: %s, the template start (base snapshot restore), and the VM floor (bare QEMU restore, this run)\n", tpl)
+		b.table.Ratio(w, tpl, sbxbench.FloorRow)
 		if b.table.Median(pool) > 0 {
 			b.table.Ratio(w, pool, tpl)
+			b.table.Ratio(w, pool, sbxbench.FloorRow)
 		}
 	}
 	for _, r := range b.table.Results {

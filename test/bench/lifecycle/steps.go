@@ -166,16 +166,42 @@ func (b *bench) density(d int, snap string) {
 	}
 	time.Sleep(idle)
 	after, pss := memAvailableMiB(), b.qemuPSS()
-	b.table.Add(rowHostMem(d), "MiB", []float64{(before - after) / float64(d)}, fmt.Sprintf(
-		"MemAvailable %.0f -> %.0f MiB over %d idle sandboxes forked from one snapshot, started %d at a time "+
-			"(each batch answering before the next); host-wide: anything else running moves it", before, after, d, densityBatch))
+	b.addMemory(rowHostMem(d), rowPSS(d), d, before, after, pss, fmt.Sprintf(
+		"%d idle sandboxes forked from one snapshot, started %d at a time (each batch answering before the next)", d, densityBatch))
+	b.remove(sbxbench.Sandboxes(names)...)
+}
+
+// pausedDensity measures D paused clones: a warm pool of D pods, each a
+// restore of the template's base snapshot whose VM the shim pauses (D
+// running TCG guests would saturate the 2 cores: their idle ticks alone
+// starve the restores).
+func (b *bench) pausedDensity(d int) {
+	if why := b.fits(d); why != "" {
+		b.skip(rowPausedMem(d), why)
+		return
+	}
+	time.Sleep(idle)
+	before := memAvailableMiB()
+	b.setPool(d)
+	time.Sleep(idle)
+	after, pss := memAvailableMiB(), b.qemuPSS()
+	b.addMemory(rowPausedMem(d), rowPausedPSS(d), d, before, after, pss, fmt.Sprintf(
+		"a warm pool of %d paused VMs restored from the template's base snapshot (the controller starts 2 at a time)", d))
+	b.setPool(0)
+	b.remove()
+}
+
+// addMemory adds a density level's rows: the host's MemAvailable drop per
+// sandbox, and each QEMU's PSS.
+func (b *bench) addMemory(memRow, pssRow string, d int, before, after float64, pss []float64, what string) {
+	b.table.Add(memRow, "MiB", []float64{(before - after) / float64(d)}, fmt.Sprintf(
+		"MemAvailable %.0f -> %.0f MiB over %s; host-wide: anything else running moves it", before, after, what))
 	sum := 0.0
 	for _, p := range pss {
 		sum += p
 	}
-	b.table.Add(rowPSS(d), "MiB", pss, fmt.Sprintf("each QEMU's Pss; their sum %.0f MiB over %d QEMU processes is %.1f MiB per sandbox",
+	b.table.Add(pssRow, "MiB", pss, fmt.Sprintf("each QEMU's Pss; their sum %.0f MiB over %d QEMU processes is %.1f MiB per sandbox",
 		sum, len(pss), sum/float64(d)))
-	b.remove(sbxbench.Sandboxes(names)...)
 }
 
 // started starts n sandboxes from src at once, untimed, and returns them

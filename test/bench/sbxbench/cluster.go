@@ -2,7 +2,11 @@ package sbxbench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/test/cluster"
 )
 
 // poll is the period of the few waits that poll (objects and pods gone).
@@ -69,15 +74,15 @@ func Remove(ctx context.Context, k client.Client, objs ...client.Object) error {
 		}
 	}
 	for _, o := range objs {
-		if err := gone(ctx, k, o); err != nil {
+		if err := Gone(ctx, k, o); err != nil {
 			return err
 		}
 	}
 	return NoPods(ctx, k)
 }
 
-// gone polls until the object is not found.
-func gone(ctx context.Context, k client.Client, o client.Object) error {
+// Gone polls until the object is not found.
+func Gone(ctx context.Context, k client.Client, o client.Object) error {
 	for {
 		err := k.Get(ctx, client.ObjectKeyFromObject(o), o)
 		if apierrors.IsNotFound(err) {
@@ -110,4 +115,35 @@ func NoPods(ctx context.Context, k client.Client) error {
 		case <-time.After(poll):
 		}
 	}
+}
+
+// FloorRow is the bare QEMU restore's row in bench-vm's table.
+const FloorRow = "restore to first answer (floor: bare QEMU)"
+
+// Floor runs bench-vm's floor (make bench-vm -floor: n bare QEMU restores
+// of a snapshot to the guest's first answer, no Kubernetes, no shim) and
+// returns its samples in ms. Run it before a cluster starts, so the two
+// do not share the cores.
+func Floor(n int) ([]float64, error) {
+	cmd := exec.Command("go", "run", "./test/bench/vm", "-floor", "-json", "-n", strconv.Itoa(n))
+	cmd.Dir, cmd.Stderr = cluster.RepoRoot(), os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("bench-vm -floor: %w", err)
+	}
+	var res struct {
+		Results []struct {
+			Name    string    `json:"name"`
+			Samples []float64 `json:"samples"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return nil, fmt.Errorf("bench-vm -floor output: %w", err)
+	}
+	for _, r := range res.Results {
+		if r.Name == FloorRow {
+			return r.Samples, nil
+		}
+	}
+	return nil, fmt.Errorf("bench-vm -floor printed no %q row", FloorRow)
 }
