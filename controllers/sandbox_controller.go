@@ -67,8 +67,12 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	orig := sbx.DeepCopy()
 	res, err := r.reconcileSandbox(ctx, sbx)
 	sbx.Status.ObservedGeneration = sbx.Generation
-	if perr := patchStatus(ctx, r.Client, orig, sbx); perr != nil && err == nil {
-		err = perr
+	if perr := patchStatus(ctx, r.Client, orig, sbx); perr != nil {
+		if err == nil {
+			err = perr
+		}
+	} else {
+		observeStart(orig, sbx, r.now())
 	}
 	return res, err
 }

@@ -122,8 +122,12 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 			return ctrl.Result{}, err
 		}
 		if pod != nil {
+			poolClaims.WithLabelValues(sbx.Spec.Source.Template, "hit").Inc()
 			adoptPoolPod(sbx, pod, src)
 			return ctrl.Result{}, nil
+		}
+		if src.WarmPool > 0 {
+			poolClaims.WithLabelValues(sbx.Spec.Source.Template, "miss").Inc()
 		}
 	}
 	overhead, err := r.overhead(ctx)

@@ -27,6 +27,8 @@ type resolvedSource struct {
 	// BaseRevision is the template's base revision, for a sandbox of
 	// one: its warm pool pods of that revision may be claimed.
 	BaseRevision string
+	// WarmPool is the template's pool size per node (spec.warmPool).
+	WarmPool int32
 
 	Wait, Fail bool
 	Reason     string
@@ -76,7 +78,8 @@ func (r *SandboxReconciler) resolveTemplate(ctx context.Context, sbx *sandlotv1.
 		return waiting(sandlotv1.ReasonTemplateNotAccepted, "%s", msg), nil
 	}
 	src := resolvedSource{VM: sandlotv1.VMSpec{Image: tpl.Spec.Image, Resources: tpl.Spec.Resources, WritableLayerMiB: tpl.Spec.WritableLayerMiB},
-		Env: mergeEnv(tpl.Spec.Env, sbx.Spec.Env), TimeoutSeconds: tpl.Spec.TimeoutSeconds, BaseRevision: baseRevision(tpl)}
+		Env: mergeEnv(tpl.Spec.Env, sbx.Spec.Env), TimeoutSeconds: tpl.Spec.TimeoutSeconds, BaseRevision: baseRevision(tpl),
+		WarmPool: tpl.Spec.WarmPool}
 	if sbx.Annotations[sandlotv1.AnnotationBaseOf] == tpl.Name {
 		// The template's builder: the one sandbox of it that boots cold,
 		// on the node it builds for.

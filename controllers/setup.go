@@ -62,6 +62,8 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 		opts.MilliCPUPerVCPU = 1000
 	}
 	c, r := mgr.GetClient(), mgr.GetAPIReader()
+	var cache client.Reader = c
+	state.reader.Store(&cache)
 	if err := (&SandboxReconciler{Client: c, APIReader: r, Workers: opts.SandboxWorkers, MilliCPUPerVCPU: opts.MilliCPUPerVCPU}).SetupWithManager(mgr); err != nil {
 		return err
 	}

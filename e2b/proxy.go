@@ -95,29 +95,36 @@ func newProxy(s *Server) *proxy {
 func (p *proxy) serve(w http.ResponseWriter, r *http.Request, t target) {
 	sbx, err := p.s.sandbox(r.Context(), t.id, false)
 	if err != nil {
-		writeError(w, errorf(http.StatusBadGateway, "sandbox %q not found", t.id))
+		p.refuse(w, "unavailable", errorf(http.StatusBadGateway, "sandbox %q not found", t.id))
 		return
 	}
 	if err := p.s.checkAccess(r, sbx, t.port); err != nil {
-		writeError(w, err)
+		p.refuse(w, "refused", err)
 		return
 	}
 	if paused(sbx) {
 		if sbx.Annotations[AnnotationAutoResume] != "true" {
-			writeError(w, errorf(http.StatusBadGateway, "sandbox %q is paused: connect to it to resume it", t.id))
+			p.refuse(w, "unavailable", errorf(http.StatusBadGateway, "sandbox %q is paused: connect to it to resume it", t.id))
 			return
 		}
 		if sbx, err = p.s.autoResume(r.Context(), sbx); err != nil {
-			writeError(w, err)
+			p.refuse(w, "unavailable", err)
 			return
 		}
+		proxied.WithLabelValues("resumed").Inc()
 	}
 	if sbx.Status.PodIP == "" {
-		writeError(w, errorf(http.StatusBadGateway, "sandbox %q is not running yet (%s)", t.id, sbx.Status.Phase))
+		p.refuse(w, "unavailable", errorf(http.StatusBadGateway, "sandbox %q is not running yet (%s)", t.id, sbx.Status.Phase))
 		return
 	}
+	proxied.WithLabelValues("forwarded").Inc()
 	u := &url.URL{Scheme: "http", Host: net.JoinHostPort(sbx.Status.PodIP, strconv.Itoa(t.port))}
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, u)))
+}
+
+func (p *proxy) refuse(w http.ResponseWriter, outcome string, err *apiError) {
+	proxied.WithLabelValues(outcome).Inc()
+	writeError(w, err)
 }
 
 // checkAccess: envd's and the interpreter's ports need the sandbox's

@@ -168,12 +168,14 @@ func (s *Server) serve(e endpoint) http.HandlerFunc {
 		start := time.Now()
 		code, body, err := e(w, r)
 		if err != nil {
+			code = err.Code
 			s.cfg.Log.Info("request failed", "method", r.Method, "path", r.URL.Path, "code", err.Code, "error", err.Message,
 				"took", time.Since(start))
 			writeError(w, err)
-			return
+		} else {
+			writeJSON(w, code, body)
 		}
-		writeJSON(w, code, body)
+		observeRequest(r, code, time.Since(start))
 	}
 }
 

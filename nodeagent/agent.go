@@ -104,14 +104,20 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if claim := pod.Annotations[sandlotv1.AnnotationClaim]; claim != "" && pod.Annotations[sandlotv1.AnnotationClaimActivated] != claim &&
 		(reason == "VMPaused" || reason == "VMRunning") {
 		// A claimed warm pool pod: resume it with its sandbox's identity.
+		began := time.Now()
 		if err := r.activate(ctx, pod, reason == "VMPaused"); err != nil {
 			status, reason, msg = metav1.ConditionFalse, "ClaimFailed", err.Error()
 		} else {
+			observeRestore("claim", time.Since(began))
 			status, reason, msg = r.probe(ctx, pod)
 		}
 	}
-	if err := r.applyVMReady(ctx, pod.Namespace, sbx, status, reason, msg); err != nil {
+	changed, err := r.applyVMReady(ctx, pod.Namespace, sbx, status, reason, msg)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if changed && status == metav1.ConditionTrue && pod.Annotations[sandlotv1.AnnotationPool] == "" {
+		observeRestore("start", time.Since(pod.CreationTimestamp.Time))
 	}
 	if status != metav1.ConditionTrue {
 		return ctrl.Result{RequeueAfter: vmReadyPoll}, nil
@@ -186,16 +192,18 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, pause
 }
 
 // applyVMReady writes only the agent's condition, by server-side apply:
-// the controller owns every other field of the status.
-func (r *VMReadyReconciler) applyVMReady(ctx context.Context, ns, name string, status metav1.ConditionStatus, reason, msg string) error {
+// the controller owns every other field of the status. changed: the
+// condition's status is new (not only its generation).
+func (r *VMReadyReconciler) applyVMReady(ctx context.Context, ns, name string, status metav1.ConditionStatus, reason, msg string) (bool, error) {
 	sbx := &sandlotv1.Sandbox{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sbx); err != nil {
-		return client.IgnoreNotFound(err)
+		return false, client.IgnoreNotFound(err)
 	}
-	if c := meta.FindStatusCondition(sbx.Status.Conditions, sandlotv1.ConditionVMReady); c != nil &&
-		c.Status == status && c.Reason == reason && c.ObservedGeneration == sbx.Generation {
-		return nil
+	c := meta.FindStatusCondition(sbx.Status.Conditions, sandlotv1.ConditionVMReady)
+	if c != nil && c.Status == status && c.Reason == reason && c.ObservedGeneration == sbx.Generation {
+		return false, nil
 	}
-	return applySandboxStatus(ctx, r.Client, ns, name, FieldManager,
+	changed := c == nil || c.Status != status
+	return changed, applySandboxStatus(ctx, r.Client, ns, name, FieldManager,
 		map[string]any{"conditions": []any{conditionFields(sandlotv1.ConditionVMReady, status, reason, msg, sbx.Generation)}})
 }

@@ -100,11 +100,13 @@ func (r *DataReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 	}
 	orig := snap.Obj().DeepCopyObject().(client.Object)
+	before := *snap.Data().DeepCopy()
 	res, err := r.phase(ctx, snap, &orig)
 	snap.Data().ObservedGeneration = snap.GetGeneration()
 	if perr := r.patchStatus(ctx, snap, &orig); perr != nil {
 		return ctrl.Result{}, errors.Join(err, fmt.Errorf("status of %s %s: %w", snap.Kind(), req, perr))
 	}
+	observeData(snap.Kind(), snap.GetCreationTimestamp(), before, *snap.Data())
 	return res, err
 }
 

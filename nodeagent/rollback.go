@@ -61,6 +61,7 @@ func (r *RollbackReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, r.record(ctx, sbx, "", metav1.ConditionFalse, sandlotv1.ReasonRollbackFailed, err.Error())
 	}
 	log.FromContext(ctx).Info("rolled back", "sandbox", sbx.Name, "snapshot", snap.Name, "took", took)
+	observeRestore("rollback", took)
 	return ctrl.Result{}, r.record(ctx, sbx, rb.RequestID, metav1.ConditionTrue, sandlotv1.ReasonRolledBack,
 		fmt.Sprintf("restored in place from snapshot %s in %v (request %s)", snap.Name, took.Round(time.Millisecond), rb.RequestID))
 }

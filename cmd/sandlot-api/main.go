@@ -48,6 +48,7 @@ func serve(ctx context.Context, args []string) error {
 	tlsListen := fs.String("tls-listen", "", "address of the same over TLS (with --tls-cert and --tls-key): the SDK's domain mode speaks https")
 	tlsCert := fs.String("tls-cert", "", "certificate for *.<domain> (PEM)")
 	tlsKey := fs.String("tls-key", "", "its key (PEM)")
+	metricsListen := fs.String("metrics-listen", "", "address of /metrics (Prometheus); none when empty")
 	fs.StringVar(&cfg.Namespace, "namespace", "default", "namespace of the sandboxes, snapshots and templates served")
 	fs.StringVar(&cfg.DefaultTemplate, "default-template", "default", "Template the SDKs' default IDs (base, code-interpreter-v1) resolve to")
 	fs.StringVar(&cfg.Domain, "domain", "", "sandbox domain returned to SDKs: port p of a sandbox is <p>-<sandboxID>.<domain> (may carry :port)")
@@ -71,12 +72,18 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	handler := e2b.New(cfg, kube)
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 	servers := []*http.Server{{Addr: *listen, Handler: handler, ReadHeaderTimeout: 10 * time.Second}}
 	go func() { errs <- servers[0].ListenAndServe() }()
 	if *tlsListen != "" {
-		servers = append(servers, &http.Server{Addr: *tlsListen, Handler: handler, ReadHeaderTimeout: 10 * time.Second})
-		go func() { errs <- servers[1].ListenAndServeTLS(*tlsCert, *tlsKey) }()
+		srv := &http.Server{Addr: *tlsListen, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, srv)
+		go func() { errs <- srv.ListenAndServeTLS(*tlsCert, *tlsKey) }()
+	}
+	if *metricsListen != "" {
+		srv := &http.Server{Addr: *metricsListen, Handler: e2b.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, srv)
+		go func() { errs <- srv.ListenAndServe() }()
 	}
 	cfg.Log.Info("serving the E2B API", "listen", *listen, "tls", *tlsListen, "namespace", cfg.Namespace, "domain", cfg.Domain)
 	select {

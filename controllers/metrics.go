@@ -1,0 +1,145 @@
+package controllers
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// Sources of a sandbox start, the create histogram's label.
+const (
+	StartPool     = "pool"     // claimed a warm pool pod
+	StartTemplate = "template" // restored its template's base snapshot
+	StartSnapshot = "snapshot" // restored a Snapshot (a clone, a fork)
+	StartCold     = "cold"     // booted cold (a template's base builder)
+)
+
+// The controller's metrics, on controller-runtime's registry (served on
+// --metrics-bind-address).
+var (
+	createSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sandlot_sandbox_create_seconds",
+		Help:    "From a Sandbox's creation until it first runs, by source (pool, template, snapshot, cold).",
+		Buckets: prometheus.ExponentialBuckets(0.05, 2, 12), // 50 ms .. ~100 s
+	}, []string{"source"})
+	resumeSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "sandlot_sandbox_resume_seconds",
+		Help:    "From a resume (spec.paused false) until the Sandbox runs again.",
+		Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
+	})
+	poolClaims = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandlot_pool_claims_total",
+		Help: "Starts of a template's sandboxes by outcome: hit (claimed a warm pool pod) or miss (no pool pod was free).",
+	}, []string{"template", "result"})
+)
+
+// state is the registered stateCollector; SetupAll points it at its
+// manager's cache.
+var state = &stateCollector{}
+
+func init() {
+	metrics.Registry.MustRegister(createSeconds, resumeSeconds, poolClaims, state)
+}
+
+// startObserved is what a status change says about a start: which
+// histogram (create or resume), the source and the time it took; ok
+// false when the change is no start. A start is the first reconcile that
+// sees phase Running, so a restarted controller counts none twice.
+func startObserved(old, cur *sandlotv1.Sandbox, now time.Time) (resume bool, source string, took time.Duration, ok bool) {
+	if old.Status.Phase == sandlotv1.SandboxRunning || cur.Status.Phase != sandlotv1.SandboxRunning {
+		return false, "", 0, false
+	}
+	if old.Status.Phase == sandlotv1.SandboxResuming && cur.Status.LastResumedAt != nil {
+		return true, "", now.Sub(cur.Status.LastResumedAt.Time), true
+	}
+	return false, startSource(cur), now.Sub(cur.CreationTimestamp.Time), true
+}
+
+// startSource names how a sandbox started.
+func startSource(sbx *sandlotv1.Sandbox) string {
+	switch c := meta.FindStatusCondition(sbx.Status.Conditions, sandlotv1.ConditionScheduled); {
+	case sbx.Annotations[sandlotv1.AnnotationBaseOf] != "":
+		return StartCold
+	case c != nil && c.Reason == sandlotv1.ReasonClaimedFromPool:
+		return StartPool
+	case sbx.Spec.Source.Snapshot != "":
+		return StartSnapshot
+	}
+	return StartTemplate
+}
+
+// observeStart records a status change that is a start.
+func observeStart(old, cur *sandlotv1.Sandbox, now time.Time) {
+	resume, source, took, ok := startObserved(old, cur, now)
+	switch {
+	case !ok:
+	case resume:
+		resumeSeconds.Observe(took.Seconds())
+	default:
+		createSeconds.WithLabelValues(source).Observe(took.Seconds())
+	}
+}
+
+// stateCollector reports, at each scrape, sandboxes by phase and warm pool
+// pods by template, node and state, from the controller's cache.
+type stateCollector struct {
+	reader atomic.Pointer[client.Reader]
+}
+
+var (
+	sandboxesDesc = prometheus.NewDesc("sandlot_sandboxes", "Sandboxes by phase.", []string{"phase"}, nil)
+	poolDesc      = prometheus.NewDesc("sandlot_pool_pods", "Unclaimed warm pool pods by template, node and state (ready, starting).",
+		[]string{"namespace", "template", "node", "state"}, nil)
+)
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sandboxesDesc
+	ch <- poolDesc
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	rp := c.reader.Load()
+	if rp == nil {
+		return
+	}
+	reader := *rp
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sandboxes := &sandlotv1.SandboxList{}
+	if err := reader.List(ctx, sandboxes); err == nil {
+		for phase, n := range countPhases(sandboxes.Items) {
+			ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(n), string(phase))
+		}
+	}
+	templates := &sandlotv1.TemplateList{}
+	if err := reader.List(ctx, templates); err == nil {
+		for _, tpl := range templates.Items {
+			for _, p := range tpl.Status.Pool {
+				ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(p.Ready), tpl.Namespace, tpl.Name, p.Node, "ready")
+				ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(p.Starting), tpl.Namespace, tpl.Name, p.Node, "starting")
+			}
+		}
+	}
+}
+
+// countPhases counts sandboxes by phase, every phase present (0 too).
+func countPhases(items []sandlotv1.Sandbox) map[sandlotv1.SandboxPhase]int {
+	out := map[sandlotv1.SandboxPhase]int{}
+	for _, p := range []sandlotv1.SandboxPhase{sandlotv1.SandboxPending, sandlotv1.SandboxStarting, sandlotv1.SandboxRunning,
+		sandlotv1.SandboxPausing, sandlotv1.SandboxPaused, sandlotv1.SandboxResuming, sandlotv1.SandboxFailed, sandlotv1.SandboxTerminated} {
+		out[p] = 0
+	}
+	for _, s := range items {
+		if s.Status.Phase != "" {
+			out[s.Status.Phase]++
+		}
+	}
+	return out
+}

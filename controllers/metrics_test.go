@@ -1,0 +1,66 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+func TestStartObserved(t *testing.T) {
+	created := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	resumed := created.Add(time.Minute)
+	now := resumed.Add(700 * time.Millisecond)
+	sbx := func(phase sandlotv1.SandboxPhase, mutate ...func(*sandlotv1.Sandbox)) *sandlotv1.Sandbox {
+		s := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created), Annotations: map[string]string{}},
+			Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Template: "python"}}}
+		s.Status.Phase = phase
+		for _, m := range mutate {
+			m(s)
+		}
+		return s
+	}
+	claimed := func(s *sandlotv1.Sandbox) {
+		s.Status.Conditions = []metav1.Condition{{Type: sandlotv1.ConditionScheduled, Status: metav1.ConditionTrue,
+			Reason: sandlotv1.ReasonClaimedFromPool}}
+	}
+	clone := func(s *sandlotv1.Sandbox) { s.Spec.Source = sandlotv1.SandboxSource{Snapshot: "snap"} }
+	builder := func(s *sandlotv1.Sandbox) { s.Annotations[sandlotv1.AnnotationBaseOf] = "python" }
+	resumedAt := func(s *sandlotv1.Sandbox) { s.Status.LastResumedAt = &metav1.Time{Time: resumed} }
+	for _, tc := range []struct {
+		name     string
+		old, cur *sandlotv1.Sandbox
+		ok       bool
+		resume   bool
+		source   string
+		took     time.Duration
+	}{
+		{"template restore", sbx(sandlotv1.SandboxStarting), sbx(sandlotv1.SandboxRunning), true, false, StartTemplate, now.Sub(created)},
+		{"warm pool claim", sbx(sandlotv1.SandboxStarting), sbx(sandlotv1.SandboxRunning, claimed), true, false, StartPool, now.Sub(created)},
+		{"clone of a snapshot", sbx(sandlotv1.SandboxPending), sbx(sandlotv1.SandboxRunning, clone), true, false, StartSnapshot, now.Sub(created)},
+		{"base builder", sbx(sandlotv1.SandboxStarting), sbx(sandlotv1.SandboxRunning, builder), true, false, StartCold, now.Sub(created)},
+		{"resume", sbx(sandlotv1.SandboxResuming, resumedAt), sbx(sandlotv1.SandboxRunning, resumedAt), true, true, "", 700 * time.Millisecond},
+		{"still running: no second count", sbx(sandlotv1.SandboxRunning), sbx(sandlotv1.SandboxRunning), false, false, "", 0},
+		{"not running yet", sbx(sandlotv1.SandboxPending), sbx(sandlotv1.SandboxStarting), false, false, "", 0},
+		{"failed", sbx(sandlotv1.SandboxStarting), sbx(sandlotv1.SandboxFailed), false, false, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resume, source, took, ok := startObserved(tc.old, tc.cur, now)
+			if ok != tc.ok || resume != tc.resume || source != tc.source || took != tc.took {
+				t.Fatalf("got (resume %t, %q, %v, ok %t), want (resume %t, %q, %v, ok %t)",
+					resume, source, took, ok, tc.resume, tc.source, tc.took, tc.ok)
+			}
+		})
+	}
+}
+
+func TestCountPhases(t *testing.T) {
+	items := []sandlotv1.Sandbox{{Status: sandlotv1.SandboxStatus{Phase: sandlotv1.SandboxRunning}},
+		{Status: sandlotv1.SandboxStatus{Phase: sandlotv1.SandboxRunning}}, {Status: sandlotv1.SandboxStatus{Phase: sandlotv1.SandboxPaused}}, {}}
+	got := countPhases(items)
+	if got[sandlotv1.SandboxRunning] != 2 || got[sandlotv1.SandboxPaused] != 1 || got[sandlotv1.SandboxFailed] != 0 || len(got) != 8 {
+		t.Fatalf("countPhases = %v", got)
+	}
+}
