@@ -227,7 +227,13 @@ func TestTimeouts(t *testing.T) {
 		}
 		return nil
 	})
-	sbxtest.SetPaused(t, k, "napper", false)
+	// Resumed with a longer timeout (as E2B's connect does): its 25 s count
+	// again from the resume, and a resume slowed by a loaded machine
+	// would expire before the test reads it.
+	resume := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":false,"timeoutSeconds":600}}`))
+	if err := k.Patch(ctx, &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "napper", Namespace: "default"}}, resume); err != nil {
+		t.Fatal(err)
+	}
 	resumed := sbxtest.WaitRunning(t, k, "napper")
 	if got := sbxtest.EnvdRun(t, k, resumed, sbxtest.ReadState); got != sbxtest.WantState || resumed.Status.SandboxID != sleeper.Status.SandboxID {
 		t.Fatalf("resumed %s with %q", resumed.Status.SandboxID, got)
