@@ -16,7 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -136,10 +135,7 @@ func (s *Server) waitUsable(ctx context.Context, name string, gen int64) (*sandl
 			return false, errorf(http.StatusInternalServerError, "sandbox %s failed to start: %s: %s",
 				sandlotv1.SandboxIDFor(sbx.UID), sbx.Status.Reason, sbx.Status.Message)
 		}
-		c := meta.FindStatusCondition(sbx.Status.Conditions, sandlotv1.ConditionVMReady)
-		ready := sbx.Status.Phase == sandlotv1.SandboxRunning && sbx.Status.PodIP != "" &&
-			c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration >= gen
-		return ready && s.token(ctx, sbx) != "", nil
+		return sbx.Usable(gen) && s.token(ctx, sbx) != "", nil
 	})
 	return sbx, err
 }

@@ -1,6 +1,9 @@
 package v1alpha1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 // SandboxSource names what a sandbox starts from: exactly one of a
 // Template (restore its base snapshot, or boot it) or a Snapshot (clone).
@@ -102,6 +105,15 @@ const (
 
 // Terminal reports whether nothing will be started for the sandbox again.
 func (p SandboxPhase) Terminal() bool { return p == SandboxFailed || p == SandboxTerminated }
+
+// Usable reports whether clients may use the sandbox: Running, with a pod
+// IP, and VMReady=True observed at minGeneration or later (a resume bumps
+// the generation, so an older VMReady is the VM that was paused).
+func (s *Sandbox) Usable(minGeneration int64) bool {
+	c := meta.FindStatusCondition(s.Status.Conditions, ConditionVMReady)
+	return s.Status.Phase == SandboxRunning && s.Status.PodIP != "" &&
+		c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration >= minGeneration
+}
 
 // SandboxStatus is the observed state of a Sandbox.
 type SandboxStatus struct {

@@ -1,0 +1,159 @@
+package kubectl
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+type createOptions struct {
+	template string
+	lifetime time.Duration
+	metadata []string
+	env      []string
+	waitFlags
+}
+
+func (r *root) createCmd() *cobra.Command {
+	o := &createOptions{}
+	cmd := &cobra.Command{
+		Use:   "create --template TEMPLATE [NAME]",
+		Short: "Create a sandbox from a template",
+		Example: "  kubectl sandlot create --template python my-sandbox --wait\n" +
+			"  kubectl sandlot create --template python --timeout 10m --metadata owner=me --env DEBUG=1",
+		Args:              args(0, 1, "at most one NAME (generated when omitted)"),
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE:              func(cmd *cobra.Command, args []string) error { return r.create(cmd, o, args) },
+	}
+	cmd.Flags().StringVar(&o.template, "template", "", "Template to start from (required)")
+	cmd.Flags().DurationVar(&o.lifetime, "timeout", 0, "the sandbox's lifetime, e.g. 10m (default: the template's)")
+	cmd.Flags().StringArrayVar(&o.metadata, "metadata", nil, "metadata key=value (repeatable)")
+	cmd.Flags().StringArrayVar(&o.env, "env", nil, "environment variable NAME=value (repeatable)")
+	o.waitFlags.add(cmd, "wait-timeout", "the sandbox is usable (Running, VMReady)")
+	_ = cmd.RegisterFlagCompletionFunc("template", r.completeTemplates)
+	return cmd
+}
+
+func (r *root) create(cmd *cobra.Command, o *createOptions, args []string) error {
+	sbx, err := o.sandbox(cmd, args)
+	if err != nil {
+		return err
+	}
+	if err := o.waitFlags.check(cmd); err != nil {
+		return err
+	}
+	s, err := r.session()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := o.waitFlags.context(cmd.Context())
+	defer cancel()
+	if err := s.get(ctx, "template", o.template, &sandlotv1.Template{}); err != nil {
+		return err
+	}
+	sbx.Namespace = s.ns
+	if err := s.c.Create(ctx, sbx); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("sandbox %s already exists in namespace %s", sbx.Name, s.ns)
+		}
+		return fmt.Errorf("create the sandbox: %w", err)
+	}
+	fmt.Fprintf(s.out, "sandbox/%s created (id %s)\n", sbx.Name, sandboxID(sbx))
+	if !o.wait {
+		return nil
+	}
+	return s.waitUsable(ctx, &o.waitFlags, map[string]int64{sbx.Name: sbx.Generation})
+}
+
+// sandbox is the Sandbox the flags describe (its namespace set later).
+func (o *createOptions) sandbox(cmd *cobra.Command, args []string) (*sandlotv1.Sandbox, error) {
+	if o.template == "" {
+		return nil, errUsage(cmd, "--template is required: the Template the sandbox starts from")
+	}
+	sbx := &sandlotv1.Sandbox{Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Template: o.template}}}
+	if len(args) == 1 {
+		sbx.Name = args[0]
+	} else {
+		sbx.GenerateName = o.template + "-"
+	}
+	if cmd.Flag("timeout").Changed {
+		secs, err := timeoutSeconds(o.lifetime)
+		if err != nil {
+			return nil, errUsage(cmd, "--timeout: %v", err)
+		}
+		sbx.Spec.TimeoutSeconds = ptr.To(secs)
+	}
+	var err error
+	if sbx.Spec.Metadata, err = parseMetadata(o.metadata); err != nil {
+		return nil, errUsage(cmd, "%v", err)
+	}
+	if sbx.Spec.Env, err = parseEnv(o.env); err != nil {
+		return nil, errUsage(cmd, "%v", err)
+	}
+	return sbx, nil
+}
+
+// maxTimeout is the Sandbox CRD's bound on spec.timeoutSeconds (30 days).
+const maxTimeout = 30 * 24 * time.Hour
+
+// timeoutSeconds rounds a lifetime up to whole seconds.
+func timeoutSeconds(d time.Duration) (int32, error) {
+	if d <= 0 || d > maxTimeout {
+		return 0, fmt.Errorf("%v is outside 1s..%v", d, maxTimeout)
+	}
+	return int32(math.Ceil(d.Seconds())), nil
+}
+
+func parseMetadata(pairs []string) (map[string]string, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, kv := range pairs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--metadata %q: expected key=value", kv)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// parseEnv keeps the order of first mention; a repeated name takes its
+// last value (the spec's env is a list keyed by name).
+func parseEnv(pairs []string) ([]sandlotv1.EnvVar, error) {
+	var env []sandlotv1.EnvVar
+	at := map[string]int{}
+	for _, kv := range pairs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !envName.MatchString(k) {
+			return nil, fmt.Errorf("--env %q: expected NAME=value, NAME of letters, digits and '_' not starting with a digit", kv)
+		}
+		if i, seen := at[k]; seen {
+			env[i].Value = v
+			continue
+		}
+		at[k] = len(env)
+		env = append(env, sandlotv1.EnvVar{Name: k, Value: v})
+	}
+	return env, nil
+}
+
+// newClone is a Sandbox restoring snapshot, named after it.
+func newClone(ns, snapshot string, metadata map[string]string) *sandlotv1.Sandbox {
+	return &sandlotv1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: snapshot + "-", Namespace: ns},
+		Spec:       sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Snapshot: snapshot}, Metadata: metadata},
+	}
+}

@@ -1,0 +1,255 @@
+package kubectl
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+func (r *root) pauseCmd() *cobra.Command {
+	w := &waitFlags{}
+	cmd := &cobra.Command{
+		Use:               "pause SANDBOX",
+		Short:             "Pause a sandbox: its VM state is kept in a PausedSandbox and its pod goes",
+		Example:           "  kubectl sandlot pause my-sandbox --wait",
+		Args:              args(1, 1, "exactly one SANDBOX"),
+		ValidArgsFunction: r.completeSandboxes,
+		RunE:              func(cmd *cobra.Command, args []string) error { return r.pause(cmd, w, args[0]) },
+	}
+	w.add(cmd, "timeout", "the sandbox is Paused")
+	return cmd
+}
+
+func (r *root) pause(cmd *cobra.Command, w *waitFlags, name string) error {
+	if err := w.check(cmd); err != nil {
+		return err
+	}
+	s, err := r.session()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := w.context(cmd.Context())
+	defer cancel()
+	sbx, err := s.sandbox(ctx, name)
+	if err != nil {
+		return err
+	}
+	if err := sandboxFailed(sbx); err != nil {
+		return err
+	}
+	if sbx.Spec.Paused {
+		fmt.Fprintf(s.out, "sandbox/%s is already paused (phase %s)\n", name, or(string(sbx.Status.Phase)))
+	} else {
+		if err := s.patchSpec(ctx, sbx, map[string]any{"paused": true}); err != nil {
+			return err
+		}
+		fmt.Fprintf(s.out, "sandbox/%s pausing\n", name)
+	}
+	if !w.wait {
+		return nil
+	}
+	if err := s.waitPaused(ctx, w, name, sbx.Generation); err != nil {
+		return err
+	}
+	return s.printPaused(ctx, name)
+}
+
+// waitPaused waits until the sandbox is Paused; a pause the controller
+// reports failed (for this generation) ends it with the reason.
+func (s *session) waitPaused(ctx context.Context, w *waitFlags, name string, gen int64) error {
+	return s.wait(ctx, w, "sandbox/"+name+" to be Paused", &sandlotv1.SandboxList{}, []string{name}, func(objs objects, p *progress) (bool, error) {
+		o, ok := objs[name]
+		if !ok {
+			return false, fmt.Errorf("sandbox %s was deleted while pausing", name)
+		}
+		sbx := o.(*sandlotv1.Sandbox)
+		p.show("sandbox/"+name, sandboxState(sbx))
+		switch {
+		case sandboxFailed(sbx) != nil:
+			return false, sandboxFailed(sbx)
+		case !sbx.Spec.Paused:
+			return false, fmt.Errorf("sandbox %s was resumed (spec.paused false) while pausing", name)
+		case sbx.Status.ObservedGeneration >= gen && sbx.Status.Reason == sandlotv1.ReasonPauseFailed:
+			return false, fmt.Errorf("pause of sandbox %s failed: %s", name, sbx.Status.Message)
+		}
+		return sbx.Status.Phase == sandlotv1.SandboxPaused, nil
+	})
+}
+
+// printPaused reports the PausedSandbox holding the paused state: where
+// it is and whether other nodes may resume it (remoteStatus).
+func (s *session) printPaused(ctx context.Context, name string) error {
+	ps := &sandlotv1.PausedSandbox{}
+	if err := s.get(ctx, "pausedsandbox", name, ps); err != nil {
+		return err
+	}
+	fmt.Fprintf(s.out, "sandbox/%s paused: pausedsandbox/%s on %s, %s\n", name, name, ps.Status.NodeName,
+		remoteNote(&ps.Status.DataStatus))
+	return nil
+}
+
+func (r *root) resumeCmd() *cobra.Command {
+	w := &waitFlags{}
+	cmd := &cobra.Command{
+		Use:               "resume SANDBOX",
+		Short:             "Resume a paused sandbox (same ID; on another node when its remoteStatus is Ready)",
+		Example:           "  kubectl sandlot resume my-sandbox --wait",
+		Args:              args(1, 1, "exactly one SANDBOX"),
+		ValidArgsFunction: r.completeSandboxes,
+		RunE:              func(cmd *cobra.Command, args []string) error { return r.resume(cmd, w, args[0]) },
+	}
+	w.add(cmd, "timeout", "the sandbox is usable (Running, VMReady)")
+	return cmd
+}
+
+func (r *root) resume(cmd *cobra.Command, w *waitFlags, name string) error {
+	if err := w.check(cmd); err != nil {
+		return err
+	}
+	s, err := r.session()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := w.context(cmd.Context())
+	defer cancel()
+	sbx, err := s.sandbox(ctx, name)
+	if err != nil {
+		return err
+	}
+	if err := sandboxFailed(sbx); err != nil {
+		return err
+	}
+	if !sbx.Spec.Paused {
+		fmt.Fprintf(s.out, "sandbox/%s is not paused (phase %s)\n", name, or(string(sbx.Status.Phase)))
+	} else {
+		ps := &sandlotv1.PausedSandbox{}
+		if err := s.c.Get(ctx, client.ObjectKeyFromObject(sbx), ps); err == nil {
+			fmt.Fprintf(s.out, "resuming sandbox/%s from pausedsandbox/%s on %s, %s\n", name, name, ps.Status.NodeName,
+				remoteNote(&ps.Status.DataStatus))
+		}
+		if err := s.patchSpec(ctx, sbx, map[string]any{"paused": false}); err != nil {
+			return err
+		}
+		fmt.Fprintf(s.out, "sandbox/%s resuming\n", name)
+	}
+	if !w.wait {
+		return nil
+	}
+	return s.waitUsable(ctx, w, map[string]int64{name: sbx.Generation})
+}
+
+type rollbackOptions struct {
+	to string
+	waitFlags
+}
+
+func (r *root) rollbackCmd() *cobra.Command {
+	o := &rollbackOptions{}
+	cmd := &cobra.Command{
+		Use:               "rollback SANDBOX --to SNAPSHOT",
+		Short:             "Restore a running sandbox in place from one of its own snapshots (same ID, same node)",
+		Example:           "  kubectl sandlot rollback my-sandbox --to before-upgrade --wait",
+		Args:              args(1, 1, "exactly one SANDBOX"),
+		ValidArgsFunction: r.completeSandboxes,
+		RunE:              func(cmd *cobra.Command, args []string) error { return r.rollback(cmd, o, args[0]) },
+	}
+	cmd.Flags().StringVar(&o.to, "to", "", "the Snapshot to roll back to (required; one taken of this sandbox)")
+	o.waitFlags.add(cmd, "timeout", "the node agent has rolled the sandbox back")
+	_ = cmd.RegisterFlagCompletionFunc("to", r.completeOwnSnapshots)
+	return cmd
+}
+
+func (r *root) rollback(cmd *cobra.Command, o *rollbackOptions, name string) error {
+	if o.to == "" {
+		return errUsage(cmd, "--to is required: the snapshot to roll back to")
+	}
+	if err := o.waitFlags.check(cmd); err != nil {
+		return err
+	}
+	s, err := r.session()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := o.waitFlags.context(cmd.Context())
+	defer cancel()
+	sbx, err := s.sandbox(ctx, name)
+	if err != nil {
+		return err
+	}
+	if err := snapshottable(sbx); err != nil {
+		return err
+	}
+	if _, err := s.snapshot(ctx, o.to); err != nil {
+		return err
+	}
+	// Whether the snapshot is the sandbox's own is the node agent's
+	// call: its refusal comes back through the RolledBack condition.
+	requestID, err := newRequestID()
+	if err != nil {
+		return err
+	}
+	if err := s.patchSpec(ctx, sbx, map[string]any{"rollback": map[string]any{"snapshot": o.to, "requestID": requestID}}); err != nil {
+		return err
+	}
+	fmt.Fprintf(s.out, "sandbox/%s rollback to snapshot/%s requested (request %s)\n", name, o.to, requestID)
+	if !o.wait {
+		return nil
+	}
+	return s.waitRolledBack(ctx, &o.waitFlags, sbx, o.to, requestID)
+}
+
+func newRequestID() (string, error) {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("draw a rollback request ID: %w", err)
+	}
+	return "kubectl-" + hex.EncodeToString(b), nil
+}
+
+// waitRolledBack waits until the agent records requestID as done; its
+// refusal or failure (RolledBack False for this generation or later)
+// ends the wait with the condition's message.
+func (s *session) waitRolledBack(ctx context.Context, w *waitFlags, sbx *sandlotv1.Sandbox, to, requestID string) error {
+	name, gen := sbx.Name, sbx.Generation
+	return s.wait(ctx, w, "sandbox/"+name+" to roll back", &sandlotv1.SandboxList{}, []string{name}, func(objs objects, p *progress) (bool, error) {
+		o, ok := objs[name]
+		if !ok {
+			return false, fmt.Errorf("sandbox %s was deleted during the rollback", name)
+		}
+		sbx := o.(*sandlotv1.Sandbox)
+		c := meta.FindStatusCondition(sbx.Status.Conditions, sandlotv1.ConditionRolledBack)
+		state := sandboxState(sbx)
+		if c != nil {
+			state += fmt.Sprintf(", RolledBack %s (%s, generation %d)", c.Status, c.Reason, c.ObservedGeneration)
+		}
+		p.show("sandbox/"+name, state)
+		switch {
+		case sbx.Status.LastRollbackRequestID == requestID:
+			fmt.Fprintf(s.out, "sandbox/%s rolled back to snapshot/%s%s\n", name, to, doneNote(c))
+			return true, nil
+		case c == nil || c.ObservedGeneration < gen:
+			return false, nil
+		case c.Reason == sandlotv1.ReasonRollbackRefused:
+			return false, fmt.Errorf("rollback of sandbox %s refused: %s", name, c.Message)
+		case c.Reason == sandlotv1.ReasonRollbackFailed:
+			return false, fmt.Errorf("rollback of sandbox %s failed: %s", name, c.Message)
+		}
+		return false, nil
+	})
+}
+
+// doneNote is the agent's message about a finished rollback.
+func doneNote(c *metav1.Condition) string {
+	if c == nil || c.Status != metav1.ConditionTrue || c.Message == "" {
+		return ""
+	}
+	return ": " + c.Message
+}
