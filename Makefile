@@ -10,7 +10,7 @@ K8S_VERSION ?= v1.37.2
 ENVTEST_ASSETS := $(SANDLOT_CACHE)/k8s/$(K8S_VERSION)
 CONTROLLER_GEN := go tool controller-gen
 BINARIES := sandlot-controller sandlot-agent sandlot-api sandlot-guest containerd-shim-sandlot-v2
-GENERATED := api config guest/envdpb shim/controlapi
+GENERATED := api config guest/envdpb shim/controlapi charts
 
 .PHONY: help
 help: ## Show the targets.
@@ -22,10 +22,16 @@ generate: ## Generate deepcopy code for api/, the envd Connect code for guest/ a
 	hack/protoc.sh
 
 .PHONY: manifests
-manifests: ## Generate CRDs and RBAC (controller, API) into config/.
+manifests: ## Generate CRDs and RBAC (controller, API) into config/, and the Helm chart's copies (plus the agent's RBAC).
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=sandlot-controller paths=./controllers/... output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) rbac:roleName=sandlot-api paths=./e2b/... output:rbac:artifacts:config=config/api
+	@# The Helm chart takes its CRDs and RBAC rules from the same output, never a hand copy.
+	$(CONTROLLER_GEN) rbac:roleName=sandlot-agent paths=./nodeagent/... output:rbac:artifacts:config=charts/sandlot/files/agent
+	rm -f charts/sandlot/crds/*.yaml
+	cp config/crd/bases/*.yaml charts/sandlot/crds/
+	cp config/rbac/role.yaml charts/sandlot/files/controller-role.yaml
+	cp config/api/role.yaml charts/sandlot/files/api-role.yaml
 
 .PHONY: build
 build: ## Build the binaries into bin/.
@@ -45,6 +51,10 @@ test: envtest-assets vm-assets cluster-bins minio-bins ## Every test: unit, envt
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/vm$$\|/test/shim$$\|/test/e2e$$\|/test/agent$$\|/test/lifecycle$$\|/test/e2b$$')
 	@# The VM, shim and cluster tests run QEMU guests under TCG on both cores: alone, one package at a time, after the rest.
 	go test -count=1 -p 1 -timeout 50m ./test/vm/ ./test/shim/ ./test/e2e/ ./test/agent/ ./test/lifecycle/ ./test/e2b/
+
+.PHONY: test-chart
+test-chart: ## The Helm chart (lint, renders per storage mode, schema, RBAC from config/) and the node installer; no cluster.
+	go test -count=1 ./test/chart/ ./nodeagent/install/ ./cmd/sandlot-agent/
 
 test-shim: vm-assets containerd-bins ## The shim under a real containerd (CRI, CNI bridge) with real QEMU: pods as VMs, snapshots, restarts, faults.
 	go test -count=1 -v -timeout 20m ./shim/... ./test/crienv/ ./test/shim/

@@ -1,6 +1,10 @@
 // Command sandlot-agent is sandlot's node agent: the node-side work for
 // the Snapshots and pause packages assigned to its node, the data its
 // shims restore from, and VMReady on its sandboxes.
+//
+//	sandlot-agent [flags]                          run the agent
+//	sandlot-agent install [flags] -- restart...    put the shim, guest assets and runtime on the node
+//	sandlot-agent uninstall [flags] -- restart...  take them off again
 package main
 
 import (
@@ -26,7 +30,21 @@ import (
 )
 
 func main() {
-	if err := run(ctrl.SetupSignalHandler()); err != nil {
+	ctx := ctrl.SetupSignalHandler()
+	sub := ""
+	if len(os.Args) > 1 {
+		sub = os.Args[1]
+	}
+	var err error
+	switch sub {
+	case "install":
+		err = installCmd(ctx, os.Args[2:])
+	case "uninstall":
+		err = uninstallCmd(ctx, os.Args[2:])
+	default:
+		err = run(ctx)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandlot-agent:", err)
 		os.Exit(1)
 	}
@@ -49,7 +67,7 @@ func (f *storeFlags) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&f.s3.Insecure, "s3-insecure", false, "s3: plain HTTP to a host:port endpoint")
 	fs.DurationVar(&f.s3.Deadline, "s3-upload-deadline", time.Hour, "s3: an upload that has not succeeded by then is Failed (nothing is deleted)")
 	fs.DurationVar(&f.s3.MaxBackoff, "s3-max-backoff", time.Minute, "s3: longest wait between upload attempts")
-	fs.StringVar(&f.juicefs.MountDir, "juicefs-dir", "", "juicefs: the JuiceFS CSI mount shared by the nodes")
+	fs.StringVar(&f.juicefs.MountDir, "juicefs-dir", "", "juicefs: the JuiceFS CSI mount shared by the nodes (a glob matching one directory, such as the kubelet's mount of the agent pod's PVC, is resolved at start)")
 	fs.StringVar(&f.juicefs.MetricsURL, "juicefs-metrics-url", "", "juicefs: the client's metrics endpoint (juicefs_staging_blocks)")
 	fs.StringVar(&f.juicefs.StagingDir, "juicefs-staging-dir", "", "juicefs: the client's <cache-dir>/<UUID>/rawstaging")
 }
@@ -71,6 +89,9 @@ func (f *storeFlags) open(ctx context.Context, node string) (st store.Store, sha
 		}
 		return s3, true, s3.Resume(ctx)
 	case "juicefs":
+		if f.juicefs.MountDir, err = resolveGlob(f.juicefs.MountDir); err != nil {
+			return nil, false, fmt.Errorf("--juicefs-dir: %w", err)
+		}
 		f.juicefs.Node, f.juicefs.Logf = node, logf("juicefs")
 		st, err = store.NewJuiceFS(f.juicefs)
 		return st, true, err
