@@ -16,9 +16,11 @@ import (
 // Fingerprint is what a snapshot taken on this node records, so the
 // controller restores it only on nodes that print the same: CPU model and
 // flags, QEMU version, accelerator. (The guest kernel is the same asset
-// on every node of a release; snapshots record none.)
-func Fingerprint(qemu string) (sandlotv1.Fingerprint, error) {
-	qv, err := vm.QEMUVersion(qemu)
+// on every node of a release; snapshots record none.) hostRoot is where
+// the node's / is mounted when the agent runs in a container ("" when it
+// runs on the node): QEMU is the node's.
+func Fingerprint(hostRoot, qemu string) (sandlotv1.Fingerprint, error) {
+	qv, err := vm.QEMUVersionIn(hostRoot, qemu)
 	if err != nil {
 		return sandlotv1.Fingerprint{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -251,16 +252,29 @@ var (
 )
 
 // QEMUVersion is the version `qemu --version` prints, cached per binary.
-func QEMUVersion(bin string) (string, error) {
+func QEMUVersion(bin string) (string, error) { return QEMUVersionIn("", bin) }
+
+// QEMUVersionIn is QEMUVersion of the QEMU of the root filesystem at root
+// ("" is this one): run chrooted there, with that system's libraries —
+// how a node agent in a container reads its node's QEMU (the node's / is
+// mounted in the container).
+func QEMUVersionIn(root, bin string) (string, error) {
 	if bin == "" {
 		bin = "qemu-system-x86_64"
 	}
-	if v, ok := qemuVersions.Load(bin); ok {
+	key := root + "\x00" + bin
+	if v, ok := qemuVersions.Load(key); ok {
 		return v.(string), nil
 	}
-	out, err := exec.Command(bin, "--version").Output()
+	cmd := exec.Command(bin, "--version")
+	if root != "" {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+		cmd.Dir = "/"
+	}
+	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("%s --version (is qemu-system-x86 installed?): %w", bin, err)
+		return "", fmt.Errorf("%s --version in %q (is qemu-system-x86 installed?): %w", bin, root, err)
 	}
 	first, _, _ := strings.Cut(string(out), "\n")
 	v, ok := strings.CutPrefix(first, versionPattern)
@@ -268,7 +282,7 @@ func QEMUVersion(bin string) (string, error) {
 		return "", fmt.Errorf("%s --version: unexpected %q", bin, first)
 	}
 	v, _, _ = strings.Cut(v, " ")
-	qemuVersions.Store(bin, v)
+	qemuVersions.Store(key, v)
 	return v, nil
 }
 

@@ -446,16 +446,19 @@ func norm(s string) string {
 }
 
 // TestRenderWithoutInstall: nodes provisioned some other way get no init
-// container, no uninstall hook, no host root and no host PID namespace.
+// container, no uninstall hook and no host PID namespace; the host root
+// stays, read for the node's QEMU version (--host-root).
 func TestRenderWithoutInstall(t *testing.T) {
 	var ds appsv1.DaemonSet
 	objs := render(t, map[string]any{"agent": map[string]any{"install": map[string]any{"enabled": false}}})
 	objs.into(t, "DaemonSet", "sandlot-agent", &ds)
 	spec := ds.Spec.Template.Spec
 	agent := spec.Containers[0]
-	if len(spec.InitContainers) != 0 || agent.Lifecycle != nil || spec.HostPID || hostPathOf(&ds, agent, "/host") != "" {
-		t.Errorf("init %v, lifecycle %v, hostPID %v, /host %q: want none", spec.InitContainers, agent.Lifecycle, spec.HostPID,
-			hostPathOf(&ds, agent, "/host"))
+	if len(spec.InitContainers) != 0 || agent.Lifecycle != nil || spec.HostPID {
+		t.Errorf("init %v, lifecycle %v, hostPID %v: want none", spec.InitContainers, agent.Lifecycle, spec.HostPID)
+	}
+	if got := hostPathOf(&ds, agent, "/host"); got != "/" || !slices.Contains(agent.Args, "--host-root=/host") {
+		t.Errorf("/host %q, args %v: want the node's / with --host-root=/host", got, agent.Args)
 	}
 	if _, ok := objs[key("Role", "sandlot-agent-uninstall")]; ok {
 		t.Error("uninstall Role without an uninstall hook")
