@@ -42,9 +42,11 @@ type TemplateSpec struct {
 
 	// WarmPool is how many VMs each node keeps restored from the base
 	// snapshot and paused, ready for new sandboxes of this template to
-	// claim (no pod start); 0 keeps none.
+	// claim (no pod start); 0 keeps none. A paused pool VM holds ~45 MiB
+	// of host memory (an idle 192 MiB TCG guest sharing its base), so the
+	// bound is what a large node holds, not what a small one should.
 	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=64
+	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	WarmPool int32 `json:"warmPool,omitempty"`
 	// TimeoutSeconds is the default lifetime of a sandbox of this template.
