@@ -9,7 +9,9 @@ export SANDLOT_CACHE
 K8S_VERSION ?= v1.37.2
 ENVTEST_ASSETS := $(SANDLOT_CACHE)/k8s/$(K8S_VERSION)
 CONTROLLER_GEN := go tool controller-gen
-BINARIES := sandlot-controller sandlot-agent sandlot-api sandlot-guest containerd-shim-sandlot-v2
+BINARIES := sandlot-controller sandlot-agent sandlot-api sandlot-guest containerd-shim-sandlot-v2 kubectl-sandlot
+# The images' tag: the Helm chart's appVersion.
+APP_VERSION := $(shell awk '/^appVersion:/ { gsub(/"/, "", $$2); print $$2 }' charts/sandlot/Chart.yaml)
 GENERATED := api config guest/envdpb shim/controlapi charts
 
 .PHONY: help
@@ -48,9 +50,14 @@ vm-assets: ## Build the guest kernel, initramfs and base disks into the cache (r
 
 .PHONY: test
 test: envtest-assets vm-assets cluster-bins minio-bins ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), store (real MinIO), shim (real containerd + CNI + QEMU), e2e and agent (real two-node clusters).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/vm$$\|/test/shim$$\|/test/e2e$$\|/test/agent$$\|/test/lifecycle$$\|/test/e2b$$')
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/release$$\|/test/vm$$\|/test/shim$$\|/test/e2e$$\|/test/agent$$\|/test/lifecycle$$\|/test/e2b$$')
 	@# The VM, shim and cluster tests run QEMU guests under TCG on both cores: alone, one package at a time, after the rest.
 	go test -count=1 -p 1 -timeout 50m ./test/vm/ ./test/shim/ ./test/e2e/ ./test/agent/ ./test/lifecycle/ ./test/e2b/
+
+.PHONY: image
+image: build vm-assets ## Build the sandlot images (controller, API, agent) as OCI archives in bin/images/, without Docker.
+	source $(SANDLOT_CACHE)/vm/current.env && go run ./hack/images -bin bin -kernel "$$SANDLOT_VM_KERNEL" \
+		-initrd "$$SANDLOT_VM_INITRD" -tag $(APP_VERSION) -o bin/images
 
 .PHONY: test-chart
 test-chart: ## The Helm chart (lint, renders per storage mode, schema, RBAC from config/) and the node installer; no cluster.
@@ -107,7 +114,7 @@ cluster-bins: containerd-bins ## Build etcd and the Kubernetes components (apise
 	K8S_VERSION=$(K8S_VERSION) hack/k8s-bins.sh kube-controller-manager kube-scheduler kubelet kube-proxy
 
 .PHONY: up
-up: build cluster-bins vm-assets ## A local cluster running sandlot (NODES=2 for two nodes); idempotent. Prints the kubeconfig.
+up: build image cluster-bins vm-assets minio-bins ## A local cluster running sandlot, installed with its Helm chart (s3 store on a local MinIO) (NODES=2 for two nodes); idempotent. Prints the kubeconfig.
 	go build -o bin/sandlot-cluster ./hack/cluster
 	bin/sandlot-cluster up -nodes $${NODES:-1}
 
@@ -122,6 +129,10 @@ test-agent: cluster-bins vm-assets minio-bins ## The node agent and the s3 store
 .PHONY: test-lifecycle
 test-lifecycle: cluster-bins vm-assets ## Templates that build their base snapshot and sandboxes that restore it, warm pools, fork, rollback, timeouts, template failures, on a real two-node cluster.
 	go test -count=1 -v -timeout 30m ./test/lifecycle/
+
+.PHONY: e2e
+e2e: ## End to end on a running `NODES=2 make up` cluster: kubectl sandlot, cross-node resume, the E2B SDK through the chart's Service, metrics, restarts, helm upgrade and uninstall.
+	go test -count=1 -v -timeout 40m ./test/release/
 
 .PHONY: test-e2b
 test-e2b: cluster-bins vm-assets ## sandlot-api (the E2B REST facade and sandbox proxy) driven by the real e2b and @e2b/code-interpreter SDKs on a real two-node cluster, in both proxy modes.

@@ -50,16 +50,22 @@ func init() {
 
 // startObserved is what a status change says about a start: which
 // histogram (create or resume), the source and the time it took; ok
-// false when the change is no start. A start is the first reconcile that
-// sees phase Running, so a restarted controller counts none twice.
+// false when the change is no start. A create is the sandbox's first run
+// (no startedAt before); a resume, the first run of a pod started after
+// the last resume. Nothing else counts — a rollback's flap, a restarted
+// controller seeing a Running sandbox — so each is counted once.
 func startObserved(old, cur *sandlotv1.Sandbox, now time.Time) (resume bool, source string, took time.Duration, ok bool) {
 	if old.Status.Phase == sandlotv1.SandboxRunning || cur.Status.Phase != sandlotv1.SandboxRunning {
 		return false, "", 0, false
 	}
-	if old.Status.Phase == sandlotv1.SandboxResuming && cur.Status.LastResumedAt != nil {
-		return true, "", now.Sub(cur.Status.LastResumedAt.Time), true
+	resumed, started := cur.Status.LastResumedAt, old.Status.StartedAt
+	switch {
+	case started == nil:
+		return false, startSource(cur), now.Sub(cur.CreationTimestamp.Time), true
+	case resumed != nil && started.Before(resumed):
+		return true, "", now.Sub(resumed.Time), true
 	}
-	return false, startSource(cur), now.Sub(cur.CreationTimestamp.Time), true
+	return false, "", 0, false
 }
 
 // startSource names how a sandbox started.

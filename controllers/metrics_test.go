@@ -29,6 +29,8 @@ func TestStartObserved(t *testing.T) {
 	clone := func(s *sandlotv1.Sandbox) { s.Spec.Source = sandlotv1.SandboxSource{Snapshot: "snap"} }
 	builder := func(s *sandlotv1.Sandbox) { s.Annotations[sandlotv1.AnnotationBaseOf] = "python" }
 	resumedAt := func(s *sandlotv1.Sandbox) { s.Status.LastResumedAt = &metav1.Time{Time: resumed} }
+	ranBefore := func(s *sandlotv1.Sandbox) { s.Status.StartedAt = &metav1.Time{Time: created.Add(time.Second)} }
+	ranAfter := func(s *sandlotv1.Sandbox) { s.Status.StartedAt = &metav1.Time{Time: resumed.Add(time.Second)} }
 	for _, tc := range []struct {
 		name     string
 		old, cur *sandlotv1.Sandbox
@@ -41,7 +43,10 @@ func TestStartObserved(t *testing.T) {
 		{"warm pool claim", sbx(sandlotv1.SandboxStarting), sbx(sandlotv1.SandboxRunning, claimed), true, false, StartPool, now.Sub(created)},
 		{"clone of a snapshot", sbx(sandlotv1.SandboxPending), sbx(sandlotv1.SandboxRunning, clone), true, false, StartSnapshot, now.Sub(created)},
 		{"base builder", sbx(sandlotv1.SandboxStarting), sbx(sandlotv1.SandboxRunning, builder), true, false, StartCold, now.Sub(created)},
-		{"resume", sbx(sandlotv1.SandboxResuming, resumedAt), sbx(sandlotv1.SandboxRunning, resumedAt), true, true, "", 700 * time.Millisecond},
+		{"resume", sbx(sandlotv1.SandboxResuming, resumedAt, ranBefore), sbx(sandlotv1.SandboxRunning, resumedAt, ranAfter), true, true, "", 700 * time.Millisecond},
+		{"resume placed on another node", sbx(sandlotv1.SandboxStarting, resumedAt, ranBefore), sbx(sandlotv1.SandboxRunning, resumedAt, ranAfter), true, true, "", 700 * time.Millisecond},
+		{"a flap after the resume: no count", sbx(sandlotv1.SandboxStarting, resumedAt, ranAfter), sbx(sandlotv1.SandboxRunning, resumedAt, ranAfter), false, false, "", 0},
+		{"a flap of a sandbox never resumed: no count", sbx(sandlotv1.SandboxStarting, ranBefore), sbx(sandlotv1.SandboxRunning, ranBefore), false, false, "", 0},
 		{"still running: no second count", sbx(sandlotv1.SandboxRunning), sbx(sandlotv1.SandboxRunning), false, false, "", 0},
 		{"not running yet", sbx(sandlotv1.SandboxPending), sbx(sandlotv1.SandboxStarting), false, false, "", 0},
 		{"failed", sbx(sandlotv1.SandboxStarting), sbx(sandlotv1.SandboxFailed), false, false, "", 0},

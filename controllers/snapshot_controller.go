@@ -232,11 +232,12 @@ func (r *SnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // snapshotsOf maps a Sandbox to the Snapshots taken from it (waiting for
-// it to run) and the one it restores from (held while it exists).
+// it to run) and the ones it restores from (held while it exists): its
+// source, or its template's base snapshot.
 func (r *SnapshotReconciler) snapshotsOf(ctx context.Context, o client.Object) []reconcile.Request {
 	sbx := o.(*sandlotv1.Sandbox)
 	var reqs []reconcile.Request
-	if s := sbx.Spec.Source.Snapshot; s != "" {
+	for _, s := range append(nonEmpty(sbx.Spec.Source.Snapshot), nonEmpty(sbx.Status.BaseSnapshot)...) {
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: sbx.Namespace, Name: s}})
 	}
 	list := &sandlotv1.SnapshotList{}

@@ -129,9 +129,11 @@ func baseRevision(tpl *sandlotv1.Template) string {
 }
 
 // baseName names a node's builder Sandbox and base Snapshot for a
-// revision: a DNS label, stable across reconciles.
+// revision: a DNS label, stable across reconciles. The template's UID is
+// in it: a template deleted and made again under its name never takes
+// the previous one's objects (still going away) for its own.
 func baseName(tpl *sandlotv1.Template, node string) string {
-	sum := sha256.Sum256([]byte(node))
+	sum := sha256.Sum256([]byte(string(tpl.UID) + "/" + node))
 	return fmt.Sprintf("%s-base-%s-%s", shortName(tpl.Name), baseRevision(tpl), hex.EncodeToString(sum[:3]))
 }
 

@@ -95,8 +95,14 @@ func TestBaseCondition(t *testing.T) {
 
 func TestBaseName(t *testing.T) {
 	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: "a-very-long-template-name-that-goes-on-and-on-for-ever-x", Generation: 12}}
+	tpl.UID = "11111111-2222-3333-4444-555555555555"
 	a, b := baseName(tpl, "node-1"), baseName(tpl, "node-2")
 	if a == b || len(a) > 63 || a != baseName(tpl, "node-1") {
 		t.Fatalf("names %q %q: want distinct, stable DNS labels", a, b)
+	}
+	again := tpl.DeepCopy() // deleted and made again under the same name
+	again.UID = "66666666-2222-3333-4444-555555555555"
+	if baseName(again, "node-1") == a {
+		t.Fatalf("a new template of the same name reuses %q: it would take the old one's snapshot", a)
 	}
 }

@@ -258,6 +258,13 @@ func (s *Server) killSandbox(_ http.ResponseWriter, r *http.Request) (int, any, 
 		}
 		return 0, nil, kubeError("delete the sandbox", err)
 	}
+	// Answered once the cache shows it going: a second kill right after
+	// must find it gone (404), as E2B's does.
+	_ = s.kube.waitFor(r.Context(), 10*time.Second, "deletion of "+r.PathValue("id"), func() (bool, *apiError) {
+		cur := &sandlotv1.Sandbox{}
+		err := s.kube.Get(r.Context(), client.ObjectKeyFromObject(sbx), cur)
+		return apierrors.IsNotFound(err) || (err == nil && (cur.UID != sbx.UID || cur.DeletionTimestamp != nil)), nil
+	})
 	return http.StatusNoContent, nil, nil
 }
 

@@ -266,11 +266,9 @@ func QEMUVersionIn(root, bin string) (string, error) {
 	if v, ok := qemuVersions.Load(key); ok {
 		return v.(string), nil
 	}
-	cmd := exec.Command(bin, "--version")
-	if root != "" {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
-		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-		cmd.Dir = "/"
+	cmd, err := RootCommand(root, bin, "--version")
+	if err != nil {
+		return "", err
 	}
 	out, err := cmd.Output()
 	if err != nil {
@@ -300,4 +298,34 @@ func DiskSHA256(disk string) (string, error) {
 	}
 	_ = os.WriteFile(disk+".sha256", []byte(sum+"\n"), 0o400) // a cache: a read-only dir just recomputes
 	return sum, nil
+}
+
+// rootPATH is where RootCommand looks for a program in another root.
+var rootPATH = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+// RootCommand is a command run chrooted in root ("" is this root) with
+// that system's programs and libraries: a container with a node's / at
+// root runs the node's own QEMU or systemctl. The program is looked up
+// in root's PATH directories, not this one's.
+func RootCommand(root, name string, args ...string) (*exec.Cmd, error) {
+	if root == "" {
+		return exec.Command(name, args...), nil
+	}
+	path := name
+	if !strings.Contains(name, "/") {
+		path = ""
+		for _, dir := range rootPATH {
+			if fi, err := os.Stat(filepath.Join(root, dir, name)); err == nil && fi.Mode()&0o111 != 0 {
+				path = filepath.Join(dir, name)
+				break
+			}
+		}
+		if path == "" {
+			return nil, fmt.Errorf("%s: not found in %s's %s", name, root, strings.Join(rootPATH, ":"))
+		}
+	}
+	cmd := &exec.Cmd{Path: path, Args: append([]string{name}, args...), Dir: "/",
+		Env:         []string{"PATH=" + strings.Join(rootPATH, ":")},
+		SysProcAttr: &syscall.SysProcAttr{Chroot: root}}
+	return cmd, nil
 }

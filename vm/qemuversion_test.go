@@ -23,3 +23,20 @@ func TestQEMUVersionIn(t *testing.T) {
 		t.Fatal("an empty root has no QEMU, yet a version came back")
 	}
 }
+
+// TestRootCommand: a program is found in the other root's PATH and run
+// there; one that root lacks is a clear error.
+func TestRootCommand(t *testing.T) {
+	root := t.TempDir()
+	if _, err := RootCommand(root, "qemu-system-x86_64"); err == nil {
+		t.Fatal("found a program in an empty root")
+	}
+	cmd, err := RootCommand("/", "sh", "-c", "echo $PATH")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.Output()
+	if err != nil || len(out) == 0 {
+		t.Fatalf("sh in / : %q, %v", out, err)
+	}
+}

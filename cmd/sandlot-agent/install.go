@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandlot-dev/sandlot/nodeagent/install"
+	"github.com/sandlot-dev/sandlot/vm"
 )
 
 // installFlags are the install and uninstall subcommands' flags: every
@@ -73,20 +73,31 @@ func (f *installFlags) options(restart []string) (install.Options, error) {
 		return o, errors.New("--containerd-dropin needs the command that restarts containerd after --")
 	}
 	o.Containerd = &install.Containerd{ConfigPath: f.ctrConfig, DropInPath: f.dropIn, RuntimePath: f.runtimePath,
-		Restart: func(ctx context.Context) error { return runRestart(ctx, restart) }}
+		Restart: func(ctx context.Context) error { return runRestart(ctx, o.HostRoot, restart) }}
 	return o, nil
 }
 
 // restartTimeout bounds a containerd restart.
 const restartTimeout = 2 * time.Minute
 
-func runRestart(ctx context.Context, argv []string) error {
+// runRestart runs argv chrooted in the host's root, with the host's
+// binaries (systemctl reaches the host's systemd through its /run; the
+// pod has the host's PID namespace): the agent image needs none of them.
+func runRestart(ctx context.Context, hostRoot string, argv []string) error {
 	ctx, cancel := context.WithTimeout(ctx, restartTimeout)
 	defer cancel()
-	fmt.Println("restarting containerd:", strings.Join(argv, " "))
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	fmt.Printf("restarting containerd: %s (in %s)\n", strings.Join(argv, " "), hostRoot)
+	cmd, err := vm.RootCommand(hostRoot, argv[0], argv[1:]...)
+	if err != nil {
+		return err
+	}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = cmd.Process.Kill() }) // the bound
+	defer stop()
+	if err := cmd.Wait(); err != nil {
 		return fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
 	}
 	return nil

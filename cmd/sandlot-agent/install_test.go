@@ -20,7 +20,7 @@ func TestInstallFlags(t *testing.T) {
 		return f, fs.Args()
 	}
 	f, rest := parse("--sandlot-root=/var/tmp/up/$(NODE_NAME)/sandlot", "--kernel=/var/tmp/up/$(NODE_NAME)/vm/vmlinux",
-		"--containerd-dropin=/etc/containerd/conf.d/sandlot.toml", "--", "nsenter", "-t", "1", "systemctl", "restart", "containerd")
+		"--containerd-dropin=/etc/containerd/conf.d/sandlot.toml", "--", "systemctl", "restart", "containerd")
 	o, err := f.options(rest)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -22,6 +26,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/crienv"
@@ -33,13 +39,15 @@ func main() {
 	nodes := fs.Int("nodes", envInt("NODES", 1), "nodes (1 or 2)")
 	bin := fs.String("bin", filepath.Join(cluster.RepoRoot(), "bin"), "directory with sandlot-controller and containerd-shim-sandlot-v2")
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: cluster up|down|serve [flags]")
+		fmt.Fprintln(os.Stderr, "usage: cluster up|down|serve [flags] | restart-containerd NODE")
 		os.Exit(2)
 	}
 	_ = fs.Parse(os.Args[2:])
 	d := daemon{dir: *dir, nodes: *nodes, bin: *bin}
 	var err error
 	switch os.Args[1] {
+	case "restart-containerd":
+		err = d.restartContainerd(fs.Arg(0))
 	case "up":
 		err = d.up()
 	case "down":
@@ -47,7 +55,7 @@ func main() {
 	case "serve":
 		err = d.serve()
 	default:
-		err = fmt.Errorf("unknown command %q: want up, down or serve", os.Args[1])
+		err = fmt.Errorf("unknown command %q: want up, down, serve or restart-containerd", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cluster:", err)
@@ -61,11 +69,12 @@ type daemon struct {
 	bin   string
 }
 
-func (d daemon) pidFile() string    { return filepath.Join(d.dir, "cluster.pid") }
-func (d daemon) readyFile() string  { return filepath.Join(d.dir, "ready") }
-func (d daemon) logFile() string    { return filepath.Join(d.dir, "cluster.log") }
-func (d daemon) apiKeyFile() string { return filepath.Join(d.dir, "api-key") }
-func (d daemon) apiURLFile() string { return filepath.Join(d.dir, "api-url") }
+func (d daemon) pidFile() string       { return filepath.Join(d.dir, "cluster.pid") }
+func (d daemon) readyFile() string     { return filepath.Join(d.dir, "ready") }
+func (d daemon) logFile() string       { return filepath.Join(d.dir, "cluster.log") }
+func (d daemon) controlSocket() string { return filepath.Join(d.dir, "control.sock") }
+func (d daemon) apiKeyFile() string    { return filepath.Join(d.dir, "api-key") }
+func (d daemon) apiURLFile() string    { return filepath.Join(d.dir, "api-url") }
 
 // running is the daemon's PID when it is alive.
 func (d daemon) running() int {
@@ -165,18 +174,69 @@ kubeconfig: %[2]s
 	return nil
 }
 
-// startAPI runs sandlot-api (the E2B API) with a fresh key, written to
-// apiKeyFile; the SDKs' default templates resolve to the quickstart's.
-func (d daemon) startAPI(ctx context.Context, c *cluster.Cluster) error {
-	url, err := c.StartAPI("--default-template=python")
+// recordAPI writes where the chart's sandlot-api (the E2B API) answers —
+// its Service, which kube-proxy routes on this host — and its generated
+// key to apiURLFile and apiKeyFile.
+func (d daemon) recordAPI(ctx context.Context, c *cluster.Cluster) error {
+	cs, err := c.Clientset()
 	if err != nil {
 		return err
 	}
-	key, err := c.IssueAPIKey(ctx)
+	svc, err := cs.CoreV1().Services(cluster.ReleaseNamespace).Get(ctx, "sandlot-api", metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the API's Service: %w", err)
+	}
+	keys, err := cs.CoreV1().Secrets("default").Get(ctx, "sandlot-api-keys", metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the API's keys: %w", err)
+	}
+	var key []byte
+	for _, v := range keys.Data {
+		key = v
+	}
+	url := fmt.Sprintf("http://%s:%d", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port)
+	return errors.Join(os.WriteFile(d.apiKeyFile(), append(key, '\n'), 0o600), os.WriteFile(d.apiURLFile(), []byte(url+"\n"), 0o644))
+}
+
+// serveControl answers requests of other processes (tests) to act on the
+// cluster it runs, over controlSocket: POST /containerd/restart?node=N.
+func (d daemon) serveControl(t crienv.T, c *cluster.Cluster) error {
+	_ = os.Remove(d.controlSocket())
+	l, err := net.Listen("unix", d.controlSocket())
 	if err != nil {
 		return err
 	}
-	return errors.Join(os.WriteFile(d.apiKeyFile(), []byte(key+"\n"), 0o600), os.WriteFile(d.apiURLFile(), []byte(url+"\n"), 0o644))
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /containerd/restart", func(w http.ResponseWriter, r *http.Request) {
+		if err := c.RestartContainerd(r.URL.Query().Get("node")); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close(); _ = os.Remove(d.controlSocket()) })
+	return nil
+}
+
+// restartContainerd asks the running cluster to restart a node's containerd.
+func (d daemon) restartContainerd(node string) error {
+	if node == "" {
+		return errors.New("usage: cluster restart-containerd NODE")
+	}
+	hc := http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", d.controlSocket())
+	}}}
+	resp, err := hc.Post("http://cluster/containerd/restart?node="+url.QueryEscape(node), "", nil)
+	if err != nil {
+		return fmt.Errorf("is a cluster running (%s)? %w", d.controlSocket(), err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("restart containerd on %s: %s", node, strings.TrimSpace(string(msg)))
+	}
+	fmt.Printf("containerd on %s restarted\n", node)
+	return nil
 }
 
 // serve runs the cluster until SIGTERM or SIGINT, then undoes it.
@@ -192,8 +252,11 @@ func (d daemon) serve() error {
 	}
 	before := cluster.SnapshotHost()
 	err := crienv.Run("cluster", func(t crienv.T) {
-		c := cluster.Start(t, cluster.Options{Dir: d.dir, Nodes: d.nodes, BinDir: d.bin, Logf: logf})
-		if err := d.startAPI(ctx, c); err != nil {
+		c := cluster.Start(t, cluster.Options{Dir: d.dir, Nodes: d.nodes, BinDir: d.bin, Logf: logf, Chart: true, MinIO: true})
+		if err := d.recordAPI(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.serveControl(t, c); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(d.readyFile(), nil, 0o644); err != nil {

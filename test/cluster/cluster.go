@@ -54,6 +54,15 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// AgentArgs are extra flags for every node agent.
 	AgentArgs []string
+	// Chart installs sandlot through charts/sandlot (images from
+	// BinDir/images, `make image`, imported into each node) instead of
+	// running its processes on the host: what `make up` runs. Node
+	// directories are then named after their nodes (the agent DaemonSet
+	// finds its node's by $(NODE_NAME)), so Dir must be short.
+	Chart bool
+	// MinIO runs a MinIO server on the API bridge (pods reach it) as the
+	// s3 store every node shares: a chart cluster's cross-node store.
+	MinIO bool
 }
 
 // S3Store is an S3-compatible endpoint the node agents share.
@@ -104,6 +113,7 @@ func Start(t crienv.T, o Options) *Cluster {
 		{"host checks", c.preflight},
 		{"pki", c.pki},
 		{"api bridge", c.bridge},
+		{"minio", c.minio},
 		{"etcd", c.etcd},
 		{"kube-apiserver", c.apiserver},
 		{"service route", c.serviceRoute},

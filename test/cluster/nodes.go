@@ -73,7 +73,7 @@ func (c *Cluster) nodes(t crienv.T) error {
 }
 
 func (c *Cluster) startNode(t crienv.T, i int, assets vmtest.Env) (*Node, error) {
-	n := &Node{Name: nodeName(i), IP: c.nodeIP(i), dir: filepath.Join(c.Dir, fmt.Sprintf("n%d", i))}
+	n := &Node{Name: nodeName(i), IP: c.nodeIP(i), dir: filepath.Join(c.Dir, c.nodeDirName(i))}
 	if err := os.RemoveAll(filepath.Join(n.dir, "kubelet")); err != nil { // a fresh node each start
 		return nil, err
 	}
@@ -244,6 +244,9 @@ func (c *Cluster) waitServiceAccount() error {
 
 // resources installs sandlot's CRDs and RuntimeClass.
 func (c *Cluster) resources(crienv.T) error {
+	if c.Chart {
+		return nil // the chart's
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, k := range []string{"config/crd", "config/runtimeclass"} {
@@ -258,8 +261,11 @@ func (c *Cluster) resources(crienv.T) error {
 // sandlotController runs the controller from BinDir against the cluster,
 // and a node agent per node.
 func (c *Cluster) sandlotController(t crienv.T) error {
-	if c.NoController {
+	switch {
+	case c.NoController:
 		return nil
+	case c.Chart:
+		return c.installChart(t)
 	}
 	p, err := c.start(t, "sandlot-controller", filepath.Join(c.BinDir, "sandlot-controller"),
 		// A TCG guest idles at ~1 % of a core: the local cluster overcommits.

@@ -31,6 +31,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -975,11 +976,43 @@ func rmdirTree(root string) error {
 		return err
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := unix.Rmdir(dirs[i]); err != nil && !errors.Is(err, unix.ENOENT) {
+		if err := rmdirCgroup(dirs[i]); err != nil {
 			return fmt.Errorf("rmdir %s: %w", dirs[i], err)
 		}
 	}
 	return nil
+}
+
+// rmdirCgroup removes one cgroup, retrying while it is busy: a process
+// left in it (a container whose runtime died before it) is killed, and a
+// cgroup whose last process just exited is released by the kernel a
+// moment later.
+func rmdirCgroup(dir string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := unix.Rmdir(dir)
+		switch {
+		case err == nil || errors.Is(err, unix.ENOENT):
+			return nil
+		case !errors.Is(err, unix.EBUSY) || time.Now().After(deadline):
+			return fmt.Errorf("%w (processes in it: %v)", err, killCgroupProcs(dir))
+		}
+		killCgroupProcs(dir)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// killCgroupProcs SIGKILLs the processes in a cgroup and returns them.
+func killCgroupProcs(dir string) []int {
+	data, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	var pids []int
+	for _, f := range strings.Fields(string(data)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			_ = unix.Kill(pid, unix.SIGKILL)
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // cleanCNICache removes libcni's cached results for our pods (normally

@@ -80,13 +80,17 @@ func Start(t testing.TB) *Server {
 }
 
 // StartIn is Start with its data and log under dir.
-func StartIn(t T, dir string) *Server {
+func StartIn(t T, dir string) *Server { return StartOn(t, dir, "127.0.0.1") }
+
+// StartOn is StartIn listening on ip: an address pods reach (a cluster's
+// bridge), not only this host.
+func StartOn(t T, dir, ip string) *Server {
 	t.Helper()
 	bin := Binary()
 	if fi, err := os.Stat(bin); err != nil || fi.Mode()&0o111 == 0 {
 		t.Fatalf("minio: server binary %s missing: run hack/minio-bins.sh", bin)
 	}
-	s := &Server{t: t, bin: bin, dataDir: filepath.Join(dir, "data"), Endpoint: freeAddr(t), console: freeAddr(t)}
+	s := &Server{t: t, bin: bin, dataDir: filepath.Join(dir, "data"), Endpoint: freeAddr(t, ip), console: freeAddr(t, ip)}
 	s.logPath = filepath.Join(dir, "minio.log")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatalf("minio: %v", err)
@@ -100,8 +104,8 @@ func StartIn(t T, dir string) *Server {
 // freeAddr picks a free port; MinIO binds it right after, and the
 // console gets one too (the default :9001 collides between test
 // packages running in parallel).
-func freeAddr(t T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freeAddr(t T, ip string) string {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		t.Fatalf("minio: free port: %v", err)
 	}

@@ -1,0 +1,160 @@
+package cluster
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/test/minio"
+)
+
+// The Helm release a Chart cluster installs.
+const (
+	ReleaseName      = "sandlot"
+	ReleaseNamespace = "sandlot-system"
+)
+
+// ImageNames are the images `make image` writes as <BinDir>/images/<name>.tar.
+var ImageNames = []string{"sandlot-controller", "sandlot-api", "sandlot-agent"}
+
+// imageRepository is the images' repository prefix (hack/images, the chart's defaults).
+const imageRepository = "docker.io/sandlot/"
+
+// installChart imports the images into every node's containerd and
+// installs charts/sandlot with the local cluster's values, waiting until
+// every component is ready.
+func (c *Cluster) installChart(t crienv.T) error {
+	ch, err := LoadChart()
+	if err != nil {
+		return err
+	}
+	for _, n := range c.Nodes {
+		for _, name := range ImageNames {
+			archive := filepath.Join(c.BinDir, "images", name+".tar")
+			if _, err := os.Stat(archive); err != nil {
+				return fmt.Errorf("%w: run `make image`", err)
+			}
+			n.CRI.ImportArchive(t, archive, imageRepository+name+":"+ch.AppVersion())
+		}
+	}
+	cfg, err := HelmConfig(c.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	install := action.NewInstall(cfg)
+	install.ReleaseName, install.Namespace, install.CreateNamespace = ReleaseName, ReleaseNamespace, true
+	install.Wait, install.Timeout = true, 3*time.Minute
+	if _, err := install.Run(ch, c.ChartValues()); err != nil {
+		return fmt.Errorf("helm install %s: %w", ReleaseName, err)
+	}
+	return nil
+}
+
+// HelmConfig is a Helm action configuration for a cluster's release
+// namespace, as kubeconfig's user.
+func HelmConfig(kubeconfig string) (*action.Configuration, error) {
+	flags := genericclioptions.NewConfigFlags(false)
+	kc, ns := kubeconfig, ReleaseNamespace
+	flags.KubeConfig, flags.Namespace = &kc, &ns
+	cfg := new(action.Configuration)
+	if err := cfg.Init(flags, ns, "secret", func(format string, v ...any) {}); err != nil {
+		return nil, fmt.Errorf("helm: %w", err)
+	}
+	return cfg, nil
+}
+
+// LoadChart loads charts/sandlot from this checkout.
+func LoadChart() (*chart.Chart, error) {
+	ch, err := loader.Load(filepath.Join(RepoRoot(), "charts", "sandlot"))
+	if err != nil {
+		return nil, fmt.Errorf("load the chart: %w", err)
+	}
+	return ch, nil
+}
+
+// ChartValues are the local cluster's chart values: images imported
+// (never pulled), the runtime registered by the harness (no install
+// step), node paths under each node's directory ($(NODE_NAME)), the
+// local cluster's CPU overcommit, and the store (local, or S3).
+func (c *Cluster) ChartValues() map[string]any {
+	image := map[string]any{"pullPolicy": "Never"}
+	nodeDir := filepath.Join(c.Dir, "$(NODE_NAME)")
+	v := map[string]any{
+		"controller": map[string]any{"image": image, "cpuPerVCPU": "10m"},
+		"api":        map[string]any{"image": image, "defaultTemplate": "python"},
+		"agent": map[string]any{"image": image, "registerRuntime": false,
+			"install": map[string]any{"enabled": false}},
+		"node": map[string]any{"dataDir": nodeDir, "runDir": filepath.Join(nodeDir, "sandlot"),
+			"storeDir": filepath.Join(nodeDir, "store")},
+		"storage": map[string]any{"mode": "local"},
+	}
+	if s := c.S3; s != nil {
+		v["storage"] = map[string]any{"mode": "s3", "s3": map[string]any{"endpoint": s.Endpoint, "bucket": s.Bucket,
+			"region": s.Region, "insecure": true, "accessKeyID": s.AccessKey, "secretAccessKey": s.SecretKey}}
+	}
+	return v
+}
+
+// minio starts the store's MinIO on the API bridge when asked.
+func (c *Cluster) minio(t crienv.T) error {
+	if !c.MinIO {
+		return nil
+	}
+	srv := minio.StartOn(t, filepath.Join(c.Dir, "minio"), c.apiIP)
+	c.S3 = &S3Store{Endpoint: srv.Endpoint, Bucket: srv.Bucket, AccessKey: minio.AccessKey, SecretKey: minio.SecretKey,
+		Region: minio.Region}
+	return nil
+}
+
+// nodeDirName is a node's directory under Dir: its name when the chart
+// installs sandlot (the agent DaemonSet finds it by $(NODE_NAME)), else
+// a short n<i> (unix socket paths under test directories stay short).
+func (c *Cluster) nodeDirName(i int) string {
+	if c.Chart {
+		return nodeName(i)
+	}
+	return fmt.Sprintf("n%d", i)
+}
+
+// RestartContainerd kills a node's containerd and starts it again (its
+// shims and VMs keep running), as a node's runtime upgrade would. It
+// lives as long as the cluster.
+func (c *Cluster) RestartContainerd(node string) (err error) {
+	n, err := c.node(node)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		switch r := recover().(type) {
+		case nil:
+		case fatal:
+			err = r
+		default:
+			panic(r)
+		}
+	}()
+	n.CRI.Restart(panicT{logf: c.logf})
+	return nil
+}
+
+// panicT is a crienv.T outside any test: a fatal failure panics with a
+// fatal, which RestartContainerd recovers into its error.
+type panicT struct{ logf func(string, ...any) }
+
+type fatal struct{ error }
+
+func (panicT) Helper()                             {}
+func (panicT) Cleanup(func())                      {}
+func (panicT) Failed() bool                        { return false }
+func (panicT) Name() string                        { return "cluster" }
+func (p panicT) Logf(format string, args ...any)   { p.logf(format, args...) }
+func (p panicT) Errorf(format string, args ...any) { p.logf(format, args...) }
+func (panicT) Fatal(args ...any)                   { panic(fatal{fmt.Errorf("%s", fmt.Sprint(args...))}) }
+func (panicT) Fatalf(format string, args ...any)   { panic(fatal{fmt.Errorf(format, args...)}) }
