@@ -2,11 +2,13 @@ package controllers
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -81,16 +83,48 @@ func startSource(sbx *sandlotv1.Sandbox) string {
 	return StartTemplate
 }
 
-// observeStart records a status change that is a start.
+// observeStart records a status change that is a start, once: a
+// reconcile of a cached copy that lags the controller's own write sees
+// the same change again.
 func observeStart(old, cur *sandlotv1.Sandbox, now time.Time) {
 	resume, source, took, ok := startObserved(old, cur, now)
-	switch {
-	case !ok:
-	case resume:
+	if !ok || !counted.first(cur, resume) {
+		return
+	}
+	if resume {
 		resumeSeconds.Observe(took.Seconds())
-	default:
+	} else {
 		createSeconds.WithLabelValues(source).Observe(took.Seconds())
 	}
+}
+
+// startsSeen remembers, per sandbox, the last start counted: "create" or
+// the resume's time. forget drops a sandbox once it is gone.
+type startsSeen struct {
+	mu   sync.Mutex
+	last map[types.UID]string
+}
+
+var counted = &startsSeen{last: map[types.UID]string{}}
+
+func (s *startsSeen) first(sbx *sandlotv1.Sandbox, resume bool) bool {
+	key := "create"
+	if resume {
+		key = sbx.Status.LastResumedAt.UTC().Format(time.RFC3339Nano)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last[sbx.UID] == key {
+		return false
+	}
+	s.last[sbx.UID] = key
+	return true
+}
+
+func (s *startsSeen) forget(uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.last, uid)
 }
 
 // stateCollector reports, at each scrape, sandboxes by phase and warm pool

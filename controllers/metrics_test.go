@@ -5,6 +5,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
@@ -67,5 +68,28 @@ func TestCountPhases(t *testing.T) {
 	got := countPhases(items)
 	if got[sandlotv1.SandboxRunning] != 2 || got[sandlotv1.SandboxPaused] != 1 || got[sandlotv1.SandboxFailed] != 0 || len(got) != 8 {
 		t.Fatalf("countPhases = %v", got)
+	}
+}
+
+// TestStartCountedOnce: the same start seen again (a reconcile of a
+// cached copy that lags the controller's own write) is not counted twice;
+// a later resume is.
+func TestStartCountedOnce(t *testing.T) {
+	seen := &startsSeen{last: map[types.UID]string{}}
+	sbx := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{UID: "u1"}}
+	if !seen.first(sbx, false) || seen.first(sbx, false) {
+		t.Fatal("a create counted other than once")
+	}
+	sbx.Status.LastResumedAt = &metav1.Time{Time: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}
+	if !seen.first(sbx, true) || seen.first(sbx, true) {
+		t.Fatal("a resume counted other than once")
+	}
+	sbx.Status.LastResumedAt = &metav1.Time{Time: sbx.Status.LastResumedAt.Add(time.Minute)}
+	if !seen.first(sbx, true) {
+		t.Fatal("the next resume not counted")
+	}
+	seen.forget(sbx.UID)
+	if len(seen.last) != 0 {
+		t.Fatal("a gone sandbox still remembered")
 	}
 }

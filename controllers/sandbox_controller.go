@@ -169,6 +169,7 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandlotv1.Sandbox
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, err
 	}
 	r.assumed.forget(types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Name})
+	counted.forget(sbx.UID)
 	controllerutil.RemoveFinalizer(sbx, sandlotv1.FinalizerSandboxVM)
 	if err := r.Update(ctx, sbx); client.IgnoreNotFound(err) != nil {
 		return ctrl.Result{}, fmt.Errorf("remove finalizer of sandbox %s: %w", sbx.Name, err)

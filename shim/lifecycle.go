@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
@@ -103,7 +104,7 @@ func stage(ctx context.Context, socket string, ann map[string]string) (string, f
 	ctx, cancel := context.WithTimeout(ctx, stageTimeout)
 	defer cancel()
 	c := stageapi.NewClient(socket)
-	resp, err := c.Stage(ctx, req)
+	resp, err := stageWaitingForAgent(ctx, c, req)
 	switch {
 	case errors.Is(err, stageapi.ErrNotFound):
 		return "", nil, fmt.Errorf("%w: restore %s %s: %w", errdefs.ErrNotFound, req.Kind, req.UID, err)
@@ -114,6 +115,33 @@ func stage(ctx context.Context, socket string, ann map[string]string) (string, f
 	}
 	release := func() { _ = c.Release(context.Background(), resp.Token) }
 	return resp.Dir, release, nil
+}
+
+// agentWait bounds how long a restore waits for a node agent that is not
+// listening (restarting: a DaemonSet's pod being replaced).
+const agentWait = 90 * time.Second
+
+// stageWaitingForAgent asks the agent, again while its socket is missing
+// or refuses connections, so a restore during an agent restart waits for
+// it instead of failing the pod.
+func stageWaitingForAgent(ctx context.Context, c *stageapi.Client, req stageapi.StageRequest) (stageapi.StageResponse, error) {
+	deadline := time.Now().Add(agentWait)
+	for {
+		resp, err := c.Stage(ctx, req)
+		if err == nil || !agentAbsent(err) || time.Now().After(deadline) {
+			return resp, err
+		}
+		select {
+		case <-ctx.Done():
+			return resp, err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// agentAbsent: nothing listens on the agent's socket.
+func agentAbsent(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // restoreSource checks a snapshot can start this container: it exists
