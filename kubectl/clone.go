@@ -37,36 +37,34 @@ func (r *root) cloneCmd() *cobra.Command {
 	return cmd
 }
 
-func (r *root) clone(cmd *cobra.Command, o *cloneOptions, source string) error {
+// check bounds --count before the wait flags' own check.
+func (o *cloneOptions) check(cmd *cobra.Command) error {
 	if o.count < 1 || o.count > maxClones {
 		return errUsage(cmd, "--count %d is outside 1..%d", o.count, maxClones)
 	}
-	if err := o.waitFlags.check(cmd); err != nil {
-		return err
-	}
-	s, err := r.session()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := o.waitFlags.context(cmd.Context())
-	defer cancel()
-	snap, metadata, err := s.cloneSource(ctx, &o.waitFlags, source)
-	if err != nil {
-		return err
-	}
-	gens := map[string]int64{}
-	for range o.count {
-		sbx := newClone(s.ns, snap, metadata)
-		if err := s.c.Create(ctx, sbx); err != nil {
-			return fmt.Errorf("create clone %d of %d from snapshot %s: %w", len(gens)+1, o.count, snap, err)
+	return o.waitFlags.check(cmd)
+}
+
+func (r *root) clone(cmd *cobra.Command, o *cloneOptions, source string) error {
+	return r.begin(cmd, o, func(ctx context.Context, s *session) error {
+		snap, metadata, err := s.cloneSource(ctx, &o.waitFlags, source)
+		if err != nil {
+			return err
 		}
-		gens[sbx.Name] = sbx.Generation
-		fmt.Fprintf(s.out, "sandbox/%s created from snapshot/%s (id %s)\n", sbx.Name, snap, sandboxID(sbx))
-	}
-	if !o.wait {
-		return nil
-	}
-	return s.waitUsable(ctx, &o.waitFlags, gens)
+		gens := map[string]int64{}
+		for range o.count {
+			sbx := newClone(s.ns, snap, metadata)
+			if err := s.c.Create(ctx, sbx); err != nil {
+				return fmt.Errorf("create clone %d of %d from snapshot %s: %w", len(gens)+1, o.count, snap, err)
+			}
+			gens[sbx.Name] = sbx.Generation
+			fmt.Fprintf(s.out, "sandbox/%s created from snapshot/%s (id %s)\n", sbx.Name, snap, sandboxID(sbx))
+		}
+		if !o.wait {
+			return nil
+		}
+		return s.waitUsable(ctx, &o.waitFlags, gens)
+	})
 }
 
 // cloneSource resolves the argument of clone to a snapshot name, taking

@@ -1,6 +1,7 @@
 package kubectl
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"regexp"
@@ -48,30 +49,23 @@ func (r *root) create(cmd *cobra.Command, o *createOptions, args []string) error
 	if err != nil {
 		return err
 	}
-	if err := o.waitFlags.check(cmd); err != nil {
-		return err
-	}
-	s, err := r.session()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := o.waitFlags.context(cmd.Context())
-	defer cancel()
-	if err := s.get(ctx, "template", o.template, &sandlotv1.Template{}); err != nil {
-		return err
-	}
-	sbx.Namespace = s.ns
-	if err := s.c.Create(ctx, sbx); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("sandbox %s already exists in namespace %s", sbx.Name, s.ns)
+	return r.begin(cmd, o, func(ctx context.Context, s *session) error {
+		if err := s.get(ctx, "template", o.template, &sandlotv1.Template{}); err != nil {
+			return err
 		}
-		return fmt.Errorf("create the sandbox: %w", err)
-	}
-	fmt.Fprintf(s.out, "sandbox/%s created (id %s)\n", sbx.Name, sandboxID(sbx))
-	if !o.wait {
-		return nil
-	}
-	return s.waitUsable(ctx, &o.waitFlags, map[string]int64{sbx.Name: sbx.Generation})
+		sbx.Namespace = s.ns
+		if err := s.c.Create(ctx, sbx); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("sandbox %s already exists in namespace %s", sbx.Name, s.ns)
+			}
+			return fmt.Errorf("create the sandbox: %w", err)
+		}
+		fmt.Fprintf(s.out, "sandbox/%s created (id %s)\n", sbx.Name, sandboxID(sbx))
+		if !o.wait {
+			return nil
+		}
+		return s.waitUsable(ctx, &o.waitFlags, map[string]int64{sbx.Name: sbx.Generation})
+	})
 }
 
 // sandbox is the Sandbox the flags describe (its namespace set later).

@@ -124,15 +124,7 @@ func TestSnapshotWaitEndsAtReadyWithRemoteStatus(t *testing.T) {
 	f.running(t, f.sandbox(t, ns, "box", nil), "node-1", "10.0.0.2")
 
 	cmd := f.start(ns, "snapshot", "box", "--wait")
-	var snap *sandlotv1.Snapshot
-	eventually(t, "a snapshot exists", func() bool {
-		list := &sandlotv1.SnapshotList{}
-		f.list(t, ns, list)
-		if len(list.Items) == 1 {
-			snap = &list.Items[0]
-		}
-		return snap != nil
-	})
+	snap := f.onlySnapshot(t, ns, "a snapshot exists")
 	if !strings.HasPrefix(snap.Name, "box-") {
 		t.Errorf("generated snapshot name %q", snap.Name)
 	}
@@ -197,15 +189,7 @@ func TestCloneFromSandboxSnapshotsFirstAndWaits(t *testing.T) {
 	f.running(t, parent, "node-1", "10.0.0.2")
 
 	cmd := f.start(ns, "clone", "sandbox/parent", "--count", "2", "--wait")
-	var snap *sandlotv1.Snapshot
-	eventually(t, "a snapshot of the parent exists", func() bool {
-		list := &sandlotv1.SnapshotList{}
-		f.list(t, ns, list)
-		if len(list.Items) == 1 {
-			snap = &list.Items[0]
-		}
-		return snap != nil
-	})
+	snap := f.onlySnapshot(t, ns, "a snapshot of the parent exists")
 	if snap.Spec.Source.Sandbox != "parent" {
 		t.Errorf("snapshot source %+v", snap.Spec.Source)
 	}

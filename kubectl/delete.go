@@ -31,33 +31,26 @@ func (r *root) deleteCmd() *cobra.Command {
 // delete deletes every named sandbox it can; the missing ones are
 // reported together at the end.
 func (r *root) delete(cmd *cobra.Command, w *waitFlags, names []string) error {
-	if err := w.check(cmd); err != nil {
-		return err
-	}
-	s, err := r.session()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := w.context(cmd.Context())
-	defer cancel()
-	var errs []error
-	var deleted []string
-	for _, name := range names {
-		sbx := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns}}
-		switch err := s.c.Delete(ctx, sbx); {
-		case apierrors.IsNotFound(err):
-			errs = append(errs, &notFoundError{"sandbox", name, s.ns})
-		case err != nil:
-			errs = append(errs, fmt.Errorf("delete sandbox %s: %w", name, err))
-		default:
-			deleted = append(deleted, name)
-			fmt.Fprintf(s.out, "sandbox/%s deleted\n", name)
+	return r.begin(cmd, w, func(ctx context.Context, s *session) error {
+		var errs []error
+		var deleted []string
+		for _, name := range names {
+			sbx := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns}}
+			switch err := s.c.Delete(ctx, sbx); {
+			case apierrors.IsNotFound(err):
+				errs = append(errs, &notFoundError{"sandbox", name, s.ns})
+			case err != nil:
+				errs = append(errs, fmt.Errorf("delete sandbox %s: %w", name, err))
+			default:
+				deleted = append(deleted, name)
+				fmt.Fprintf(s.out, "sandbox/%s deleted\n", name)
+			}
 		}
-	}
-	if w.wait && len(deleted) > 0 {
-		errs = append(errs, s.waitGone(ctx, w, deleted))
-	}
-	return errors.Join(errs...)
+		if w.wait && len(deleted) > 0 {
+			errs = append(errs, s.waitGone(ctx, w, deleted))
+		}
+		return errors.Join(errs...)
+	})
 }
 
 // waitGone waits until none of the sandboxes exists any more (their

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -44,6 +45,40 @@ func (r *root) session() (*session, error) {
 		return nil, fmt.Errorf("connect to the API server: %w", err)
 	}
 	return &session{c: c, cfg: cfg, ns: ns, out: r.streams.Out, errOut: r.streams.ErrOut}, nil
+}
+
+// begin is the start every command that can --wait shares: it checks the
+// flags before connecting (a usage error needs no cluster), connects, and
+// runs the rest within the wait's bound.
+func (r *root) begin(cmd *cobra.Command, w waiter, run func(ctx context.Context, s *session) error) error {
+	if err := w.check(cmd); err != nil {
+		return err
+	}
+	s, err := r.session()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := w.context(cmd.Context())
+	defer cancel()
+	return run(ctx, s)
+}
+
+// sandboxRun is what a command does to the one sandbox it is given.
+type sandboxRun func(ctx context.Context, s *session, sbx *sandlotv1.Sandbox) error
+
+// onSandbox is begin for a command on one sandbox: run gets it read, and
+// never one that failed or is being deleted (no command acts on those).
+func (r *root) onSandbox(cmd *cobra.Command, w waiter, name string, run sandboxRun) error {
+	return r.begin(cmd, w, func(ctx context.Context, s *session) error {
+		sbx, err := s.sandbox(ctx, name)
+		if err != nil {
+			return err
+		}
+		if err := sandboxFailed(sbx); err != nil {
+			return err
+		}
+		return run(ctx, s, sbx)
+	})
 }
 
 // get reads the named object of kind (a word for messages) from the

@@ -16,50 +16,48 @@ import (
 
 func (r *root) pauseCmd() *cobra.Command {
 	w := &waitFlags{}
-	cmd := &cobra.Command{
-		Use:               "pause SANDBOX",
-		Short:             "Pause a sandbox: its VM state is kept in a PausedSandbox and its pod goes",
-		Example:           "  kubectl sandlot pause my-sandbox --wait",
-		Args:              args(1, 1, "exactly one SANDBOX"),
-		ValidArgsFunction: r.completeSandboxes,
-		RunE:              func(cmd *cobra.Command, args []string) error { return r.pause(cmd, w, args[0]) },
-	}
+	cmd := r.sandboxCmd(&cobra.Command{
+		Use:     "pause SANDBOX",
+		Short:   "Pause a sandbox: its VM state is kept in a PausedSandbox and its pod goes",
+		Example: "  kubectl sandlot pause my-sandbox --wait",
+	}, w, func(ctx context.Context, s *session, sbx *sandlotv1.Sandbox) error {
+		return s.pause(ctx, w, sbx)
+	})
 	w.add(cmd, "timeout", "the sandbox is Paused")
 	return cmd
 }
 
-func (r *root) pause(cmd *cobra.Command, w *waitFlags, name string) error {
-	if err := w.check(cmd); err != nil {
+// pause asks for sbx to be paused and, with --wait, says where its
+// state went once it is.
+func (s *session) pause(ctx context.Context, w *waitFlags, sbx *sandlotv1.Sandbox) error {
+	if err := s.setPaused(ctx, sbx, true); err != nil {
 		return err
-	}
-	s, err := r.session()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := w.context(cmd.Context())
-	defer cancel()
-	sbx, err := s.sandbox(ctx, name)
-	if err != nil {
-		return err
-	}
-	if err := sandboxFailed(sbx); err != nil {
-		return err
-	}
-	if sbx.Spec.Paused {
-		fmt.Fprintf(s.out, "sandbox/%s is already paused (phase %s)\n", name, or(string(sbx.Status.Phase)))
-	} else {
-		if err := s.patchSpec(ctx, sbx, map[string]any{"paused": true}); err != nil {
-			return err
-		}
-		fmt.Fprintf(s.out, "sandbox/%s pausing\n", name)
 	}
 	if !w.wait {
 		return nil
 	}
-	if err := s.waitPaused(ctx, w, name, sbx.Generation); err != nil {
+	if err := s.waitPaused(ctx, w, sbx.Name, sbx.Generation); err != nil {
 		return err
 	}
-	return s.printPaused(ctx, name)
+	return s.printPaused(ctx, sbx.Name)
+}
+
+// setPaused sets spec.paused unless it is so already: asking twice is no
+// error (the command says so, and --wait still waits).
+func (s *session) setPaused(ctx context.Context, sbx *sandlotv1.Sandbox, paused bool) error {
+	already, doing := "not paused", "resuming"
+	if paused {
+		already, doing = "already paused", "pausing"
+	}
+	if sbx.Spec.Paused == paused {
+		fmt.Fprintf(s.out, "sandbox/%s is %s (phase %s)\n", sbx.Name, already, or(string(sbx.Status.Phase)))
+		return nil
+	}
+	if err := s.patchSpec(ctx, sbx, map[string]any{"paused": paused}); err != nil {
+		return err
+	}
+	fmt.Fprintf(s.out, "sandbox/%s %s\n", sbx.Name, doing)
+	return nil
 }
 
 // waitPaused waits until the sandbox is Paused; a pause the controller
@@ -84,66 +82,49 @@ func (s *session) waitPaused(ctx context.Context, w *waitFlags, name string, gen
 	})
 }
 
-// printPaused reports the PausedSandbox holding the paused state: where
-// it is and whether other nodes may resume it (remoteStatus).
+// printPaused reports the PausedSandbox holding the paused state.
 func (s *session) printPaused(ctx context.Context, name string) error {
 	ps := &sandlotv1.PausedSandbox{}
 	if err := s.get(ctx, "pausedsandbox", name, ps); err != nil {
 		return err
 	}
-	fmt.Fprintf(s.out, "sandbox/%s paused: pausedsandbox/%s on %s, %s\n", name, name, ps.Status.NodeName,
-		remoteNote(&ps.Status.DataStatus))
+	fmt.Fprintf(s.out, "sandbox/%s paused: %s\n", name, pausedNote(ps))
 	return nil
+}
+
+// pausedNote says where a paused state is and whether other nodes may
+// resume it (remoteStatus).
+func pausedNote(ps *sandlotv1.PausedSandbox) string {
+	return fmt.Sprintf("pausedsandbox/%s on %s, %s", ps.Name, ps.Status.NodeName, remoteNote(&ps.Status.DataStatus))
 }
 
 func (r *root) resumeCmd() *cobra.Command {
 	w := &waitFlags{}
-	cmd := &cobra.Command{
-		Use:               "resume SANDBOX",
-		Short:             "Resume a paused sandbox (same ID; on another node when its remoteStatus is Ready)",
-		Example:           "  kubectl sandlot resume my-sandbox --wait",
-		Args:              args(1, 1, "exactly one SANDBOX"),
-		ValidArgsFunction: r.completeSandboxes,
-		RunE:              func(cmd *cobra.Command, args []string) error { return r.resume(cmd, w, args[0]) },
-	}
+	cmd := r.sandboxCmd(&cobra.Command{
+		Use:     "resume SANDBOX",
+		Short:   "Resume a paused sandbox (same ID; on another node when its remoteStatus is Ready)",
+		Example: "  kubectl sandlot resume my-sandbox --wait",
+	}, w, func(ctx context.Context, s *session, sbx *sandlotv1.Sandbox) error {
+		return s.resume(ctx, w, sbx)
+	})
 	w.add(cmd, "timeout", "the sandbox is usable (Running, VMReady)")
 	return cmd
 }
 
-func (r *root) resume(cmd *cobra.Command, w *waitFlags, name string) error {
-	if err := w.check(cmd); err != nil {
-		return err
+// resume asks for sbx to run again, saying first where a paused one
+// resumes from (its PausedSandbox, when there is one to read).
+func (s *session) resume(ctx context.Context, w *waitFlags, sbx *sandlotv1.Sandbox) error {
+	ps := &sandlotv1.PausedSandbox{}
+	if sbx.Spec.Paused && s.c.Get(ctx, client.ObjectKeyFromObject(sbx), ps) == nil {
+		fmt.Fprintf(s.out, "resuming sandbox/%s from %s\n", sbx.Name, pausedNote(ps))
 	}
-	s, err := r.session()
-	if err != nil {
+	if err := s.setPaused(ctx, sbx, false); err != nil {
 		return err
-	}
-	ctx, cancel := w.context(cmd.Context())
-	defer cancel()
-	sbx, err := s.sandbox(ctx, name)
-	if err != nil {
-		return err
-	}
-	if err := sandboxFailed(sbx); err != nil {
-		return err
-	}
-	if !sbx.Spec.Paused {
-		fmt.Fprintf(s.out, "sandbox/%s is not paused (phase %s)\n", name, or(string(sbx.Status.Phase)))
-	} else {
-		ps := &sandlotv1.PausedSandbox{}
-		if err := s.c.Get(ctx, client.ObjectKeyFromObject(sbx), ps); err == nil {
-			fmt.Fprintf(s.out, "resuming sandbox/%s from pausedsandbox/%s on %s, %s\n", name, name, ps.Status.NodeName,
-				remoteNote(&ps.Status.DataStatus))
-		}
-		if err := s.patchSpec(ctx, sbx, map[string]any{"paused": false}); err != nil {
-			return err
-		}
-		fmt.Fprintf(s.out, "sandbox/%s resuming\n", name)
 	}
 	if !w.wait {
 		return nil
 	}
-	return s.waitUsable(ctx, w, map[string]int64{name: sbx.Generation})
+	return s.waitUsable(ctx, w, map[string]int64{sbx.Name: sbx.Generation})
 }
 
 type rollbackOptions struct {
@@ -151,39 +132,32 @@ type rollbackOptions struct {
 	waitFlags
 }
 
+// check wants --to first: without it there is nothing to do.
+func (o *rollbackOptions) check(cmd *cobra.Command) error {
+	if o.to == "" {
+		return errUsage(cmd, "--to is required: the snapshot to roll back to")
+	}
+	return o.waitFlags.check(cmd)
+}
+
 func (r *root) rollbackCmd() *cobra.Command {
 	o := &rollbackOptions{}
-	cmd := &cobra.Command{
-		Use:               "rollback SANDBOX --to SNAPSHOT",
-		Short:             "Restore a running sandbox in place from one of its own snapshots (same ID, same node)",
-		Example:           "  kubectl sandlot rollback my-sandbox --to before-upgrade --wait",
-		Args:              args(1, 1, "exactly one SANDBOX"),
-		ValidArgsFunction: r.completeSandboxes,
-		RunE:              func(cmd *cobra.Command, args []string) error { return r.rollback(cmd, o, args[0]) },
-	}
+	cmd := r.sandboxCmd(&cobra.Command{
+		Use:     "rollback SANDBOX --to SNAPSHOT",
+		Short:   "Restore a running sandbox in place from one of its own snapshots (same ID, same node)",
+		Example: "  kubectl sandlot rollback my-sandbox --to before-upgrade --wait",
+	}, o, func(ctx context.Context, s *session, sbx *sandlotv1.Sandbox) error {
+		return s.rollback(ctx, o, sbx)
+	})
 	cmd.Flags().StringVar(&o.to, "to", "", "the Snapshot to roll back to (required; one taken of this sandbox)")
 	o.waitFlags.add(cmd, "timeout", "the node agent has rolled the sandbox back")
 	_ = cmd.RegisterFlagCompletionFunc("to", r.completeOwnSnapshots)
 	return cmd
 }
 
-func (r *root) rollback(cmd *cobra.Command, o *rollbackOptions, name string) error {
-	if o.to == "" {
-		return errUsage(cmd, "--to is required: the snapshot to roll back to")
-	}
-	if err := o.waitFlags.check(cmd); err != nil {
-		return err
-	}
-	s, err := r.session()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := o.waitFlags.context(cmd.Context())
-	defer cancel()
-	sbx, err := s.sandbox(ctx, name)
-	if err != nil {
-		return err
-	}
+// rollback asks the node agent to restore sbx from snapshot o.to, under
+// a fresh request ID by which the agent reports it done.
+func (s *session) rollback(ctx context.Context, o *rollbackOptions, sbx *sandlotv1.Sandbox) error {
 	if err := snapshottable(sbx); err != nil {
 		return err
 	}
@@ -199,7 +173,7 @@ func (r *root) rollback(cmd *cobra.Command, o *rollbackOptions, name string) err
 	if err := s.patchSpec(ctx, sbx, map[string]any{"rollback": map[string]any{"snapshot": o.to, "requestID": requestID}}); err != nil {
 		return err
 	}
-	fmt.Fprintf(s.out, "sandbox/%s rollback to snapshot/%s requested (request %s)\n", name, o.to, requestID)
+	fmt.Fprintf(s.out, "sandbox/%s rollback to snapshot/%s requested (request %s)\n", sbx.Name, o.to, requestID)
 	if !o.wait {
 		return nil
 	}

@@ -22,15 +22,7 @@ func TestPauseWaitReportsThePausedSandbox(t *testing.T) {
 		s.Status.Phase, s.Status.Reason, s.Status.Message = sandlotv1.SandboxPausing, sandlotv1.ReasonPausing, "waiting for the node agent to save the VM"
 	})
 	cmd.shows(t, "sandbox/box: phase Pausing on node-1, Pausing: waiting for the node agent to save the VM")
-	ps := &sandlotv1.PausedSandbox{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: ns},
-		Spec: sandlotv1.PausedSandboxSpec{SandboxID: sandboxID(sbx), NodeName: "node-1", PodName: "box-pod"}}
-	if err := f.c.Create(t.Context(), ps); err != nil {
-		t.Fatal(err)
-	}
-	setStatus(t, f, ps, func(p *sandlotv1.PausedSandbox) {
-		p.Status.Phase, p.Status.NodeName, p.Status.RemoteStatus = sandlotv1.DataReady, "node-1", sandlotv1.RemoteInProgress
-		p.Status.TotalBytes = 300 << 20
-	})
+	f.pausedSandbox(t, sbx, "node-1", sandlotv1.RemoteInProgress, 300<<20)
 	setStatus(t, f, sbx, func(s *sandlotv1.Sandbox) {
 		s.Status.Phase, s.Status.Reason, s.Status.PodIP = sandlotv1.SandboxPaused, sandlotv1.ReasonPaused, ""
 	})
@@ -74,14 +66,7 @@ func TestResumeWaitNeedsVMReadyOfTheNewGeneration(t *testing.T) {
 		s.Status.Phase, s.Status.NodeName = sandlotv1.SandboxPaused, "node-1"
 		setVMReady(s, metav1.ConditionTrue, s.Generation) // the VM from before the pause
 	})
-	ps := &sandlotv1.PausedSandbox{ObjectMeta: metav1.ObjectMeta{Name: "box", Namespace: ns},
-		Spec: sandlotv1.PausedSandboxSpec{SandboxID: sandboxID(sbx), NodeName: "node-1", PodName: "box-pod"}}
-	if err := f.c.Create(t.Context(), ps); err != nil {
-		t.Fatal(err)
-	}
-	setStatus(t, f, ps, func(p *sandlotv1.PausedSandbox) {
-		p.Status.Phase, p.Status.NodeName, p.Status.RemoteStatus = sandlotv1.DataReady, "node-1", sandlotv1.RemoteReady
-	})
+	f.pausedSandbox(t, sbx, "node-1", sandlotv1.RemoteReady, 0)
 	oldGen := sbx.Generation
 
 	cmd := f.start(ns, "resume", "box", "--wait")

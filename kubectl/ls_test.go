@@ -44,15 +44,7 @@ func lsWorld(t *testing.T, f *fixture, ns string) (running *sandlotv1.Sandbox) {
 	})
 	paused := f.sandbox(t, ns, "gamma", func(s *sandlotv1.Sandbox) { s.Spec.Paused = true })
 	setStatus(t, f, paused, func(s *sandlotv1.Sandbox) { s.Status.Phase = sandlotv1.SandboxPaused })
-	ps := &sandlotv1.PausedSandbox{ObjectMeta: metav1.ObjectMeta{Name: "gamma", Namespace: ns},
-		Spec: sandlotv1.PausedSandboxSpec{SandboxID: sandboxID(paused), NodeName: "node-2", PodName: "gamma-pod"}}
-	if err := f.c.Create(t.Context(), ps); err != nil {
-		t.Fatal(err)
-	}
-	setStatus(t, f, ps, func(p *sandlotv1.PausedSandbox) {
-		p.Status.Phase, p.Status.NodeName, p.Status.RemoteStatus = sandlotv1.DataReady, "node-2", sandlotv1.RemoteReady
-		p.Status.TotalBytes = 1536 << 20
-	})
+	f.pausedSandbox(t, paused, "node-2", sandlotv1.RemoteReady, 1536<<20)
 	return running
 }
 

@@ -288,6 +288,21 @@ func (f *fixture) running(t *testing.T, sbx *sandlotv1.Sandbox, node, ip string)
 	})
 }
 
+// pausedSandbox plays the node agent having paused sbx on node: its
+// PausedSandbox, data Ready with remoteStatus remote and size bytes.
+func (f *fixture) pausedSandbox(t *testing.T, sbx *sandlotv1.Sandbox, node string, remote sandlotv1.RemoteStatus, bytes int64) {
+	t.Helper()
+	ps := &sandlotv1.PausedSandbox{ObjectMeta: metav1.ObjectMeta{Name: sbx.Name, Namespace: sbx.Namespace},
+		Spec: sandlotv1.PausedSandboxSpec{SandboxID: sandboxID(sbx), NodeName: node, PodName: sbx.Name + "-pod"}}
+	if err := f.c.Create(context.Background(), ps); err != nil {
+		t.Fatal(err)
+	}
+	setStatus(t, f, ps, func(p *sandlotv1.PausedSandbox) {
+		p.Status.Phase, p.Status.NodeName, p.Status.RemoteStatus = sandlotv1.DataReady, node, remote
+		p.Status.TotalBytes = bytes
+	})
+}
+
 func setVMReady(s *sandlotv1.Sandbox, status metav1.ConditionStatus, gen int64) {
 	meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{Type: sandlotv1.ConditionVMReady,
 		Status: status, ObservedGeneration: gen, Reason: "Restored", Message: "envd answers"})
@@ -299,6 +314,22 @@ func (f *fixture) list(t *testing.T, ns string, list client.ObjectList) {
 	if err := f.c.List(context.Background(), list, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// onlySnapshot waits until the namespace holds one snapshot (the one a
+// command under way made) and returns it.
+func (f *fixture) onlySnapshot(t *testing.T, ns, what string) *sandlotv1.Snapshot {
+	t.Helper()
+	var snap *sandlotv1.Snapshot
+	eventually(t, what, func() bool {
+		list := &sandlotv1.SnapshotList{}
+		f.list(t, ns, list)
+		if len(list.Items) == 1 {
+			snap = &list.Items[0]
+		}
+		return snap != nil
+	})
+	return snap
 }
 
 // exists reports whether the named object is there.

@@ -84,6 +84,16 @@ func args(min, max int, expected string) cobra.PositionalArgs {
 	}
 }
 
+// sandboxCmd fills in cmd (its Use, Short and Example set) as a command
+// on exactly one SANDBOX argument, tab-completed from the cluster, that
+// run acts on (see onSandbox).
+func (r *root) sandboxCmd(cmd *cobra.Command, w waiter, run sandboxRun) *cobra.Command {
+	cmd.Args = args(1, 1, "exactly one SANDBOX")
+	cmd.ValidArgsFunction = r.completeSandboxes
+	cmd.RunE = func(cmd *cobra.Command, args []string) error { return r.onSandbox(cmd, w, args[0], run) }
+	return cmd
+}
+
 func quoted(args []string) string {
 	if len(args) == 0 {
 		return ""

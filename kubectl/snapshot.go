@@ -19,40 +19,37 @@ type snapshotOptions struct {
 	waitFlags
 }
 
-func (r *root) snapshotCmd() *cobra.Command {
-	o := &snapshotOptions{}
-	cmd := &cobra.Command{
-		Use:   "snapshot SANDBOX [--name NAME]",
-		Short: "Snapshot a running sandbox (memory, devices, disk) and report the snapshot's remoteStatus",
-		Example: "  kubectl sandlot snapshot my-sandbox --name before-upgrade --wait\n" +
-			"  kubectl sandlot snapshot my-sandbox --wait --wait-remote   # until other nodes may restore it",
-		Args:              args(1, 1, "exactly one SANDBOX"),
-		ValidArgsFunction: r.completeSandboxes,
-		RunE:              func(cmd *cobra.Command, args []string) error { return r.snapshot(cmd, o, args[0]) },
-	}
-	cmd.Flags().StringVar(&o.name, "name", "", "the Snapshot's name (default: generated from the sandbox's)")
-	cmd.Flags().BoolVar(&o.waitRemote, "wait-remote", false, "with --wait, also wait until remoteStatus is Ready (restorable on any node)")
-	o.waitFlags.add(cmd, "timeout", "the snapshot is Ready")
-	return cmd
-}
-
-func (r *root) snapshot(cmd *cobra.Command, o *snapshotOptions, sandbox string) error {
+// check refuses --wait-remote without --wait, after the wait flags'
+// own check (whose error comes first when both apply).
+func (o *snapshotOptions) check(cmd *cobra.Command) error {
 	if err := o.waitFlags.check(cmd); err != nil {
 		return err
 	}
 	if o.waitRemote && !o.wait {
 		return errUsage(cmd, "--wait-remote needs --wait")
 	}
-	s, err := r.session()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := o.waitFlags.context(cmd.Context())
-	defer cancel()
-	sbx, err := s.sandbox(ctx, sandbox)
-	if err != nil {
-		return err
-	}
+	return nil
+}
+
+func (r *root) snapshotCmd() *cobra.Command {
+	o := &snapshotOptions{}
+	cmd := r.sandboxCmd(&cobra.Command{
+		Use:   "snapshot SANDBOX [--name NAME]",
+		Short: "Snapshot a running sandbox (memory, devices, disk) and report the snapshot's remoteStatus",
+		Example: "  kubectl sandlot snapshot my-sandbox --name before-upgrade --wait\n" +
+			"  kubectl sandlot snapshot my-sandbox --wait --wait-remote   # until other nodes may restore it",
+	}, o, func(ctx context.Context, s *session, sbx *sandlotv1.Sandbox) error {
+		return s.takeSnapshot(ctx, o, sbx)
+	})
+	cmd.Flags().StringVar(&o.name, "name", "", "the Snapshot's name (default: generated from the sandbox's)")
+	cmd.Flags().BoolVar(&o.waitRemote, "wait-remote", false, "with --wait, also wait until remoteStatus is Ready (restorable on any node)")
+	o.waitFlags.add(cmd, "timeout", "the snapshot is Ready")
+	return cmd
+}
+
+// takeSnapshot is the snapshot command's work: snapshot sbx and, with
+// --wait, say where the snapshot can be restored once it is Ready.
+func (s *session) takeSnapshot(ctx context.Context, o *snapshotOptions, sbx *sandlotv1.Sandbox) error {
 	snap, err := s.createSnapshot(ctx, sbx, o.name)
 	if err != nil {
 		return err

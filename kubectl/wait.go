@@ -55,6 +55,14 @@ func (w *waitFlags) context(ctx context.Context) (context.Context, context.Cance
 	return context.WithTimeout(ctx, w.timeout)
 }
 
+// waiter is a command's options as begin sees them: waitFlags, or
+// options embedding it whose own check tests their flags too, in the
+// order the errors are to come (rollback's --to before the wait flags).
+type waiter interface {
+	check(cmd *cobra.Command) error
+	context(ctx context.Context) (context.Context, context.CancelFunc)
+}
+
 // wait watches the objects of list's kind in the session's namespace
 // (only the one named, when names has one element) until check is done or
 // fails, or ctx (from waitFlags.context) ends. what names the awaited

@@ -19,6 +19,7 @@ import (
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/cluster"
+	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
 const ns = "default"
@@ -95,7 +96,7 @@ func snapshotAndClone(t *testing.T) {
 func pauseResumeElsewhere(t *testing.T) {
 	id, node := sandboxOf(t, "hello").Status.SandboxID, sandboxOf(t, "hello").Status.NodeName
 	plugin(t, "pause", "hello", "--wait")
-	eventually(t, 3*time.Minute, "PausedSandbox hello remote Ready", func() error {
+	sbxtest.Eventually(t, 3*time.Minute, "PausedSandbox hello remote Ready", func() error {
 		out := kubectl(t, "get", "psbx", "hello", "-o", "jsonpath={.status.remoteStatus}")
 		if out != string(sandlotv1.RemoteReady) {
 			return fmt.Errorf("remoteStatus %q", out)
@@ -238,7 +239,7 @@ func helmUninstall(t *testing.T) {
 	if _, err := un.Run(cluster.ReleaseName); err != nil {
 		t.Fatalf("helm uninstall: %v", err)
 	}
-	eventually(t, 2*time.Minute, "the release's pods gone", func() error {
+	sbxtest.Eventually(t, 2*time.Minute, "the release's pods gone", func() error {
 		pods := &corev1.PodList{}
 		if err := e.k.List(context.Background(), pods, client.InNamespace(cluster.ReleaseNamespace)); err != nil {
 			return err
@@ -294,7 +295,7 @@ func sandboxOf(t *testing.T, name string) *sandlotv1.Sandbox {
 
 func running(t *testing.T, name string) {
 	t.Helper()
-	eventually(t, 5*time.Minute, "sandbox "+name+" usable", func() error {
+	sbxtest.Eventually(t, 5*time.Minute, "sandbox "+name+" usable", func() error {
 		s := sandboxOf(t, name)
 		if s.Status.Phase.Terminal() {
 			t.Fatalf("sandbox %s %s: %s", name, s.Status.Phase, s.Status.Message)
@@ -358,7 +359,7 @@ func createCounts(t *testing.T) map[string]float64 {
 	t.Helper()
 	url := serviceURL(t, cluster.ReleaseNamespace, "sandlot-controller-metrics") + "/metrics"
 	var out map[string]float64
-	eventually(t, time.Minute, "the controller's metrics", func() error {
+	sbxtest.Eventually(t, time.Minute, "the controller's metrics", func() error {
 		resp, err := http.Get(url)
 		if err != nil {
 			return err
@@ -382,19 +383,4 @@ func createCounts(t *testing.T) map[string]float64 {
 		return sc.Err()
 	})
 	return out
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v: %v", what, timeout, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -88,13 +89,31 @@ func NewGuest(name, ip string, n int) (Guest, error) {
 	return g, nil
 }
 
+// Forwarded ports come from below the kernel's ephemeral range (32768
+// up): a port the kernel hands out for listen(":0") can be handed to an
+// outgoing connection between our close and QEMU's bind, and two guests
+// started together could get the same one. A counter per process, from
+// an offset by pid, keeps this process's ports distinct.
+const (
+	portBase  = 20000
+	portRange = 12000
+)
+
+var nextPort atomic.Int64
+
+func init() { nextPort.Store(int64(os.Getpid()*97) % portRange) }
+
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for range 500 {
+		port := portBase + int(nextPort.Add(1)%portRange)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // taken: the next one
+		}
+		l.Close()
+		return port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no free port in %d-%d", portBase, portBase+portRange-1)
 }
 
 // WaitHealth waits for envd's /health (204).
