@@ -112,6 +112,7 @@ func run(ctx context.Context) error {
 	flag.StringVar(&node.SandlotRoot, "sandlot-root", "/run/sandlot", "the shims' <root> (the runtime option in containerd's config)")
 	flag.StringVar(&node.StageSocket, "stage-socket", "", "where shims ask for data to restore (default <sandlot-root>/agent.sock)")
 	hostRoot := flag.String("host-root", "", "where the node's / is mounted when the agent runs in a container (its QEMU is fingerprinted there)")
+	qemu := flag.String("qemu", "", "the node's QEMU, as the shims run it (default qemu-system-x86_64 on the PATH)")
 	stf.bind(flag.CommandLine)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "address of the metrics endpoint (0 disables it)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8082", "address of /healthz and /readyz")
@@ -150,7 +151,7 @@ func run(ctx context.Context) error {
 	if err := nodeagent.Setup(mgr, node); err != nil {
 		return err
 	}
-	fp, err := nodeagent.Fingerprint(*hostRoot, "")
+	fp, err := nodeagent.Fingerprint(*hostRoot, *qemu)
 	if err != nil {
 		return err
 	}

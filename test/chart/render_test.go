@@ -464,3 +464,19 @@ func TestRenderWithoutInstall(t *testing.T) {
 		t.Error("uninstall Role without an uninstall hook")
 	}
 }
+
+// TestRenderQEMU: node.qemu names the QEMU the agent fingerprints, as the
+// shims run it; unset, the agent takes the node's PATH.
+func TestRenderQEMU(t *testing.T) {
+	for _, tc := range []struct {
+		qemu string
+		want bool
+	}{{"/opt/qemu/bin/qemu-system-x86_64", true}, {"", false}} {
+		var ds appsv1.DaemonSet
+		render(t, map[string]any{"node": map[string]any{"qemu": tc.qemu}}).into(t, "DaemonSet", "sandlot-agent", &ds)
+		args := ds.Spec.Template.Spec.Containers[0].Args
+		if got := slices.Contains(args, "--qemu="+tc.qemu); got != tc.want {
+			t.Errorf("node.qemu %q: agent args %v", tc.qemu, args)
+		}
+	}
+}
