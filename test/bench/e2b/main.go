@@ -35,7 +35,6 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -114,21 +113,7 @@ type bench struct {
 	api     string
 	key     string
 	table   stats.Table
-	batches []batch
-}
-
-// batch is a level in cube-bench's columns.
-type batch struct {
-	Name        string  `json:"name"`
-	N           int     `json:"n"`
-	Failed      int     `json:"failed"`
-	AvgMS       float64 `json:"avgMs"`
-	MinMS       float64 `json:"minMs"`
-	P95MS       float64 `json:"p95Ms"`
-	MaxMS       float64 `json:"maxMs"`
-	AmortisedMS float64 `json:"amortisedMs"`
-	PerSecond   float64 `json:"perSecond"`
-	Note        string  `json:"note,omitempty"`
+	batches []stats.Batch
 }
 
 // floor measures the bare QEMU restore before the cluster starts.
@@ -350,18 +335,7 @@ func (b *bench) settle() {
 }
 
 func (b *bench) record(name string, samples []float64, n, failed int, wall time.Duration, note string) {
-	b.table.Add(name, "ms", samples, note)
-	bt := batch{Name: name, N: n, Failed: failed, AmortisedMS: stats.MS(wall) / float64(n),
-		PerSecond: float64(len(samples)) / wall.Seconds(), Note: note}
-	if len(samples) > 0 {
-		r := b.table.Results[len(b.table.Results)-1]
-		sum := 0.0
-		for _, s := range samples {
-			sum += s
-		}
-		bt.AvgMS, bt.MinMS, bt.P95MS, bt.MaxMS = sum/float64(len(samples)), r.Min, r.P95, r.Max
-	}
-	b.batches = append(b.batches, bt)
+	b.batches = append(b.batches, b.table.AddBatch(name, samples, n, failed, wall, note))
 }
 
 func (b *bench) header() string {
@@ -376,16 +350,12 @@ func (b *bench) report(w io.Writer, asJSON bool) {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(map[string]any{"header": b.header(), "results": b.table.Results, "batches": b.batches,
-			"at": metav1.Now().UTC().Format(time.RFC3339)})
+			"at": time.Now().UTC().Format(time.RFC3339)})
 		return
 	}
 	b.table.Print(w, b.header())
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "%-44s %5s %6s %10s %10s %10s %10s %12s %10s\n", "level", "n", "failed", "avg", "min", "p95", "max", "amortised", "per s")
-	for _, bt := range b.batches {
-		fmt.Fprintf(w, "%-44s %5d %6d %8.1fms %8.1fms %8.1fms %8.1fms %10.1fms %10.2f\n", bt.Name, bt.N, bt.Failed,
-			bt.AvgMS, bt.MinMS, bt.P95MS, bt.MaxMS, bt.AmortisedMS, bt.PerSecond)
-	}
+	stats.PrintBatches(w, b.batches)
 	fmt.Fprintln(w)
 	for _, bt := range b.batches {
 		if strings.HasSuffix(bt.Name, ", c=1") {

@@ -151,25 +151,12 @@ type bench struct {
 	maxPods    int64
 
 	table   stats.Table
-	batches []batch
+	batches []stats.Batch
 	skipped []string
 	paused  []float64 // ms, one per fork level
 
 	mu  sync.Mutex
 	seq int
-}
-
-// batch is a concurrent batch in section 3.2's columns.
-type batch struct {
-	Name        string  `json:"name"`
-	N           int     `json:"n"`
-	AvgMS       float64 `json:"avgMs"`
-	MinMS       float64 `json:"minMs"`
-	P95MS       float64 `json:"p95Ms"`
-	MaxMS       float64 `json:"maxMs"`
-	WallMS      float64 `json:"wallMs"`
-	AmortisedMS float64 `json:"amortisedMs"`
-	PerSecond   float64 `json:"perSecond"`
 }
 
 func newBench(t crienv.T, mem int) *bench {
@@ -267,15 +254,7 @@ func (b *bench) record(name string, samples []float64, wall time.Duration, note 
 	if len(samples) == 0 {
 		return
 	}
-	b.table.Add(name, "ms", samples, note)
-	r := b.table.Results[len(b.table.Results)-1]
-	sum := 0.0
-	for _, s := range samples {
-		sum += s
-	}
-	n := float64(len(samples))
-	b.batches = append(b.batches, batch{Name: name, N: len(samples), AvgMS: sum / n, MinMS: r.Min, P95MS: r.P95, MaxMS: r.Max,
-		WallMS: stats.MS(wall), AmortisedMS: stats.MS(wall) / n, PerSecond: n / wall.Seconds()})
+	b.batches = append(b.batches, b.table.AddBatch(name, samples, len(samples), 0, wall, note))
 }
 
 func (b *bench) header() string {
@@ -296,7 +275,7 @@ func (b *bench) report(w io.Writer, asJSON bool) {
 	}
 	b.table.Print(w, b.header())
 	fmt.Fprintln(w)
-	printBatches(w, b.batches)
+	stats.PrintBatches(w, b.batches)
 	fmt.Fprintln(w)
 	if pool, tpl := rowPool(1), rowTemplate(1); b.table.Median(tpl) > 0 {
 		fmt.Fprintf(w, "baseline: %s, the template start (base snapshot restore), and the VM floor (bare QEMU restore, this run)\n", tpl)
@@ -313,16 +292,6 @@ func (b *bench) report(w io.Writer, asJSON bool) {
 	}
 	for _, s := range b.skipped {
 		fmt.Fprintln(w, s)
-	}
-}
-
-func printBatches(w io.Writer, bs []batch) {
-	fmt.Fprintf(w, "%-48s %6s %10s %10s %10s %10s %10s %10s %10s\n", "batch (all at once)", "n", "avg", "min", "p95", "max",
-		"wall", "amortised", "per s")
-	ms := func(v float64) string { return fmt.Sprintf("%.1fms", v) }
-	for _, x := range bs {
-		fmt.Fprintf(w, "%-48s %6d %10s %10s %10s %10s %10s %10s %10.2f\n", x.Name, x.N, ms(x.AvgMS), ms(x.MinMS), ms(x.P95MS),
-			ms(x.MaxMS), ms(x.WallMS), ms(x.AmortisedMS), x.PerSecond)
 	}
 }
 
