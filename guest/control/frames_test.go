@@ -154,3 +154,18 @@ func FuzzFrame(f *testing.F) {
 		}
 	})
 }
+
+func TestEUI64LinkLocal(t *testing.T) {
+	for mac, want := range map[string]string{
+		"52:54:00:12:34:56": "fe80::5054:ff:fe12:3456/64",
+		"02:00:00:00:00:06": "fe80::ff:fe00:6/64",
+	} {
+		hw, err := net.ParseMAC(mac)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := eui64LinkLocal(hw).String(); got != want {
+			t.Errorf("%s: %s, want %s", mac, got, want)
+		}
+	}
+}

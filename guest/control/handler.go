@@ -41,8 +41,8 @@ type Options struct {
 	// Default 256.
 	MaxExited int
 
-	// hostnameFile is written with the hostname when ApplyHost (tests
-	// point it elsewhere); default /etc/hostname if it exists.
+	// hostnameFile follows the hostname when ApplyHost (tests point it
+	// elsewhere); default /etc/hostname if it exists.
 	hostnameFile string
 }
 
@@ -59,7 +59,11 @@ type Handler struct {
 	opts  Options
 	log   *slog.Logger
 
-	ev eventQueue
+	ev  eventQueue
+	nic nic // the NIC setIdentity configures
+
+	hostnameMu    sync.Mutex
+	hostnameBound bool // the hostname file is bound to the kernel's
 
 	procMu sync.Mutex
 	procs  map[int]*process
@@ -104,6 +108,9 @@ func (h *Handler) Store() *identity.Store { return h.store }
 func (h *Handler) Close() error {
 	h.closeOnce.Do(func() {
 		close(h.closed)
+		h.nic.mu.Lock()
+		h.nic.close()
+		h.nic.mu.Unlock()
 		h.procMu.Lock()
 		var running []*process
 		for _, p := range h.procs {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -14,93 +16,216 @@ import (
 	"github.com/sandlot-dev/sandlot/guest/identity"
 )
 
-// applyNetwork moves the NIC to a new identity in the order proven in
-// reference/recipes/vm-pod-networking.md, so that the old address is
-// never announced with the new MAC nor the reverse:
-//
-//  1. drop the old addresses of the new address's family (IPv6
-//     link-local addresses stay: step 2 regenerates them);
-//  2. if the MAC changes: link down, set the MAC (virtio-net
-//     CTRL_MAC_ADDR), so that the up below regenerates the link-local;
-//  3. link up; add the new address; replace the default route;
-//  4. flush the neighbour table of the NIC.
-//
-// It uses rtnetlink directly: the sandbox's rootfs need not have iproute2.
-func applyNetwork(n identity.Network, prev *identity.Network) error {
-	name, prefix, gw, mac, err := parseNetwork(n)
-	if err != nil {
-		return err
+// nic is what the agent keeps between identities of its NIC: the
+// netlink and ioctl sockets and the link index. A restored clone reuses
+// them — they are kernel state in the snapshot's memory — because under
+// TCG opening them again costs tens of milliseconds of first-run code.
+// manualLL records that the kernel generates no link-local on the NIC
+// (addr_gen_mode none, set before its first up).
+type nic struct {
+	mu       sync.Mutex
+	name     string
+	index    int
+	ioctlFD  int
+	nl       *rtnl
+	manualLL bool
+}
+
+// open (re)opens the sockets and looks up the link when the NIC is new.
+func (c *nic) open(name string) error {
+	if c.nl != nil && c.name == name {
+		return nil
 	}
-	index, hw, err := linkInfo(name)
+	c.close()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return fmt.Errorf("interface %s: %w", name, err)
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err == nil {
+		err = unix.IoctlIfreq(fd, unix.SIOCGIFINDEX, ifr)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("interface %s: %w", name, err)
 	}
 	nl, err := dialRTNL()
 	if err != nil {
+		unix.Close(fd)
 		return err
 	}
-	defer nl.close()
-	have, err := dropOldAddresses(nl, name, index, prefix, prev)
-	if err != nil {
-		return err
-	}
-	if mac != nil && mac.String() != hw.String() {
-		if err := nl.link(index, 0, unix.IFF_UP, nil); err != nil {
-			return fmt.Errorf("set %s down: %w", name, err)
-		}
-		if err := nl.link(index, 0, 0, rtattr(nil, unix.IFLA_ADDRESS, mac)); err != nil {
-			return fmt.Errorf("set %s mac %s: %w", name, mac, err)
-		}
-	}
-	if err := nl.link(index, unix.IFF_UP, unix.IFF_UP, nil); err != nil {
-		return fmt.Errorf("set %s up: %w", name, err)
-	}
-	if !have {
-		if err := nl.addr(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, index, prefix); err != nil {
-			return fmt.Errorf("add %s to %s: %w", prefix, name, err)
-		}
-	}
-	if gw.IsValid() {
-		if err := nl.defaultRoute(index, gw); err != nil {
-			return fmt.Errorf("default route via %s: %w", gw, err)
-		}
-	}
-	if err := nl.flushNeighbours(index); err != nil {
-		return fmt.Errorf("flush neighbours of %s: %w", name, err)
-	}
+	c.name, c.index, c.ioctlFD, c.nl, c.manualLL = name, int(ifr.Uint32()), fd, nl, false
 	return nil
 }
 
-// linkInfo reads a NIC's index and MAC with two ioctls: Go's
-// net.InterfaceByName dumps and parses every link, which a restored clone
-// under TCG pays tens of milliseconds for.
-func linkInfo(name string) (int, net.HardwareAddr, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return 0, nil, fmt.Errorf("interface %s: %w", name, err)
+func (c *nic) close() {
+	if c.nl != nil {
+		c.nl.close()
+		unix.Close(c.ioctlFD)
+		c.nl = nil
 	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		return 0, nil, fmt.Errorf("interface %s: %w", name, err)
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFINDEX, ifr); err != nil {
-		return 0, nil, fmt.Errorf("interface %s: %w", name, err)
-	}
-	index := int(ifr.Uint32())
-	// struct ifreq with ifr_hwaddr (a struct sockaddr): x/sys's Ifreq has
-	// no accessor for raw bytes.
+}
+
+// mac reads the NIC's MAC with SIOCGIFHWADDR: x/sys's Ifreq has no
+// accessor for ifr_hwaddr's raw bytes.
+func (c *nic) mac() (net.HardwareAddr, error) {
 	var req struct {
 		Name   [unix.IFNAMSIZ]byte
 		Family uint16
 		Data   [14]byte
 		_      [8]byte
 	}
-	copy(req.Name[:], name)
-	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCGIFHWADDR, uintptr(unsafe.Pointer(&req))); e != 0 {
-		return 0, nil, fmt.Errorf("mac of %s: %w", name, e)
+	copy(req.Name[:], c.name)
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(c.ioctlFD), unix.SIOCGIFHWADDR, uintptr(unsafe.Pointer(&req))); e != 0 {
+		return nil, fmt.Errorf("mac of %s: %w", c.name, e)
 	}
-	return index, net.HardwareAddr(append([]byte(nil), req.Data[:6]...)), nil
+	return net.HardwareAddr(append([]byte(nil), req.Data[:6]...)), nil
+}
+
+// apply moves the NIC to a new identity in the order proven in
+// reference/recipes/vm-pod-networking.md, so that the old address is
+// never announced with the new MAC nor the reverse:
+//
+//  1. drop the old addresses of the new address's family;
+//  2. if the MAC changes: set it (virtio-net CTRL_MAC_ADDR; see setMAC);
+//  3. link up; add the new address; replace the default route;
+//  4. flush the neighbour table of the NIC.
+//
+// IPv6 link-locals: before the NIC's first up the kernel is told to
+// generate none (a snapshot would carry one derived from its MAC into
+// every clone, a duplicate on the bridge, and its timers would send
+// MLD and router solicitations from the old MAC). An IPv6 identity gets
+// the link-local of its MAC, added here.
+//
+// It uses rtnetlink directly: the sandbox's rootfs need not have iproute2.
+// took, when not nil, is told the end of each step (the guest's step
+// timings a restore trace shows).
+func (c *nic) apply(n identity.Network, prev *identity.Network, took func(step string)) error {
+	if took == nil {
+		took = func(string) {}
+	}
+	name, prefix, gw, mac, err := parseNetwork(n)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.open(name); err != nil {
+		return err
+	}
+	hw, err := c.mac()
+	if err != nil {
+		return err
+	}
+	took("net.open")
+	have, err := dropOldAddresses(c.nl, name, c.index, prefix, prev)
+	if err != nil {
+		return err
+	}
+	took("net.drop")
+	if mac != nil && mac.String() != hw.String() {
+		if err := c.setMAC(hw, mac); err != nil {
+			return err
+		}
+		hw = mac
+		took("net.mac")
+	}
+	if !c.manualLL {
+		c.manualLL = c.disableAutoLinkLocal()
+	}
+	if err := c.nl.link(c.index, unix.IFF_UP, unix.IFF_UP, nil); err != nil {
+		return fmt.Errorf("set %s up: %w", name, err)
+	}
+	took("net.up")
+	if prefix.Addr().Is6() && c.manualLL {
+		if err := c.nl.addrFlags(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, c.index, eui64LinkLocal(hw), unix.IFA_F_NODAD, unix.RT_SCOPE_LINK); err != nil {
+			return fmt.Errorf("link-local of %s: %w", name, err)
+		}
+	}
+	if !have {
+		if err := c.nl.addr(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, c.index, prefix); err != nil {
+			return fmt.Errorf("add %s to %s: %w", prefix, name, err)
+		}
+		took("net.addr")
+	}
+	if gw.IsValid() {
+		if err := c.nl.defaultRoute(c.index, gw); err != nil {
+			return fmt.Errorf("default route via %s: %w", gw, err)
+		}
+		took("net.route")
+	}
+	if err := c.nl.flushNeighbours(c.index); err != nil {
+		return fmt.Errorf("flush neighbours of %s: %w", name, err)
+	}
+	took("net.neigh")
+	return nil
+}
+
+// disableAutoLinkLocal sets the NIC's addr_gen_mode to none while it is
+// down (its first up, at boot); false when that is not possible (no
+// IPv6, or the link is up already).
+func (c *nic) disableAutoLinkLocal() bool {
+	ifr, err := unix.NewIfreq(c.name)
+	if err != nil || unix.IoctlIfreq(c.ioctlFD, unix.SIOCGIFFLAGS, ifr) != nil || ifr.Uint16()&unix.IFF_UP != 0 {
+		return false
+	}
+	return os.WriteFile("/proc/sys/net/ipv6/conf/"+c.name+"/addr_gen_mode", []byte("1\n"), 0o644) == nil
+}
+
+// setMAC gives the NIC a new MAC. virtio-net changes it live, the link
+// staying up: under TCG that is the cheap path, as a link down/up runs
+// the guest's device teardown and bring-up and waits for RCU grace
+// periods. A link-local the kernel derived from the old MAC moves to
+// the new one. A driver that refuses a live change (EBUSY) gets link
+// down, MAC, and the up in apply.
+func (c *nic) setMAC(old, mac net.HardwareAddr) error {
+	err := c.nl.link(c.index, 0, 0, rtattr(nil, unix.IFLA_ADDRESS, mac))
+	if errors.Is(err, unix.EBUSY) {
+		if err := c.nl.link(c.index, 0, unix.IFF_UP, nil); err != nil {
+			return fmt.Errorf("set %s down: %w", c.name, err)
+		}
+		err = c.nl.link(c.index, 0, 0, rtattr(nil, unix.IFLA_ADDRESS, mac))
+		if err != nil {
+			return fmt.Errorf("set %s mac %s: %w", c.name, mac, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("set %s mac %s: %w", c.name, mac, err)
+	}
+	if c.manualLL {
+		return nil // no link-local was derived from the old MAC
+	}
+	return c.moveLinkLocal(old, mac)
+}
+
+// moveLinkLocal replaces the EUI-64 link-local of old by that of mac,
+// when the NIC has the old one. The new address skips duplicate address
+// detection: it derives from the pod's MAC, unique on its segment.
+func (c *nic) moveLinkLocal(old, mac net.HardwareAddr) error {
+	err := c.nl.addr(unix.RTM_DELADDR, 0, c.index, eui64LinkLocal(old))
+	if errors.Is(err, unix.EADDRNOTAVAIL) || errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.ENXIO) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("drop the old link-local of %s: %w", c.name, err)
+	}
+	if err := c.nl.addrFlags(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, c.index, eui64LinkLocal(mac), unix.IFA_F_NODAD, unix.RT_SCOPE_LINK); err != nil {
+		return fmt.Errorf("link-local of %s for %s: %w", c.name, mac, err)
+	}
+	return nil
+}
+
+// eui64LinkLocal is fe80::/64 with the modified EUI-64 of a 6-byte MAC.
+func eui64LinkLocal(mac net.HardwareAddr) netip.Prefix {
+	var a [16]byte
+	a[0], a[1] = 0xfe, 0x80
+	if len(mac) == 6 {
+		a[8], a[9], a[10] = mac[0]^0x02, mac[1], mac[2]
+		a[11], a[12] = 0xff, 0xfe
+		a[13], a[14], a[15] = mac[3], mac[4], mac[5]
+	}
+	return netip.PrefixFrom(netip.AddrFrom16(a), 64)
 }
 
 // dropOldAddresses removes the addresses of prefix's family that are not
@@ -282,8 +407,13 @@ func family(a netip.Addr) byte {
 
 // addr adds (RTM_NEWADDR) or deletes (RTM_DELADDR) an address.
 func (r *rtnl) addr(typ, flags uint16, index int, p netip.Prefix) error {
+	return r.addrFlags(typ, flags, index, p, 0, unix.RT_SCOPE_UNIVERSE)
+}
+
+// addrFlags is addr with ifaddrmsg flags (IFA_F_*) and a scope.
+func (r *rtnl) addrFlags(typ, flags uint16, index int, p netip.Prefix, ifaFlags, scope byte) error {
 	a := p.Addr()
-	b := []byte{family(a), byte(p.Bits()), 0, unix.RT_SCOPE_UNIVERSE}
+	b := []byte{family(a), byte(p.Bits()), ifaFlags, scope}
 	b = binary.NativeEndian.AppendUint32(b, uint32(index))
 	b = rtattr(b, unix.IFA_LOCAL, a.AsSlice())
 	b = rtattr(b, unix.IFA_ADDRESS, a.AsSlice())

@@ -64,7 +64,7 @@ func TestServeCharDevice(t *testing.T) {
 
 // With ApplyHost, setIdentity sets the hostname and moves the NIC to the
 // new address, MAC and route — here in private network and UTS
-// namespaces, so the host is untouched (the clock is not stepped:
+// and mount namespaces, so the host is untouched (the clock is not stepped:
 // UnixNano is 0).
 func TestSetIdentityAppliesInNamespaces(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -85,8 +85,12 @@ func TestSetIdentityAppliesInNamespaces(t *testing.T) {
 	go func() {
 		defer close(done)
 		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		if err := unix.Unshare(unix.CLONE_NEWNET | unix.CLONE_NEWUTS); err != nil {
+		if err := unix.Unshare(unix.CLONE_NEWNET | unix.CLONE_NEWUTS | unix.CLONE_NEWNS); err != nil {
 			errs <- "unshare: " + err.Error()
+			return
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			errs <- "private mounts: " + err.Error()
 			return
 		}
 		sh := func(cmd string) string {
@@ -119,9 +123,15 @@ func TestSetIdentityAppliesInNamespaces(t *testing.T) {
 				}
 			}
 		}
+		expect("cat "+etcHostname, "sbx-one\n") // bound to the kernel's hostname
 		expect("ip -4 addr show dev v0", "inet 10.99.0.5/24")
 		expect("ip link show dev v0", "02:00:00:00:00:05", ",UP")
 		expect("ip route show default", "default via 10.99.0.1 dev v0")
+		// No link-local: the kernel was told to generate none before the
+		// first up (a snapshot would carry it into every clone).
+		if out := sh("ip -6 addr show dev v0"); strings.Contains(out, "fe80") {
+			errs <- "a link-local on an IPv4 NIC:\n" + out
+		}
 
 		// A clone's second identity: the old address and neighbours go.
 		sh("ip neigh replace 10.99.0.7 lladdr 02:00:00:00:00:07 dev v0 nud stale")
@@ -139,8 +149,19 @@ func TestSetIdentityAppliesInNamespaces(t *testing.T) {
 		if out := sh("ip neigh show dev v0"); strings.Contains(out, "10.99.0.7") {
 			errs <- "neighbour kept:\n" + out
 		}
-		expect("ip link show dev v0", "02:00:00:00:00:06")
+		expect("ip link show dev v0", "02:00:00:00:00:06", ",UP")
 		expect("ip route show default", "default via 10.99.1.1 dev v0")
+		// An IPv6 identity, the MAC changed with the link up: the NIC gets
+		// the link-local of its new MAC.
+		res = h.SetIdentity(SetIdentityParams{Identity: identity.Identity{
+			Network: &identity.Network{Interface: "v0", Address: "fd00:99::7/64", Gateway: "fd00:99::1", MAC: "02:00:00:00:00:07"},
+		}})
+		if !res.Network {
+			errs <- "IPv6 identity: " + strings.Join(res.Errors, "; ")
+		}
+		expect("ip link show dev v0", "02:00:00:00:00:07", ",UP")
+		expect("ip -6 addr show dev v0", "fd00:99::7/64", "fe80::ff:fe00:7/64")
+		expect("ip -6 route show default", "default via fd00:99::1 dev v0")
 
 		res = h.SetIdentity(SetIdentityParams{Identity: identity.Identity{
 			Network: &identity.Network{Interface: "nope0", Address: "10.99.1.6/24"},
@@ -154,8 +175,8 @@ func TestSetIdentityAppliesInNamespaces(t *testing.T) {
 	for e := range errs {
 		t.Error(e)
 	}
-	if b, _ := os.ReadFile(etcHostname); string(b) != "sbx-one\n" {
-		t.Errorf("hostname file %q", b)
+	if b, _ := os.ReadFile(etcHostname); string(b) != "old\n" {
+		t.Errorf("hostname file outside the test's mount namespace %q, want it untouched", b)
 	}
 	if now, _ := os.Hostname(); now != hostName {
 		t.Errorf("host's hostname changed: %q -> %q", hostName, now)

@@ -143,9 +143,25 @@ func e2bSmoke(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s", out)
 	if err != nil {
+		dumpAPI(t)
 		t.Fatalf("the E2B SDK smoke failed: %v", err)
 	}
 	creates["template"]++
+}
+
+// dumpAPI logs what the API, the sandboxes and their events say, so a
+// failed SDK call can be traced to its cause in a CI log.
+func dumpAPI(t *testing.T) {
+	for _, args := range [][]string{
+		{"-n", cluster.ReleaseNamespace, "logs", "deploy/sandlot-api", "--tail=60"},
+		{"-n", cluster.ReleaseNamespace, "logs", "deploy/sandlot-api", "--previous", "--tail=30"},
+		{"get", "sandboxes,pausedsandboxes", "-o", "wide"},
+		{"get", "pods", "-A", "-o", "wide"},
+		{"get", "events", "--sort-by=.lastTimestamp"},
+	} {
+		out, err := exec.Command("kubectl", append([]string{"--kubeconfig", e.kubeconfig}, args...)...).CombinedOutput()
+		t.Logf("kubectl %s (%v):\n%s", strings.Join(args, " "), err, out)
+	}
 }
 
 func checkCreateCounts(t *testing.T, before map[string]float64) {

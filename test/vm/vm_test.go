@@ -185,10 +185,11 @@ func TestConcurrentClones(t *testing.T) {
 	}
 	seen := map[string]string{}
 	for i, g := range guests {
-		out := run(t, ctx, g, fmt.Sprintf(`hostname; ip -4 -o addr show eth0 | awk '{print $4}'; cat /proc/sys/kernel/random/boot_id; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; echo; echo value-%d > /tmp/mine; ls /tmp`, i))
+		out := run(t, ctx, g, fmt.Sprintf(`hostname; ip -4 -o addr show eth0 | awk '{print $4}'; cat /proc/sys/kernel/random/boot_id; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; echo; cat /etc/hostname; ip -o link show eth0 | grep -o 'ether [0-9a-f:]*'; echo value-%d > /tmp/mine; ls /tmp`, i))
 		lines := strings.Split(out, "\n")
-		if len(lines) < 5 || lines[0] != g.Name || lines[1] != g.IP+"/24" || lines[2] != bootID {
-			t.Fatalf("%s: hostname/ip/boot id = %q (want %s, %s/24, %s)", g.Name, out, g.Name, g.IP, bootID)
+		if len(lines) < 7 || lines[0] != g.Name || lines[1] != g.IP+"/24" || lines[2] != bootID || lines[4] != g.Name ||
+			lines[5] != "ether "+g.Identity.Network.MAC {
+			t.Fatalf("%s: hostname/ip/boot id/etc hostname/mac = %q (want %s, %s/24, %s, %s, %s)", g.Name, out, g.Name, g.IP, bootID, g.Name, g.Identity.Network.MAC)
 		}
 		if other, dup := seen[lines[3]]; dup {
 			t.Fatalf("%s and %s read the same /dev/urandom bytes %s", g.Name, other, lines[3])
