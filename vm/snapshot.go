@@ -15,6 +15,19 @@ import (
 // pages a restored VM changed over its base — and the writable layer.
 // Checksums and the manifest are written after the VM runs again.
 func (v *VM) Snapshot(ctx context.Context, dir string) (*Manifest, error) {
+	return v.SnapshotWith(ctx, dir, SnapshotOptions{})
+}
+
+// SnapshotOptions change what Snapshot does.
+type SnapshotOptions struct {
+	// KeepNetwork keeps a first-generation VM's network in its snapshot
+	// (see prepareGuest): what a bare QEMU snapshot holds, for a restore
+	// that pushes no identity.
+	KeepNetwork bool
+}
+
+// SnapshotWith is Snapshot with options.
+func (v *VM) SnapshotWith(ctx context.Context, dir string, o SnapshotOptions) (*Manifest, error) {
 	v.ops.Lock()
 	defer v.ops.Unlock()
 	if st := v.State(); st != Running && st != Paused {
@@ -24,7 +37,7 @@ func (v *VM) Snapshot(ctx context.Context, dir string) (*Manifest, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", v.cfg.Name, err)
 	}
-	m, err := v.snapshot(ctx, dir)
+	m, err := v.snapshot(ctx, dir, o)
 	if err != nil {
 		_ = os.RemoveAll(dir) // never leave a half-written snapshot
 		return nil, fmt.Errorf("snapshot %s: %w", v.cfg.Name, err)
@@ -32,13 +45,26 @@ func (v *VM) Snapshot(ctx context.Context, dir string) (*Manifest, error) {
 	return m, nil
 }
 
-func (v *VM) snapshot(ctx context.Context, dir string) (*Manifest, error) {
+func (v *VM) snapshot(ctx context.Context, dir string, o SnapshotOptions) (*Manifest, error) {
 	wasRunning := v.State() == Running
-	if wasRunning && v.ctl != nil {
-		if _, err := v.ctl.PrepareSnapshot(ctx); err != nil {
-			return nil, v.qmpErr(err, "quiesce guest")
+	dropped, err := v.prepareGuest(ctx, wasRunning, v.base == nil && !o.KeepNetwork)
+	if err != nil {
+		return nil, err
+	}
+	m, err := v.save(ctx, dir, wasRunning)
+	if dropped {
+		if rerr := v.restoreNetwork(ctx); rerr != nil && err == nil {
+			err = rerr
 		}
 	}
+	if err != nil {
+		return nil, err
+	}
+	return m, v.seal(dir, m)
+}
+
+// save stops a running VM, saves it and lets it run on.
+func (v *VM) save(ctx context.Context, dir string, wasRunning bool) (*Manifest, error) {
 	m, err := v.newManifest()
 	if err != nil {
 		return nil, err
@@ -59,10 +85,35 @@ func (v *VM) snapshot(ctx context.Context, dir string) (*Manifest, error) {
 		}
 	}
 	m.PausedNanos = time.Since(start).Nanoseconds()
-	if saveErr != nil {
-		return nil, saveErr
+	return m, saveErr
+}
+
+// prepareGuest has a running guest sync its disks. A first-generation
+// VM (a template's builder) also drops its network: its clones then only
+// add theirs, which under TCG saves each restore the guest's costly
+// removal of the parent's; restoreNetwork gives the parent its network
+// back once it runs again.
+func (v *VM) prepareGuest(ctx context.Context, running, dropNetwork bool) (networkDropped bool, err error) {
+	if !running || v.ctl == nil {
+		return false, nil
 	}
-	return m, v.seal(dir, m)
+	r, err := v.ctl.PrepareSnapshot(ctx, dropNetwork)
+	if err != nil {
+		return false, v.qmpErr(err, "quiesce guest")
+	}
+	return r.NetworkDropped, nil
+}
+
+// restoreNetwork gives the VM its network back, whatever happened to
+// the snapshot or its caller (if it fails the VM runs on without
+// network, and the snapshot fails saying so).
+func (v *VM) restoreNetwork(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := v.ctl.RestoreNetwork(ctx); err != nil {
+		return fmt.Errorf("the VM did not get its network back after the snapshot: %w", v.qmpErr(err, "restore network"))
+	}
+	return nil
 }
 
 func (v *VM) newManifest() (*Manifest, error) {

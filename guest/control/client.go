@@ -255,10 +255,20 @@ func (c *Client) SetIdentity(ctx context.Context, id identity.Identity, seed []b
 	return r, err
 }
 
-// PrepareSnapshot returns once the guest has flushed its filesystems.
-func (c *Client) PrepareSnapshot(ctx context.Context) (PrepareSnapshotResult, error) {
+// PrepareSnapshot returns once the guest has flushed its filesystems
+// (and, with dropNetwork, dropped its network: RestoreNetwork gives it
+// back).
+func (c *Client) PrepareSnapshot(ctx context.Context, dropNetwork bool) (PrepareSnapshotResult, error) {
 	var r PrepareSnapshotResult
-	err := c.Call(ctx, MethodPrepareSnapshot, struct{}{}, &r)
+	err := c.Call(ctx, MethodPrepareSnapshot, PrepareSnapshotParams{DropNetwork: dropNetwork}, &r)
+	return r, err
+}
+
+// RestoreNetwork gives a VM whose network PrepareSnapshot dropped its
+// network back.
+func (c *Client) RestoreNetwork(ctx context.Context) (RestoreNetworkResult, error) {
+	var r RestoreNetworkResult
+	err := c.Call(ctx, MethodRestoreNetwork, struct{}{}, &r)
 	return r, err
 }
 

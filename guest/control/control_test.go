@@ -189,7 +189,7 @@ func TestReseedFromSameSeedDiffers(t *testing.T) {
 
 func TestPrepareSnapshot(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, c *Client, _ *Handler) {
-		r, err := c.PrepareSnapshot(testCtx(t))
+		r, err := c.PrepareSnapshot(testCtx(t), false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -133,6 +134,7 @@ var methods = map[string]methodFunc{
 	MethodPing:            (*Handler).ping,
 	MethodSetIdentity:     (*Handler).setIdentityMethod,
 	MethodPrepareSnapshot: (*Handler).prepareSnapshot,
+	MethodRestoreNetwork:  (*Handler).restoreNetwork,
 	MethodStart:           (*Handler).startMethod,
 	MethodSignal:          (*Handler).signalMethod,
 	MethodWait:            (*Handler).waitMethod,
@@ -164,8 +166,34 @@ func (h *Handler) setIdentityMethod(ctx context.Context, raw json.RawMessage) (a
 // prepareSnapshot flushes every filesystem so the disk layer the host
 // persists next is consistent with the memory image. The page cache is
 // kept on purpose (it is part of the snapshot and warm after restore).
-func (h *Handler) prepareSnapshot(_ context.Context, _ json.RawMessage) (any, error) {
+// With dropNetwork, the NIC's network goes too (PrepareSnapshotParams).
+func (h *Handler) prepareSnapshot(_ context.Context, raw json.RawMessage) (any, error) {
+	var p PrepareSnapshotParams
+	if e := decodeParams(raw, &p); e != nil {
+		return nil, e
+	}
 	t0 := time.Now()
 	unix.Sync()
-	return PrepareSnapshotResult{Synced: true, TookNanos: time.Since(t0).Nanoseconds()}, nil
+	res := PrepareSnapshotResult{Synced: true}
+	if n := h.store.Get().Network; p.DropNetwork && h.opts.ApplyHost && n != nil {
+		if err := h.nic.dropNetwork(*n); err != nil {
+			return nil, fmt.Errorf("drop the network: %w", err)
+		}
+		res.NetworkDropped = true
+	}
+	res.TookNanos = time.Since(t0).Nanoseconds()
+	return res, nil
+}
+
+// restoreNetwork gives a VM whose network prepareSnapshot dropped its
+// recorded network back.
+func (h *Handler) restoreNetwork(_ context.Context, _ json.RawMessage) (any, error) {
+	n := h.store.Get().Network
+	if !h.nic.networkDropped() || n == nil {
+		return RestoreNetworkResult{}, nil
+	}
+	if err := h.nic.apply(*n, nil, nil); err != nil {
+		return nil, fmt.Errorf("restore the network: %w", err)
+	}
+	return RestoreNetworkResult{Network: true}, nil
 }

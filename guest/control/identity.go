@@ -60,8 +60,15 @@ func (h *Handler) SetIdentity(p SetIdentityParams) SetIdentityResult {
 			}
 			took("hostname")
 		}
-		if p.Network != nil {
-			if err := h.nic.apply(*p.Network, h.store.Get().Network, took); err != nil {
+		// A VM whose network was dropped, given none, gets the recorded one.
+		if n := p.Network; n != nil || h.nic.networkDropped() {
+			prev := h.store.Get().Network
+			if n == nil {
+				n, p.Network = prev, prev
+			}
+			if n == nil {
+				fail("network", errors.New("network dropped and none recorded"))
+			} else if err := h.nic.apply(*n, prev, took); err != nil {
 				fail("network", err)
 			} else {
 				res.Network = true
@@ -139,31 +146,23 @@ func reseedKernel(seed []byte, id identity.Identity) (entropy, reseeded bool, er
 	}
 	info.entropyCount = int32(8 * min(len(seed), 64))
 
-	f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
+	// Raw system calls: os.File's poller set-up is code a restored clone
+	// would run (and translate, under TCG) for nothing here.
+	fd, err := unix.Open("/dev/urandom", unix.O_WRONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false, false, err
 	}
-	defer f.Close()
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return false, false, err
-	}
+	defer unix.Close(fd)
 	var addErr, reseedErr error
-	if err := rc.Control(func(fd uintptr) {
-		_, _, e := unix.Syscall(unix.SYS_IOCTL, fd, unix.RNDADDENTROPY, uintptr(unsafe.Pointer(&info)))
-		if e != 0 {
-			addErr = e
-		}
-		_, _, e = unix.Syscall(unix.SYS_IOCTL, fd, unix.RNDRESEEDCRNG, 0)
-		if e != 0 {
-			reseedErr = e
-		}
-	}); err != nil {
-		return false, false, err
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.RNDADDENTROPY, uintptr(unsafe.Pointer(&info))); e != 0 {
+		addErr = e
+	}
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.RNDRESEEDCRNG, 0); e != 0 {
+		reseedErr = e
 	}
 	var errs []error
 	if addErr != nil {
-		if _, werr := f.Write(info.buf[:]); werr != nil {
+		if _, werr := unix.Write(fd, info.buf[:]); werr != nil {
 			errs = append(errs, fmt.Errorf("RNDADDENTROPY: %w%s; write /dev/urandom: %w", addErr, capHint(addErr), werr))
 		} else {
 			errs = append(errs, fmt.Errorf("RNDADDENTROPY: %w%s; seed mixed in by a write, without credit", addErr, capHint(addErr)))

@@ -21,7 +21,9 @@ import (
 // them — they are kernel state in the snapshot's memory — because under
 // TCG opening them again costs tens of milliseconds of first-run code.
 // manualLL records that the kernel generates no link-local on the NIC
-// (addr_gen_mode none, set before its first up).
+// (addr_gen_mode none, set before its first up); ll is the one apply
+// added for an IPv6 identity. dropped: dropNetwork removed the NIC's
+// address and neighbours.
 type nic struct {
 	mu       sync.Mutex
 	name     string
@@ -29,6 +31,8 @@ type nic struct {
 	ioctlFD  int
 	nl       *rtnl
 	manualLL bool
+	ll       netip.Prefix
+	dropped  bool
 }
 
 // open (re)opens the sockets and looks up the link when the NIC is new.
@@ -54,7 +58,7 @@ func (c *nic) open(name string) error {
 		unix.Close(fd)
 		return err
 	}
-	c.name, c.index, c.ioctlFD, c.nl, c.manualLL = name, int(ifr.Uint32()), fd, nl, false
+	c.name, c.index, c.ioctlFD, c.nl, c.manualLL, c.ll, c.dropped = name, int(ifr.Uint32()), fd, nl, false, netip.Prefix{}, false
 	return nil
 }
 
@@ -118,29 +122,34 @@ func (c *nic) apply(n identity.Network, prev *identity.Network, took func(step s
 		return err
 	}
 	took("net.open")
-	have, err := dropOldAddresses(c.nl, name, c.index, prefix, prev)
-	if err != nil {
-		return err
-	}
-	took("net.drop")
-	if mac != nil && mac.String() != hw.String() {
-		if err := c.setMAC(hw, mac); err != nil {
+	have := false
+	if !c.dropped { // nothing left to drop
+		if have, err = dropOldAddresses(c.nl, name, c.index, prefix, prev); err != nil {
 			return err
 		}
-		hw = mac
-		took("net.mac")
+		took("net.drop")
 	}
 	if !c.manualLL {
 		c.manualLL = c.disableAutoLinkLocal()
 	}
-	if err := c.nl.link(c.index, unix.IFF_UP, unix.IFF_UP, nil); err != nil {
-		return fmt.Errorf("set %s up: %w", name, err)
+	if mac != nil && mac.String() != hw.String() {
+		if err := c.setMACUp(hw, mac); err != nil {
+			return err
+		}
+		hw = mac
+		took("net.mac")
+	} else {
+		if err := c.nl.link(c.index, unix.IFF_UP, unix.IFF_UP, nil); err != nil {
+			return fmt.Errorf("set %s up: %w", name, err)
+		}
+		took("net.up")
 	}
-	took("net.up")
-	if prefix.Addr().Is6() && c.manualLL {
-		if err := c.nl.addrFlags(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, c.index, eui64LinkLocal(hw), unix.IFA_F_NODAD, unix.RT_SCOPE_LINK); err != nil {
+	if prefix.Addr().Is6() && c.manualLL && !c.ll.IsValid() {
+		ll := eui64LinkLocal(hw)
+		if err := c.nl.addrFlags(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, c.index, ll, unix.IFA_F_NODAD, unix.RT_SCOPE_LINK); err != nil {
 			return fmt.Errorf("link-local of %s: %w", name, err)
 		}
+		c.ll = ll
 	}
 	if !have {
 		if err := c.nl.addr(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, c.index, prefix); err != nil {
@@ -154,11 +163,42 @@ func (c *nic) apply(n identity.Network, prev *identity.Network, took func(step s
 		}
 		took("net.route")
 	}
+	if !c.dropped {
+		if err := c.nl.flushNeighbours(c.index); err != nil {
+			return fmt.Errorf("flush neighbours of %s: %w", name, err)
+		}
+		took("net.neigh")
+	}
+	c.dropped = false
+	return nil
+}
+
+// dropNetwork removes the NIC's address n (with its routes) and its
+// neighbours.
+func (c *nic) dropNetwork(n identity.Network) error {
+	name, prefix, _, _, err := parseNetwork(n)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.open(name); err != nil {
+		return err
+	}
+	if err := c.nl.addr(unix.RTM_DELADDR, 0, c.index, prefix); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+		return fmt.Errorf("drop %s from %s: %w", prefix, name, err)
+	}
 	if err := c.nl.flushNeighbours(c.index); err != nil {
 		return fmt.Errorf("flush neighbours of %s: %w", name, err)
 	}
-	took("net.neigh")
+	c.dropped = true
 	return nil
+}
+
+func (c *nic) networkDropped() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dropped
 }
 
 // disableAutoLinkLocal sets the NIC's addr_gen_mode to none while it is
@@ -172,31 +212,38 @@ func (c *nic) disableAutoLinkLocal() bool {
 	return os.WriteFile("/proc/sys/net/ipv6/conf/"+c.name+"/addr_gen_mode", []byte("1\n"), 0o644) == nil
 }
 
-// setMAC gives the NIC a new MAC. virtio-net changes it live, the link
-// staying up: under TCG that is the cheap path, as a link down/up runs
-// the guest's device teardown and bring-up and waits for RCU grace
-// periods. A link-local the kernel derived from the old MAC moves to
-// the new one. A driver that refuses a live change (EBUSY) gets link
-// down, MAC, and the up in apply.
-func (c *nic) setMAC(old, mac net.HardwareAddr) error {
-	err := c.nl.link(c.index, 0, 0, rtattr(nil, unix.IFLA_ADDRESS, mac))
+// setMACUp gives the NIC a new MAC and sets it up, in one request.
+// virtio-net changes the MAC live, the link staying up: under TCG that
+// is the cheap path, as a link down/up runs the guest's device teardown
+// and bring-up and waits for RCU grace periods. The link-local of the old
+// MAC goes (see moveLinkLocal). A driver that refuses a live change
+// (EBUSY) gets link down first.
+func (c *nic) setMACUp(old, mac net.HardwareAddr) error {
+	attrs := rtattr(nil, unix.IFLA_ADDRESS, mac)
+	err := c.nl.link(c.index, unix.IFF_UP, unix.IFF_UP, attrs)
 	if errors.Is(err, unix.EBUSY) {
 		if err := c.nl.link(c.index, 0, unix.IFF_UP, nil); err != nil {
 			return fmt.Errorf("set %s down: %w", c.name, err)
 		}
-		err = c.nl.link(c.index, 0, 0, rtattr(nil, unix.IFLA_ADDRESS, mac))
-		if err != nil {
+		if err := c.nl.link(c.index, unix.IFF_UP, unix.IFF_UP, attrs); err != nil {
 			return fmt.Errorf("set %s mac %s: %w", c.name, mac, err)
 		}
+		c.ll = netip.Prefix{} // the down removed it; any kernel one is regenerated
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("set %s mac %s: %w", c.name, mac, err)
 	}
-	if c.manualLL {
-		return nil // no link-local was derived from the old MAC
+	if !c.manualLL {
+		return c.moveLinkLocal(old, mac)
 	}
-	return c.moveLinkLocal(old, mac)
+	if c.ll.IsValid() { // the old MAC's, added for an IPv6 identity
+		if err := c.nl.addr(unix.RTM_DELADDR, 0, c.index, c.ll); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("drop the old link-local of %s: %w", c.name, err)
+		}
+		c.ll = netip.Prefix{}
+	}
+	return nil
 }
 
 // moveLinkLocal replaces the EUI-64 link-local of old by that of mac,

@@ -19,6 +19,7 @@ const (
 	MethodPing            = "ping"
 	MethodSetIdentity     = "setIdentity"
 	MethodPrepareSnapshot = "prepareSnapshot"
+	MethodRestoreNetwork  = "restoreNetwork"
 	MethodStart           = "start"
 	MethodSignal          = "signal"
 	MethodWait            = "wait"
@@ -160,10 +161,26 @@ type SetIdentityResult struct {
 	StepNanos map[string]int64 `json:"stepNanos,omitempty"`
 }
 
+// PrepareSnapshotParams is prepareSnapshot's request.
+type PrepareSnapshotParams struct {
+	// DropNetwork removes the NIC's address, routes and neighbours (the
+	// identity stays recorded): a clone of the snapshot then only adds
+	// its own, which under TCG saves it the costly removal. The host has
+	// the VM restore its network once it runs again.
+	DropNetwork bool `json:"dropNetwork,omitempty"`
+}
+
 // PrepareSnapshotResult is prepareSnapshot's reply.
 type PrepareSnapshotResult struct {
-	Synced    bool  `json:"synced"`
-	TookNanos int64 `json:"tookNanos"`
+	Synced         bool  `json:"synced"`
+	NetworkDropped bool  `json:"networkDropped,omitempty"`
+	TookNanos      int64 `json:"tookNanos"`
+}
+
+// RestoreNetworkResult is restoreNetwork's reply: whether the NIC got its
+// network back (false when it had not been dropped).
+type RestoreNetworkResult struct {
+	Network bool `json:"network"`
 }
 
 // StartParams is start's request.

@@ -2,6 +2,8 @@ package control
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -151,6 +153,36 @@ func TestSetIdentityAppliesInNamespaces(t *testing.T) {
 		}
 		expect("ip link show dev v0", "02:00:00:00:00:06", ",UP")
 		expect("ip route show default", "default via 10.99.1.1 dev v0")
+		// A snapshot that drops the network: no address nor route until
+		// restoreNetwork; or a clone's identity, which only adds its own.
+		drop := func() {
+			r, err := h.prepareSnapshot(context.Background(), json.RawMessage(`{"dropNetwork":true}`))
+			if err != nil || !r.(PrepareSnapshotResult).NetworkDropped {
+				errs <- fmt.Sprintf("prepareSnapshot: %+v %v", r, err)
+			}
+			if out := sh("ip -4 addr show dev v0; ip route show default"); strings.Contains(out, "10.99.") || strings.Contains(out, "default") {
+				errs <- "network kept after dropNetwork:\n" + out
+			}
+		}
+		drop()
+		if r, err := h.restoreNetwork(context.Background(), nil); err != nil || !r.(RestoreNetworkResult).Network {
+			errs <- fmt.Sprintf("restoreNetwork: %+v %v", r, err)
+		}
+		expect("ip -4 addr show dev v0", "inet 10.99.1.6/24")
+		expect("ip route show default", "default via 10.99.1.1 dev v0")
+		drop()
+		res = h.SetIdentity(SetIdentityParams{Identity: identity.Identity{
+			Network: &identity.Network{Interface: "v0", Address: "10.99.2.8/24", Gateway: "10.99.2.1", MAC: "02:00:00:00:00:08"},
+		}})
+		if !res.Network {
+			errs <- "identity after dropNetwork: " + strings.Join(res.Errors, "; ")
+		}
+		expect("ip -4 addr show dev v0", "inet 10.99.2.8/24")
+		expect("ip route show default", "default via 10.99.2.1 dev v0")
+		if out := sh("ip -4 addr show dev v0"); strings.Contains(out, "10.99.1.6") {
+			errs <- "the dropped address came back:\n" + out
+		}
+
 		// An IPv6 identity, the MAC changed with the link up: the NIC gets
 		// the link-local of its new MAC.
 		res = h.SetIdentity(SetIdentityParams{Identity: identity.Identity{

@@ -50,7 +50,7 @@ func TestControlChannel(t *testing.T) {
 	if code, body := get(t, "/envs", "tok-1"); code != 200 || !strings.Contains(body, `"FROM_HOST":"yes"`) {
 		t.Fatalf("GET /envs with the token: %d %s", code, body)
 	}
-	if _, err := c.PrepareSnapshot(ctx); err != nil {
+	if _, err := c.PrepareSnapshot(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -100,6 +100,12 @@ func makeParent(env vmtest.Env) (string, string, error) {
 	if _, err := v.Snapshot(ctx, snap); err != nil {
 		return "", "", err
 	}
+	// A first-generation VM's snapshot holds no network (its clones only
+	// add theirs); the parent itself got its network back.
+	out, err := g.Run(ctx, "ip -4 -o addr show eth0; ip route show default")
+	if err != nil || !strings.Contains(out, g.IP+"/24") || !strings.Contains(out, "default via 10.0.2.2") {
+		return "", "", fmt.Errorf("the parent's network after its snapshot: %q, %v", out, err)
+	}
 	return snap, strings.TrimSpace(bootID), nil
 }
 

@@ -39,10 +39,10 @@ func (b *bench) density(ctx context.Context, snap string, _ vmtest.Guest) error 
 	vms = nil
 	b.add("idle clone PSS (sandlot)", "MiB", pss, "")
 	b.add("host free-memory drop per idle clone (sandlot)", "MiB", []float64{drop}, "")
-	return b.bareDensity(ctx, snap)
+	return b.bareDensity(ctx)
 }
 
-func (b *bench) bareDensity(ctx context.Context, snap string) error {
+func (b *bench) bareDensity(ctx context.Context) error {
 	const n = 20
 	time.Sleep(time.Second)
 	before := memAvailableMiB()
@@ -59,7 +59,7 @@ func (b *bench) bareDensity(ctx context.Context, snap string) error {
 		if err != nil {
 			return err
 		}
-		c, _, err := b.bareRestore(ctx, snap, g)
+		c, _, err := b.bareRestore(ctx, b.floorSnap, g)
 		if err != nil {
 			return err
 		}

@@ -28,6 +28,8 @@ type bench struct {
 	n     int
 	// floorOnly stops after the restores (bench-e2b's floor).
 	floorOnly bool
+	// floorSnap is the snapshot bare QEMU restores.
+	floorSnap string
 	stats.Table
 	mu  sync.Mutex
 	seq int
