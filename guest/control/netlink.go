@@ -21,18 +21,19 @@ import (
 // them — they are kernel state in the snapshot's memory — because under
 // TCG opening them again costs tens of milliseconds of first-run code.
 // manualLL records that the kernel generates no link-local on the NIC
-// (addr_gen_mode none, set before its first up); ll is the one apply
-// added for an IPv6 identity. dropped: dropNetwork removed the NIC's
-// address and neighbours.
+// (addr_gen_mode none, set before its first up; llDecided once tried);
+// ll is the one apply added for an IPv6 identity. dropped: dropNetwork
+// removed the NIC's address and neighbours.
 type nic struct {
-	mu       sync.Mutex
-	name     string
-	index    int
-	ioctlFD  int
-	nl       *rtnl
-	manualLL bool
-	ll       netip.Prefix
-	dropped  bool
+	mu        sync.Mutex
+	name      string
+	index     int
+	ioctlFD   int
+	nl        *rtnl
+	manualLL  bool
+	llDecided bool
+	ll        netip.Prefix
+	dropped   bool
 }
 
 // open (re)opens the sockets and looks up the link when the NIC is new.
@@ -58,7 +59,8 @@ func (c *nic) open(name string) error {
 		unix.Close(fd)
 		return err
 	}
-	c.name, c.index, c.ioctlFD, c.nl, c.manualLL, c.ll, c.dropped = name, int(ifr.Uint32()), fd, nl, false, netip.Prefix{}, false
+	c.name, c.index, c.ioctlFD, c.nl = name, int(ifr.Uint32()), fd, nl
+	c.manualLL, c.llDecided, c.ll, c.dropped = false, false, netip.Prefix{}, false
 	return nil
 }
 
@@ -90,10 +92,11 @@ func (c *nic) mac() (net.HardwareAddr, error) {
 // reference/recipes/vm-pod-networking.md, so that the old address is
 // never announced with the new MAC nor the reverse:
 //
-//  1. drop the old addresses of the new address's family;
-//  2. if the MAC changes: set it (virtio-net CTRL_MAC_ADDR; see setMAC);
-//  3. link up; add the new address; replace the default route;
-//  4. flush the neighbour table of the NIC.
+//  1. drop the old addresses of the new address's family (none after
+//     dropNetwork);
+//  2. link up, with the new MAC if it changes (see setMACUp);
+//  3. add the new address; replace the default route;
+//  4. flush the neighbour table of the NIC (empty after dropNetwork).
 //
 // IPv6 link-locals: before the NIC's first up the kernel is told to
 // generate none (a snapshot would carry one derived from its MAC into
@@ -129,8 +132,8 @@ func (c *nic) apply(n identity.Network, prev *identity.Network, took func(step s
 		}
 		took("net.drop")
 	}
-	if !c.manualLL {
-		c.manualLL = c.disableAutoLinkLocal()
+	if !c.llDecided {
+		c.manualLL, c.llDecided = c.disableAutoLinkLocal(), true
 	}
 	if mac != nil && mac.String() != hw.String() {
 		if err := c.setMACUp(hw, mac); err != nil {
