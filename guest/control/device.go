@@ -33,7 +33,6 @@ func serveDevice(ctx context.Context, path string, h *Handler) error {
 			continue
 		}
 		if waitHost(ctx, f, sigio) {
-			setAsync(f, false) // no SIGIO per frame while serving
 			if err := NewServerConn(f, h).Serve(ctx); err != nil {
 				h.log.Warn("control: port", "path", path, "err", err)
 				// Do not spin on a port that keeps failing.
@@ -57,33 +56,12 @@ func openPort(path string) (*os.File, error) {
 		return f, nil
 	}
 	_ = rc.Control(func(fd uintptr) {
+		if fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0); err == nil {
+			_, _ = unix.FcntlInt(fd, unix.F_SETFL, fl|unix.O_ASYNC)
+		}
 		_, _ = unix.FcntlInt(fd, unix.F_SETOWN, os.Getpid())
 	})
-	setAsync(f, true)
 	return f, nil
-}
-
-// setAsync turns SIGIO on the port's changes on or off. It wakes
-// waitHost; while a host is served it would only interrupt the guest
-// agent on every frame (under TCG, a restored clone's first frame then
-// also runs the signal path for the first time).
-func setAsync(f *os.File, on bool) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	_ = rc.Control(func(fd uintptr) {
-		fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0)
-		if err != nil {
-			return
-		}
-		if on {
-			fl |= unix.O_ASYNC
-		} else {
-			fl &^= unix.O_ASYNC
-		}
-		_, _ = unix.FcntlInt(fd, unix.F_SETFL, fl)
-	})
 }
 
 // waitHost returns true once the port has a host (poll reports no
