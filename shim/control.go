@@ -138,7 +138,7 @@ func (a *controlAPI) SetIdentity(ctx context.Context, r *controlapi.SetIdentityR
 			id.Hostname = r.GetHostname()
 		}
 		id.Network, id.UnixNano = nil, time.Now().UnixNano() // the network stays the pod's
-		res, err := a.pod.vm.Control().SetIdentity(ctx, id, nil)
+		res, err := a.pod.vm.SetIdentity(ctx, id)
 		if err == nil {
 			err = res.Err()
 		}

@@ -250,16 +250,32 @@ func (v *VM) connect(ctx context.Context, id identity.Identity) error {
 		}
 		trace.step("agent answered")
 	}
-	seed := make([]byte, 64)
-	if _, err := randRead(seed); err != nil {
-		return err
-	}
-	res, err := c.SetIdentity(ctx, id, seed)
+	res, err := setIdentity(ctx, c, id)
 	trace.step(fmt.Sprintf("identity set (guest steps %v)", res.StepNanos))
 	if err != nil {
 		return fmt.Errorf("set identity of %s: %w", v.cfg.Name, err)
 	}
 	return res.Err()
+}
+
+// SetIdentity pushes a new identity to the running guest (a warm pool
+// claim: the sandbox's ID, env and token), with a fresh seed for its RNG.
+func (v *VM) SetIdentity(ctx context.Context, id identity.Identity) (control.SetIdentityResult, error) {
+	c := v.Control()
+	if c == nil {
+		return control.SetIdentityResult{}, fmt.Errorf("set identity of %s: no control channel", v.cfg.Name)
+	}
+	return setIdentity(ctx, c, id)
+}
+
+// setIdentity sends id with 64 bytes of the host's RNG: every clone of a
+// snapshot gets its own, and the guest feeds them to its kernel as is.
+func setIdentity(ctx context.Context, c *control.Client, id identity.Identity) (control.SetIdentityResult, error) {
+	seed := make([]byte, 64)
+	if _, err := randRead(seed); err != nil {
+		return control.SetIdentityResult{}, err
+	}
+	return c.SetIdentity(ctx, id, seed)
 }
 
 // guestErr adds why the guest went away: QEMU's exit and the end of the
