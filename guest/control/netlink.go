@@ -136,7 +136,7 @@ func (c *nic) apply(n identity.Network, prev *identity.Network, took func(step s
 		c.manualLL, c.llDecided = c.disableAutoLinkLocal(), true
 	}
 	if mac != nil && mac.String() != hw.String() {
-		if err := c.setMACUp(hw, mac); err != nil {
+		if err := c.setMACUp(mac); err != nil {
 			return err
 		}
 		hw = mac
@@ -216,53 +216,42 @@ func (c *nic) disableAutoLinkLocal() bool {
 }
 
 // setMACUp gives the NIC a new MAC and sets it up, in one request.
-// virtio-net changes the MAC live, the link staying up: under TCG that
-// is the cheap path, as a link down/up runs the guest's device teardown
-// and bring-up and waits for RCU grace periods. The link-local of the old
-// MAC goes (see moveLinkLocal). A driver that refuses a live change
-// (EBUSY) gets link down first.
-func (c *nic) setMACUp(old, mac net.HardwareAddr) error {
+// Where the kernel generates no link-local (manualLL), virtio-net changes
+// the MAC live, the link staying up: under TCG that is the cheap path, as
+// a link down/up runs the guest's device teardown and bring-up and waits
+// for RCU grace periods; the link-local apply added for the old MAC goes.
+// Otherwise — or when the driver refuses a live change (EBUSY) — the link
+// goes down first, and the up regenerates the kernel's link-local.
+func (c *nic) setMACUp(mac net.HardwareAddr) error {
 	attrs := rtattr(nil, unix.IFLA_ADDRESS, mac)
-	err := c.nl.link(c.index, unix.IFF_UP, unix.IFF_UP, attrs)
-	if errors.Is(err, unix.EBUSY) {
-		if err := c.nl.link(c.index, 0, unix.IFF_UP, nil); err != nil {
-			return fmt.Errorf("set %s down: %w", c.name, err)
+	if c.manualLL {
+		err := c.nl.link(c.index, unix.IFF_UP, unix.IFF_UP, attrs)
+		if err == nil {
+			return c.dropLinkLocal()
 		}
-		if err := c.nl.link(c.index, unix.IFF_UP, unix.IFF_UP, attrs); err != nil {
+		if !errors.Is(err, unix.EBUSY) {
 			return fmt.Errorf("set %s mac %s: %w", c.name, mac, err)
 		}
-		c.ll = netip.Prefix{} // the down removed it; any kernel one is regenerated
-		return nil
 	}
-	if err != nil {
+	if err := c.nl.link(c.index, 0, unix.IFF_UP, nil); err != nil {
+		return fmt.Errorf("set %s down: %w", c.name, err)
+	}
+	if err := c.nl.link(c.index, unix.IFF_UP, unix.IFF_UP, attrs); err != nil {
 		return fmt.Errorf("set %s mac %s: %w", c.name, mac, err)
 	}
-	if !c.manualLL {
-		return c.moveLinkLocal(old, mac)
-	}
-	if c.ll.IsValid() { // the old MAC's, added for an IPv6 identity
-		if err := c.nl.addr(unix.RTM_DELADDR, 0, c.index, c.ll); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-			return fmt.Errorf("drop the old link-local of %s: %w", c.name, err)
-		}
-		c.ll = netip.Prefix{}
-	}
+	c.ll = netip.Prefix{} // the down removed it
 	return nil
 }
 
-// moveLinkLocal replaces the EUI-64 link-local of old by that of mac,
-// when the NIC has the old one. The new address skips duplicate address
-// detection: it derives from the pod's MAC, unique on its segment.
-func (c *nic) moveLinkLocal(old, mac net.HardwareAddr) error {
-	err := c.nl.addr(unix.RTM_DELADDR, 0, c.index, eui64LinkLocal(old))
-	if errors.Is(err, unix.EADDRNOTAVAIL) || errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.ENXIO) {
+// dropLinkLocal removes the link-local apply added for the old MAC.
+func (c *nic) dropLinkLocal() error {
+	if !c.ll.IsValid() {
 		return nil
 	}
-	if err != nil {
+	if err := c.nl.addr(unix.RTM_DELADDR, 0, c.index, c.ll); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
 		return fmt.Errorf("drop the old link-local of %s: %w", c.name, err)
 	}
-	if err := c.nl.addrFlags(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, c.index, eui64LinkLocal(mac), unix.IFA_F_NODAD, unix.RT_SCOPE_LINK); err != nil {
-		return fmt.Errorf("link-local of %s for %s: %w", c.name, mac, err)
-	}
+	c.ll = netip.Prefix{}
 	return nil
 }
 

@@ -201,6 +201,23 @@ func TestSetIdentityAppliesInNamespaces(t *testing.T) {
 		if res.Network || res.Err() == nil || !strings.Contains(res.Err().Error(), "nope0") {
 			errs <- "missing interface not reported"
 		}
+
+		// A NIC that was up before its first identity has the kernel's
+		// link-local: the MAC then changes around a link down/up, which
+		// gives it the new MAC's.
+		sh("ip link add w0 type veth peer name w1 && ip link set w1 up && ip link set w0 address 02:00:00:00:00:0a up")
+		expect("ip -6 addr show dev w0", "fe80::ff:fe00:a/64")
+		res = h.SetIdentity(SetIdentityParams{Identity: identity.Identity{
+			Network: &identity.Network{Interface: "w0", Address: "10.98.0.9/24", MAC: "02:00:00:00:00:09"},
+		}})
+		if !res.Network {
+			errs <- "identity of a NIC up before it: " + strings.Join(res.Errors, "; ")
+		}
+		expect("ip link show dev w0", "02:00:00:00:00:09", ",UP")
+		expect("ip -6 addr show dev w0", "fe80::ff:fe00:9/64")
+		if out := sh("ip -6 addr show dev w0"); strings.Contains(out, "fe80::ff:fe00:a") {
+			errs <- "the old MAC's kernel link-local kept:\n" + out
+		}
 	}()
 	<-done
 	close(errs)
