@@ -118,6 +118,13 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request, t target) {
 		return
 	}
 	proxied.WithLabelValues("forwarded").Inc()
+	// Full duplex: by default an HTTP/1 server consumes and closes what is
+	// left of the request body when the response head goes out, while the
+	// transport may still be copying that body to the pod; the transport
+	// then closes the pod connection and the reply is cut after its head.
+	// A pod that answers before it read everything (a stream's head, the
+	// interpreter's first line) would race it. HTTP/2 is full duplex anyway.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	u := &url.URL{Scheme: "http", Host: net.JoinHostPort(sbx.Status.PodIP, strconv.Itoa(t.port))}
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, u)))
 }

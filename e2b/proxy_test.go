@@ -34,6 +34,10 @@ func newTestPod(t *testing.T) *testPod {
 	p := &testPod{next: make(chan struct{})}
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.hits.Add(1)
+		if r.URL.Path == "/early" {
+			answerEarly(w, r)
+			return
+		}
 		if r.URL.Path == "/stream" {
 			w.Header().Set("Content-Type", "application/x-ndjson")
 			w.WriteHeader(http.StatusOK)
@@ -54,6 +58,17 @@ func newTestPod(t *testing.T) *testPod {
 	}))
 	t.Cleanup(p.Close)
 	return p
+}
+
+// answerEarly sends its head and a first line before it reads the
+// request body, then says how much body it got.
+func answerEarly(w http.ResponseWriter, r *http.Request) {
+	_ = http.NewResponseController(w).EnableFullDuplex()
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, "early\n")
+	w.(http.Flusher).Flush()
+	n, err := io.Copy(io.Discard, r.Body)
+	fmt.Fprintf(w, "read %d %v\n", n, err)
 }
 
 // TestProxy: sandbox traffic, named by headers or host name, reaches the
@@ -128,6 +143,34 @@ func TestProxy(t *testing.T) {
 		}
 		if rest, err := io.ReadAll(rd); err != nil || len(rest) != 0 {
 			t.Errorf("after the chunks: %q, %v", rest, err)
+		}
+	})
+
+	t.Run("answered before the body was sent", func(t *testing.T) {
+		// The client sends the rest of its body only once the head is
+		// back: a proxy that reads or closes the rest of the body before
+		// it forwards the head would stall or cut the reply.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		pr, pw := io.Pipe()
+		defer context.AfterFunc(ctx, func() { pw.CloseWithError(ctx.Err()) })()
+		req, _ := http.NewRequestWithContext(ctx, "POST", f.url+"/early", pr)
+		req.Host = host(sandlotv1.EnvdPort, id)
+		req.Header.Set("X-Access-Token", token)
+		go func() { _, _ = pw.Write([]byte(strings.Repeat("a", 1000))) }()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		rd := bufio.NewReader(resp.Body)
+		if line, err := rd.ReadString('\n'); err != nil || line != "early\n" {
+			t.Fatalf("first line %q, %v", line, err)
+		}
+		_, _ = pw.Write([]byte(strings.Repeat("b", 1000)))
+		pw.Close()
+		if rest, err := io.ReadAll(rd); err != nil || string(rest) != "read 2000 <nil>\n" {
+			t.Errorf("after the first line: %q, %v; want the pod to have read the whole body", rest, err)
 		}
 	})
 
