@@ -141,11 +141,12 @@ func e2bSmoke(t *testing.T) {
 	cmd.Dir = filepath.Join(cluster.RepoRoot(), "test", "e2b")
 	cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY="+key)
 	out, err := cmd.CombinedOutput()
-	t.Logf("%s", out)
 	if err != nil {
 		dumpAPI(t)
-		t.Fatalf("the E2B SDK smoke failed: %v", err)
+		// Last, so that a log cut to its tail still shows which call failed.
+		t.Fatalf("the E2B SDK smoke failed: %v\n%s", err, out)
 	}
+	t.Logf("%s", out)
 	creates["template"]++
 }
 
