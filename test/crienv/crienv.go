@@ -1147,16 +1147,48 @@ func (e *Env) importArchive(t T, archive, ref, digest string) {
 	if err := e.waitImage(ctx, ref, repoDigest); err != nil {
 		t.Fatalf("crienv: ImportImage %s: %v", ref, err)
 	}
+	if err := e.forgetOtherDigests(ctx, repoDigest); err != nil {
+		t.Fatalf("crienv: ImportImage %s: %v", ref, err)
+	}
+}
+
+// forgetOtherDigests removes the repo@digest names earlier imports of the
+// same repository left: each would keep its image's content alive, and a
+// cluster that `make up` refreshes again and again filled the disk with
+// them (150 MiB per agent image per node) until the kubelets reported
+// DiskPressure. Running containers keep their snapshots.
+func (e *Env) forgetOtherDigests(ctx context.Context, repoDigest string) error {
+	repo, _, _ := strings.Cut(repoDigest, "@")
+	out, err := e.ctrOutput(ctx, "images", "ls", "-q")
+	if err != nil {
+		return err
+	}
+	var stale []string
+	for _, name := range strings.Fields(out) {
+		if strings.HasPrefix(name, repo+"@sha256:") && name != repoDigest {
+			stale = append(stale, name)
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	return e.ctr(ctx, append([]string{"images", "rm"}, stale...)...)
 }
 
 // ctr runs `ctr -a <Address> -n k8s.io args...`.
 func (e *Env) ctr(ctx context.Context, args ...string) error {
+	_, err := e.ctrOutput(ctx, args...)
+	return err
+}
+
+func (e *Env) ctrOutput(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, e.bins.ctr, append([]string{"-a", e.Address, "-n", Namespace}, args...)...)
 	cmd.Env = e.containerdEnv()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("ctr %s: %w\n%s", strings.Join(args, " "), err, out)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("ctr %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
-	return nil
+	return string(out), nil
 }
 
 // checkRef wants a fully qualified, tagged reference.

@@ -317,3 +317,29 @@ func TestImageArchive(t *testing.T) {
 		}
 	}
 }
+
+// TestReimportKeepsOneDigest: importing a new build of an image under the
+// same reference leaves one repo@digest name, the new one, so the old
+// build's content can be collected (`make up` re-imports on every run).
+func TestReimportKeepsOneDigest(t *testing.T) {
+	e := Start(t, Options{Dir: t.TempDir()})
+	first := e.ImportImage(t, testImage, Image{Cmd: []string{"/bin/true"}})
+	second := e.ImportImage(t, testImage, Image{Cmd: []string{"/bin/false"}})
+	if first == second {
+		t.Fatalf("two different images imported with one digest %s", first)
+	}
+	out, err := e.ctrOutput(context.Background(), "images", "ls", "-q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := strings.Split(testImage, ":")[0]
+	var digests []string
+	for _, name := range strings.Fields(out) {
+		if strings.HasPrefix(name, repo+"@") {
+			digests = append(digests, name)
+		}
+	}
+	if want := []string{repo + "@" + second}; !slices.Equal(digests, want) {
+		t.Errorf("digest names after a re-import: %v, want %v", digests, want)
+	}
+}

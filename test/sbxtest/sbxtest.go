@@ -282,8 +282,35 @@ func WaitBases(ctx context.Context, k client.Client, key client.ObjectKey, nodes
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("template %s: base snapshot Ready on %d of %d nodes after %v: %+v", key.Name, ready, nodes, timeout, tpl.Status.Conditions)
+			return fmt.Errorf("template %s: base snapshot Ready on %d of %d nodes after %v: %+v; bases %+v; nodes: %s",
+				key.Name, ready, nodes, timeout, tpl.Status.Conditions, tpl.Status.BaseSnapshots, nodeSummary(ctx, k))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// nodeSummary says, per node, what makes it (in)eligible for sandboxes:
+// a test stuck on a node (DiskPressure on a full disk, NotReady) says so.
+func nodeSummary(ctx context.Context, k client.Client) string {
+	list := &corev1.NodeList{}
+	if err := k.List(ctx, list); err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, n := range list.Items {
+		var notes []string
+		for _, c := range n.Status.Conditions {
+			if (c.Type == corev1.NodeReady) != (c.Status == corev1.ConditionTrue) {
+				notes = append(notes, fmt.Sprintf("%s=%s (%s)", c.Type, c.Status, c.Message))
+			}
+		}
+		for _, t := range n.Spec.Taints {
+			notes = append(notes, "taint "+t.Key+":"+string(t.Effect))
+		}
+		if n.Spec.Unschedulable {
+			notes = append(notes, "cordoned")
+		}
+		out = append(out, fmt.Sprintf("%s %v", n.Name, notes))
+	}
+	return strings.Join(out, "; ")
 }
