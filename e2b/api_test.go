@@ -325,5 +325,17 @@ func TestLifecycle(t *testing.T) {
 		if got := sbx.Spec.TimeoutSeconds; got == nil || *got < 120 || *got > 125 {
 			t.Errorf("spec.timeoutSeconds = %v, want 120 s from now", got)
 		}
+		// The API reads its cache: each answer already shows the timeout
+		// just set (as the SDK's setTimeout, then getInfo, expects).
+		for _, secs := range []int{300, 60, 900, 30, 600} {
+			if r := f.api(t, "POST", path, fmt.Sprintf(`{"timeout":%d}`, secs)); r.code != http.StatusNoContent {
+				t.Fatalf("POST %s: %d %s, want 204", path, r.code, r.body)
+			}
+			got := decode[sandboxDetail](t, f.api(t, "GET", "/sandboxes/"+idOf(sbx), nil), http.StatusOK)
+			end, err := time.Parse(time.RFC3339Nano, got.EndAt)
+			if left := time.Until(end); err != nil || left < time.Duration(secs-5)*time.Second || left > time.Duration(secs+2)*time.Second {
+				t.Errorf("after a timeout of %d s, GET says endAt %s (%v from now, %v)", secs, got.EndAt, left, err)
+			}
+		}
 	})
 }

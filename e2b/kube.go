@@ -7,7 +7,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -106,6 +108,24 @@ func (n *notifier) handler() toolscache.ResourceEventHandler {
 		UpdateFunc: func(any, any) { n.notify() },
 		DeleteFunc: func(any) { n.notify() },
 	}
+}
+
+// cacheLag bounds how long a write may take to reach the cache.
+const cacheLag = 10 * time.Second
+
+// waitSeen waits until the cache holds obj at its resourceVersion or a
+// later one (or no longer holds it: deleted since).
+func (k *Kube) waitSeen(ctx context.Context, obj client.Object) *apiError {
+	want := obj.GetResourceVersion()
+	what := fmt.Sprintf("%s %s at resourceVersion %s in the API's cache", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), want)
+	return k.waitFor(ctx, cacheLag, what, func() (bool, *apiError) {
+		cached := obj.DeepCopyObject().(client.Object)
+		if err := k.Get(ctx, client.ObjectKeyFromObject(obj), cached); err != nil {
+			return apierrors.IsNotFound(err), nil
+		}
+		cmp, err := resourceversion.CompareResourceVersion(cached.GetResourceVersion(), want)
+		return err != nil || cmp >= 0, nil
+	})
 }
 
 // waitFor re-checks cond on every change in the cache until it is done,

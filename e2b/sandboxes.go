@@ -480,7 +480,10 @@ func (s *Server) patchSpec(ctx context.Context, sbx *sandlotv1.Sandbox, spec map
 		}
 		return kubeError("update the sandbox", err)
 	}
-	return nil
+	// Reads come from the cache: the call returns once the cache holds
+	// the change, so a client reading its own write next (the SDK's
+	// setTimeout, then getInfo) never sees the sandbox as it was.
+	return s.kube.waitSeen(ctx, sbx)
 }
 
 // pause pauses a running sandbox and returns once it is paused; 409
