@@ -45,7 +45,7 @@ func (h *Handler) SetIdentity(p SetIdentityParams) SetIdentityResult {
 	if h.opts.ApplyHost {
 		if p.UnixNano != 0 {
 			ts := unix.NsecToTimespec(p.UnixNano)
-			if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
+			if _, _, err := unix.RawSyscall(unix.SYS_CLOCK_SETTIME, unix.CLOCK_REALTIME, uintptr(unsafe.Pointer(&ts)), 0); err != 0 {
 				fail("clock", err)
 			} else {
 				res.Clock = true
@@ -103,8 +103,12 @@ func (r SetIdentityResult) Err() error {
 // restored clone 40–65 ms under TCG. Where the bind fails the file is
 // written (best effort: a read-only /etc is not an error).
 func (h *Handler) applyHostname(name string) error {
-	if err := unix.Sethostname([]byte(name)); err != nil {
-		return err
+	b := []byte(name)
+	if len(b) == 0 {
+		return errors.New("empty hostname")
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETHOSTNAME, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), 0); e != 0 {
+		return e
 	}
 	h.hostnameMu.Lock()
 	defer h.hostnameMu.Unlock()
@@ -121,6 +125,20 @@ func (h *Handler) applyHostname(name string) error {
 	}
 	_ = os.WriteFile(file, []byte(name+"\n"), 0o644)
 	return nil
+}
+
+// rawOpen opens a device that does not block on open.
+func rawOpen(path string, flags int) (int, error) {
+	p, err := unix.BytePtrFromString(path)
+	if err != nil {
+		return -1, err
+	}
+	dir := unix.AT_FDCWD
+	fd, _, e := unix.RawSyscall6(unix.SYS_OPENAT, uintptr(dir), uintptr(unsafe.Pointer(p)), uintptr(flags), 0, 0, 0)
+	if e != 0 {
+		return -1, fmt.Errorf("open %s: %w", path, e)
+	}
+	return int(fd), nil
 }
 
 // randPoolInfo is struct rand_pool_info with a 64-byte buffer.
@@ -146,18 +164,19 @@ func reseedKernel(seed []byte, id identity.Identity) (entropy, reseeded bool, er
 	}
 	info.entropyCount = int32(8 * min(len(seed), 64))
 
-	// Raw system calls: os.File's poller set-up is code a restored clone
-	// would run (and translate, under TCG) for nothing here.
-	fd, err := unix.Open("/dev/urandom", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	// Raw system calls (see rawSend): neither os.File's poller set-up nor
+	// the runtime's syscall bookkeeping, code a restored clone would run
+	// (and translate, under TCG) for nothing here.
+	fd, err := rawOpen("/dev/urandom", unix.O_WRONLY|unix.O_CLOEXEC)
 	if err != nil {
 		return false, false, err
 	}
-	defer unix.Close(fd)
+	defer unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
 	var addErr, reseedErr error
-	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.RNDADDENTROPY, uintptr(unsafe.Pointer(&info))); e != 0 {
+	if _, _, e := unix.RawSyscall(unix.SYS_IOCTL, uintptr(fd), unix.RNDADDENTROPY, uintptr(unsafe.Pointer(&info))); e != 0 {
 		addErr = e
 	}
-	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.RNDRESEEDCRNG, 0); e != 0 {
+	if _, _, e := unix.RawSyscall(unix.SYS_IOCTL, uintptr(fd), unix.RNDRESEEDCRNG, 0); e != 0 {
 		reseedErr = e
 	}
 	var errs []error

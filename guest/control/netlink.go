@@ -82,7 +82,7 @@ func (c *nic) mac() (net.HardwareAddr, error) {
 		_      [8]byte
 	}
 	copy(req.Name[:], c.name)
-	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(c.ioctlFD), unix.SIOCGIFHWADDR, uintptr(unsafe.Pointer(&req))); e != 0 {
+	if _, _, e := unix.RawSyscall(unix.SYS_IOCTL, uintptr(c.ioctlFD), unix.SIOCGIFHWADDR, uintptr(unsafe.Pointer(&req))); e != 0 {
 		return nil, fmt.Errorf("mac of %s: %w", c.name, e)
 	}
 	return net.HardwareAddr(append([]byte(nil), req.Data[:6]...)), nil
@@ -382,12 +382,12 @@ func (r *rtnl) do(typ, flags uint16, body []byte) ([][]byte, error) {
 	msg = binary.NativeEndian.AppendUint32(msg, r.seq)
 	msg = binary.NativeEndian.AppendUint32(msg, 0)
 	msg = append(msg, body...)
-	if err := unix.Sendto(r.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	if err := rawSend(r.fd, msg); err != nil {
 		return nil, err
 	}
 	var out [][]byte
 	for {
-		n, _, err := unix.Recvfrom(r.fd, r.buf, 0)
+		n, err := r.recv()
 		if err != nil {
 			return nil, err
 		}
@@ -415,6 +415,35 @@ func (r *rtnl) do(typ, flags uint16, body []byte) ([][]byte, error) {
 			}
 		}
 	}
+}
+
+// rawSend and recv use raw system calls: rtnetlink handles a request
+// in the sender's sendmsg, so neither blocks (a recv that would is
+// retried as an ordinary, blocking one). The Go runtime's syscall
+// bookkeeping around each call — under TCG slow enough that its
+// monitor hands the P to another thread on every call — is skipped.
+func rawSend(fd int, msg []byte) error {
+	var sa unix.RawSockaddrNetlink
+	sa.Family = unix.AF_NETLINK
+	_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&msg[0])), uintptr(len(msg)), 0,
+		uintptr(unsafe.Pointer(&sa)), unix.SizeofSockaddrNetlink)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func (r *rtnl) recv() (int, error) {
+	n, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(r.fd), uintptr(unsafe.Pointer(&r.buf[0])), uintptr(len(r.buf)),
+		unix.MSG_DONTWAIT, 0, 0)
+	if e == unix.EAGAIN {
+		m, _, err := unix.Recvfrom(r.fd, r.buf, 0)
+		return m, err
+	}
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
 }
 
 func rtattr(b []byte, typ uint16, data []byte) []byte {
