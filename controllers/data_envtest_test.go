@@ -106,9 +106,9 @@ func TestPauseAndResume(t *testing.T) {
 		pkg.Labels[sandlotv1.LabelNode] != "pause-node" || pkg.Spec.VM.Resources.MemoryMiB != 512 {
 		t.Fatalf("paused sandbox = %+v", pkg)
 	}
-	if h.sandbox("nap").Status.Phase != sandlotv1.SandboxPausing {
-		t.Fatalf("phase before the package is ready = %s", h.sandbox("nap").Status.Phase)
-	}
+	// The package is created first and the phase set in the same
+	// reconcile's status patch, right after: read it once it is there.
+	h.waitPhase("nap", sandlotv1.SandboxPausing)
 	h.pod("nap") // the VM stays until its package is Ready
 	h.finishPause("nap")
 	h.gone(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "nap"}})
