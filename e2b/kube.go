@@ -117,7 +117,7 @@ const cacheLag = 10 * time.Second
 // later one (or no longer holds it: deleted since).
 func (k *Kube) waitSeen(ctx context.Context, obj client.Object) *apiError {
 	want := obj.GetResourceVersion()
-	what := fmt.Sprintf("%s %s at resourceVersion %s in the API's cache", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), want)
+	what := fmt.Sprintf("%s at resourceVersion %s in the API's cache", obj.GetName(), want)
 	return k.waitFor(ctx, cacheLag, what, func() (bool, *apiError) {
 		cached := obj.DeepCopyObject().(client.Object)
 		if err := k.Get(ctx, client.ObjectKeyFromObject(obj), cached); err != nil {
