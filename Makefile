@@ -12,11 +12,15 @@ CONTROLLER_GEN := go tool controller-gen
 BINARIES := sandlot-controller sandlot-agent sandlot-api sandlot-guest containerd-shim-sandlot-v2 kubectl-sandlot
 # The images' tag: the Helm chart's appVersion.
 APP_VERSION := $(shell awk '/^appVersion:/ { gsub(/"/, "", $$2); print $$2 }' charts/sandlot/Chart.yaml)
-GENERATED := api config guest/envdpb shim/controlapi charts
+GENERATED := api config guest/envdpb charts
 
 .PHONY: help
 help: ## Show the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: deps
+deps: ## Install the Debian packages the builds and tests need (only what is missing; root).
+	hack/deps.sh
 
 .PHONY: generate
 generate: ## Generate deepcopy code for api/, the envd Connect code for guest/ and the shim control API.
@@ -49,7 +53,7 @@ vm-assets: ## Build the guest kernel, initramfs and base disks into the cache (r
 	hack/vm-assets.sh
 
 .PHONY: test
-test: envtest-assets vm-assets cluster-bins minio-bins ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), store (real MinIO), shim (real containerd + CNI + QEMU), e2e and agent (real two-node clusters).
+test: deps envtest-assets vm-assets cluster-bins minio-bins ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), store (real MinIO), shim (real containerd + CNI + QEMU), e2e and agent (real two-node clusters).
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/release$$\|/test/vm$$\|/test/shim$$\|/test/e2e$$\|/test/agent$$\|/test/lifecycle$$\|/test/e2b$$')
 	@# The VM, shim and cluster tests run QEMU guests under TCG on both cores: alone, one package at a time, after the rest.
 	go test -count=1 -p 1 -timeout 50m ./test/vm/ ./test/shim/ ./test/e2e/ ./test/agent/ ./test/lifecycle/ ./test/e2b/
@@ -114,7 +118,7 @@ cluster-bins: containerd-bins ## Build etcd and the Kubernetes components (apise
 	K8S_VERSION=$(K8S_VERSION) hack/k8s-bins.sh kube-controller-manager kube-scheduler kubelet kube-proxy
 
 .PHONY: up
-up: build image cluster-bins vm-assets minio-bins ## A local cluster running sandlot, installed with its Helm chart (s3 store on a local MinIO) (NODES=2 for two nodes); idempotent. Prints the kubeconfig.
+up: deps build image cluster-bins vm-assets minio-bins ## A local cluster running sandlot, installed with its Helm chart (s3 store on a local MinIO) (NODES=2 for two nodes); idempotent. Prints the kubeconfig.
 	go build -o bin/sandlot-cluster ./hack/cluster
 	bin/sandlot-cluster up -nodes $${NODES:-1}
 

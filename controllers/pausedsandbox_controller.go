@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/client-go/tools/events"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,6 +24,8 @@ import (
 // makes the package.
 type PausedSandboxReconciler struct {
 	client.Client
+	// Recorder emits an Event per status transition (nil: none).
+	Recorder events.EventRecorder
 }
 
 // +kubebuilder:rbac:groups=sandlot.dev,resources=pausedsandboxes,verbs=get;list;watch;update;patch
@@ -38,7 +42,7 @@ func (r *PausedSandboxReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	}
 	orig := pkg.DeepCopy()
 	pkg.Status.DataStatus = pausedStatus(pkg)
-	return ctrl.Result{}, patchStatus(ctx, r.Client, orig, pkg)
+	return ctrl.Result{}, patchStatus(ctx, r.Client, r.Recorder, orig, pkg)
 }
 
 // pausedStatus starts a new package's status; the agent moves it on.

@@ -2,8 +2,8 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,21 +35,22 @@ func (r *SandboxReconciler) claimPoolPod(ctx context.Context, sbx *sandlotv1.San
 		sandlotv1.LabelBaseRevision: src.BaseRevision}); err != nil {
 		return nil, fmt.Errorf("list pool pods: %w", err)
 	}
-	claim, err := json.Marshal(sandlotv1.PoolClaim{Sandbox: sbx.Name, SandboxID: sbx.Status.SandboxID, Env: envMap(src.Env)})
-	if err != nil {
-		return nil, err
-	}
+	claim := &sandlotv1.PoolClaim{Sandbox: sbx.Name, SandboxID: sbx.Status.SandboxID, Env: envMap(src.Env)}
 	for i := range free.Items {
 		pod := &free.Items[i]
 		if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
 			continue
 		}
 		orig := pod.DeepCopy()
+		ann, err := claimAnnotations(pod, claim)
+		if err != nil {
+			return nil, fmt.Errorf("claim pool pod %s: %w", pod.Name, err)
+		}
+		pod.Annotations = ann
 		pod.Labels[sandlotv1.LabelSandbox] = sbx.Name
 		pod.Labels[sandlotv1.LabelSandboxID] = sbx.Status.SandboxID
-		pod.Annotations[sandlotv1.AnnotationClaim] = string(claim)
 		pod.OwnerReferences = []metav1.OwnerReference{ownerRef(sbx)}
-		err := r.Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		err = r.Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 		switch {
 		case err == nil:
 			return pod, nil
@@ -60,6 +61,23 @@ func (r *SandboxReconciler) claimPoolPod(ctx context.Context, sbx *sandlotv1.San
 		}
 	}
 	return nil, nil
+}
+
+// claimAnnotations are a pool pod's annotations with the claim added,
+// through the codec the shim and the agent decode them with.
+func claimAnnotations(pod *corev1.Pod, claim *sandlotv1.PoolClaim) (map[string]string, error) {
+	a, err := sandlotv1.DecodeVMAnnotations(pod.Annotations)
+	if err != nil {
+		return nil, err
+	}
+	a.Claim = claim
+	enc, err := a.Encode()
+	if err != nil {
+		return nil, err
+	}
+	out := maps.Clone(pod.Annotations)
+	maps.Copy(out, enc)
+	return out, nil
 }
 
 // adoptPoolPod records a claimed pool pod as the sandbox's pod.

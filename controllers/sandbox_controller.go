@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/tools/events"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +27,8 @@ import (
 // enforces its timeout.
 type SandboxReconciler struct {
 	client.Client
+	// Recorder emits an Event per status transition (nil: none).
+	Recorder events.EventRecorder
 	// APIReader reads past the cache, to confirm that something is gone
 	// before acting on its absence (a cache lags its own writes).
 	APIReader client.Reader
@@ -45,7 +49,9 @@ type SandboxReconciler struct {
 // +kubebuilder:rbac:groups=sandlot.dev,resources=sandboxes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=sandlot.dev,resources=sandboxes/finalizers,verbs=update
 // +kubebuilder:rbac:groups=sandlot.dev,resources=pausedsandboxes,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
@@ -67,7 +73,7 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	orig := sbx.DeepCopy()
 	res, err := r.reconcileSandbox(ctx, sbx)
 	sbx.Status.ObservedGeneration = sbx.Generation
-	if perr := patchStatus(ctx, r.Client, orig, sbx); perr != nil {
+	if perr := patchStatus(ctx, r.Client, r.Recorder, orig, sbx); perr != nil {
 		if err == nil {
 			err = perr
 		}

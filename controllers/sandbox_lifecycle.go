@@ -212,7 +212,7 @@ func restoreFromPackage(src resolvedSource, pkg *sandlotv1.PausedSandbox) resolv
 	src.Wait, src.Fail = false, false
 	src.VM = pkg.Spec.VM
 	src.Data = snapshotData(pkg.Status.DataStatus)
-	src.Restore = restoreSource{Kind: "PausedSandbox", Name: pkg.Name, UID: string(pkg.UID), Location: pkg.Status.Location}
+	src.Restore = sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindPausedSandbox, Name: pkg.Name, UID: string(pkg.UID), Location: pkg.Status.Location}
 	src.PerNode = nil // not the template's base: the package (which may lay its pages over that base)
 	return src
 }

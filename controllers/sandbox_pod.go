@@ -1,7 +1,7 @@
 package controllers
 
 import (
-	"strconv"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -12,15 +12,6 @@ import (
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
-// restoreSource names the state a pod's VM restores from; zero means a
-// cold boot of the image.
-type restoreSource struct {
-	Kind     string // "Snapshot" or "PausedSandbox"
-	Name     string
-	UID      string
-	Location string
-}
-
 // podPlan is everything a sandbox Pod is built from.
 type podPlan struct {
 	Name      string
@@ -28,18 +19,24 @@ type podPlan struct {
 	SandboxID string
 	VM        sandlotv1.VMSpec
 	Env       []sandlotv1.EnvVar
-	Restore   restoreSource
+	// Restore is the data the VM restores (Kind "": a cold boot).
+	Restore sandlotv1.RestoreRef
 	// Probe, for a template's builder, gates the pod's readiness.
 	Probe *sandlotv1.ReadinessProbe
 	// MilliCPUPerVCPU is the CPU request per vCPU (1000 = a core each).
 	MilliCPUPerVCPU int64
+	// Pool is the Template of a warm pool pod.
+	Pool string
 }
 
 // buildPod renders the Pod whose VM is the sandbox. The shim reads the
 // annotations; the env carries the sandbox identity, the token by
 // reference to the Sandbox's Secret.
-func buildPod(sbx *sandlotv1.Sandbox, plan podPlan) *corev1.Pod {
-	pod := renderPod(sbx.Namespace, plan, podEnv(sbx.Name, plan))
+func buildPod(sbx *sandlotv1.Sandbox, plan podPlan) (*corev1.Pod, error) {
+	pod, err := renderPod(sbx.Namespace, plan, podEnv(sbx.Name, plan))
+	if err != nil {
+		return nil, err
+	}
 	pod.Name = plan.Name
 	pod.Labels = map[string]string{
 		sandlotv1.LabelSandbox:   sbx.Name,
@@ -47,17 +44,21 @@ func buildPod(sbx *sandlotv1.Sandbox, plan podPlan) *corev1.Pod {
 		sandlotv1.LabelNode:      plan.Node,
 	}
 	pod.OwnerReferences = []metav1.OwnerReference{ownerRef(sbx)}
-	return pod
+	return pod, nil
 }
 
 // renderPod is a sandlot pod without its name, labels and owner.
-func renderPod(ns string, plan podPlan, env []corev1.EnvVar) *corev1.Pod {
+func renderPod(ns string, plan podPlan, env []corev1.EnvVar) (*corev1.Pod, error) {
 	res := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(plan.VM.Resources.VCPU)*plan.MilliCPUPerVCPU, resource.DecimalSI),
 		corev1.ResourceMemory: quantityMiB(plan.VM.Resources.MemoryMiB),
 	}
+	ann, err := vmAnnotations(plan).Encode()
+	if err != nil {
+		return nil, fmt.Errorf("pod annotations: %w", err)
+	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Annotations: podAnnotations(plan)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Annotations: ann},
 		Spec: corev1.PodSpec{
 			NodeName:                      plan.Node,
 			RuntimeClassName:              ptr.To(sandlotv1.RuntimeClassName),
@@ -80,7 +81,7 @@ func renderPod(ns string, plan podPlan, env []corev1.EnvVar) *corev1.Pod {
 		},
 	}
 	pod.Spec.Containers[0].ReadinessProbe = readinessProbe(plan.Probe)
-	return pod
+	return pod, nil
 }
 
 // readinessProbe is the kubelet's probe of the VM on the pod IP.
@@ -98,20 +99,13 @@ func readinessProbe(p *sandlotv1.ReadinessProbe) *corev1.Probe {
 	return probe
 }
 
-func podAnnotations(plan podPlan) map[string]string {
-	a := map[string]string{
-		sandlotv1.AnnotationSandboxID:        plan.SandboxID,
-		sandlotv1.AnnotationBoot:             sandlotv1.BootCold,
-		sandlotv1.AnnotationVCPU:             strconv.Itoa(int(plan.VM.Resources.VCPU)),
-		sandlotv1.AnnotationMemoryMiB:        strconv.Itoa(int(plan.VM.Resources.MemoryMiB)),
-		sandlotv1.AnnotationWritableLayerMiB: strconv.Itoa(int(plan.VM.WritableLayerMiB)),
-	}
+// vmAnnotations is what the pod's annotations tell its shim.
+func vmAnnotations(plan podPlan) sandlotv1.VMAnnotations {
+	a := sandlotv1.VMAnnotations{SandboxID: plan.SandboxID, VCPU: plan.VM.Resources.VCPU,
+		MemoryMiB: plan.VM.Resources.MemoryMiB, WritableLayerMiB: plan.VM.WritableLayerMiB, Pool: plan.Pool}
 	if plan.Restore.Kind != "" {
-		a[sandlotv1.AnnotationBoot] = sandlotv1.BootRestore
-		a[sandlotv1.AnnotationRestoreKind] = plan.Restore.Kind
-		a[sandlotv1.AnnotationRestoreName] = plan.Restore.Name
-		a[sandlotv1.AnnotationRestoreUID] = plan.Restore.UID
-		a[sandlotv1.AnnotationRestoreLocation] = plan.Restore.Location
+		r := plan.Restore
+		a.Restore = &r
 	}
 	return a
 }

@@ -119,6 +119,8 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 	if len(src.PerNode) > 0 && sbx.Spec.Source.Template != "" {
 		pod, err := r.claimPoolPod(ctx, sbx, src)
 		if err != nil {
+			// Retried with backoff; the status and an Event say why meanwhile.
+			setPending(st, sbx.Generation, sandlotv1.ReasonClaimFailed, err.Error())
 			return ctrl.Result{}, err
 		}
 		if pod != nil {
@@ -130,18 +132,10 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 			poolClaims.WithLabelValues(sbx.Spec.Source.Template, "miss").Inc()
 		}
 	}
-	overhead, err := r.overhead(ctx)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	want := demandOf(src.VM.Resources, overhead, r.milliCPUPerVCPU())
-	nodes := &corev1.NodeList{}
-	if err := r.List(ctx, nodes, client.MatchingLabels{sandlotv1.LabelRuntime: "true"}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("list nodes: %w", err)
-	}
 	key := types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Name}
-	p, err := r.placeAndAssume(ctx, key, placementRequest{Nodes: nodes.Items, Demand: want, Source: src.Data}, overhead)
+	p, err := r.placeSandbox(ctx, key, src)
 	if err != nil {
+		setPending(st, sbx.Generation, sandlotv1.ReasonPlacementFailed, err.Error())
 		return ctrl.Result{}, err
 	}
 	if p.Node == "" {
@@ -150,7 +144,10 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 	}
 	plan := podPlan{Name: sbx.Name, Node: p.Node, SandboxID: st.SandboxID, VM: src.VM, Env: src.Env, Restore: src.restoreFor(p.Node),
 		Probe: src.Probe, MilliCPUPerVCPU: r.milliCPUPerVCPU()}
-	err = r.Create(ctx, buildPod(sbx, plan))
+	pod, err := buildPod(sbx, plan)
+	if err == nil {
+		err = r.Create(ctx, pod)
+	}
 	if apierrors.IsAlreadyExists(err) {
 		if waiting, werr := r.previousPodTerminating(ctx, key); werr != nil || waiting {
 			r.assumed.forget(key)
@@ -176,6 +173,20 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 	setCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionReady, metav1.ConditionFalse,
 		sandlotv1.ReasonPodPending, "pod "+sbx.Name+" created on "+p.Node)
 	return ctrl.Result{}, nil
+}
+
+// placeSandbox picks a node for the sandbox among sandlot's nodes.
+func (r *SandboxReconciler) placeSandbox(ctx context.Context, key types.NamespacedName, src resolvedSource) (placement, error) {
+	overhead, err := r.overhead(ctx)
+	if err != nil {
+		return placement{}, err
+	}
+	want := demandOf(src.VM.Resources, overhead, r.milliCPUPerVCPU())
+	nodes := &corev1.NodeList{}
+	if err := r.List(ctx, nodes, client.MatchingLabels{sandlotv1.LabelRuntime: "true"}); err != nil {
+		return placement{}, fmt.Errorf("list nodes: %w", err)
+	}
+	return r.placeAndAssume(ctx, key, placementRequest{Nodes: nodes.Items, Demand: want, Source: src.Data}, overhead)
 }
 
 // placeAndAssume places a sandbox and records the placement before any

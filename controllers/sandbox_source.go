@@ -20,8 +20,8 @@ type resolvedSource struct {
 	Data           dataSource
 	// Restore is the data to restore on any node; PerNode, a template's
 	// base snapshot on each node that has one (preferred there).
-	Restore restoreSource
-	PerNode map[string]restoreSource
+	Restore sandlotv1.RestoreRef
+	PerNode map[string]sandlotv1.RestoreRef
 	// Probe is a builder sandbox's readiness probe (its template's).
 	Probe *sandlotv1.ReadinessProbe
 	// BaseRevision is the template's base revision, for a sandbox of
@@ -108,7 +108,7 @@ func builderProbe(tpl *sandlotv1.Template) *sandlotv1.ReadinessProbe {
 // snapshots of its current generation: on a node that holds one, that
 // one; on another compatible node, one that is remote Ready.
 func (r *SandboxReconciler) resolveBase(ctx context.Context, tpl *sandlotv1.Template, src resolvedSource) (resolvedSource, error) {
-	src.PerNode = map[string]restoreSource{}
+	src.PerNode = map[string]sandlotv1.RestoreRef{}
 	for _, b := range tpl.Status.BaseSnapshots {
 		if b.Revision != baseRevision(tpl) || b.Phase != sandlotv1.BaseReady {
 			continue
@@ -123,7 +123,7 @@ func (r *SandboxReconciler) resolveBase(ctx context.Context, tpl *sandlotv1.Temp
 		if snap.DeletionTimestamp != nil || snap.Status.Phase != sandlotv1.DataReady {
 			continue
 		}
-		rs := restoreSource{Kind: "Snapshot", Name: snap.Name, UID: string(snap.UID), Location: snap.Status.Location}
+		rs := sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: snap.Name, UID: string(snap.UID), Location: snap.Status.Location}
 		src.PerNode[b.Node] = rs
 		src.Data.Nodes = append(src.Data.Nodes, b.Node)
 		if snap.Status.RemoteStatus == sandlotv1.RemoteReady && !src.Data.Remote {
@@ -141,7 +141,7 @@ func (r *SandboxReconciler) resolveBase(ctx context.Context, tpl *sandlotv1.Temp
 }
 
 // restoreFor is what a pod on node restores (zero: a cold boot).
-func (s resolvedSource) restoreFor(node string) restoreSource {
+func (s resolvedSource) restoreFor(node string) sandlotv1.RestoreRef {
 	if rs, ok := s.PerNode[node]; ok {
 		return rs
 	}
@@ -176,7 +176,7 @@ func (r *SandboxReconciler) resolveSnapshot(ctx context.Context, sbx *sandlotv1.
 		Env:            sbx.Spec.Env,
 		TimeoutSeconds: r.templateTimeout(ctx, sbx.Namespace, snap.Status.Template),
 		Data:           snapshotData(snap.Status.DataStatus),
-		Restore: restoreSource{Kind: "Snapshot", Name: snap.Name, UID: string(snap.UID),
+		Restore: sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: snap.Name, UID: string(snap.UID),
 			Location: snap.Status.Location},
 	}, nil
 }

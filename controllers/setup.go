@@ -61,19 +61,19 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 	if opts.MilliCPUPerVCPU <= 0 {
 		opts.MilliCPUPerVCPU = 1000
 	}
-	c, r := mgr.GetClient(), mgr.GetAPIReader()
+	c, r, rec := mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder(EventSource)
 	var cache client.Reader = c
 	state.reader.Store(&cache)
-	if err := (&SandboxReconciler{Client: c, APIReader: r, Workers: opts.SandboxWorkers, MilliCPUPerVCPU: opts.MilliCPUPerVCPU}).SetupWithManager(mgr); err != nil {
+	if err := (&SandboxReconciler{Client: c, Recorder: rec, APIReader: r, Workers: opts.SandboxWorkers, MilliCPUPerVCPU: opts.MilliCPUPerVCPU}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&TemplateReconciler{Client: c, MilliCPUPerVCPU: opts.MilliCPUPerVCPU}).SetupWithManager(mgr); err != nil {
+	if err := (&TemplateReconciler{Client: c, Recorder: rec, MilliCPUPerVCPU: opts.MilliCPUPerVCPU}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&SnapshotReconciler{Client: c, APIReader: r}).SetupWithManager(mgr); err != nil {
+	if err := (&SnapshotReconciler{Client: c, Recorder: rec, APIReader: r}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&PausedSandboxReconciler{Client: c}).SetupWithManager(mgr)
+	return (&PausedSandboxReconciler{Client: c, Recorder: rec}).SetupWithManager(mgr)
 }
 
 func setupIndexes(ctx context.Context, mgr ctrl.Manager) error {

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 
+	"k8s.io/client-go/tools/events"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +26,8 @@ import (
 // does the work and owns the data finalizer.
 type SnapshotReconciler struct {
 	client.Client
+	// Recorder emits an Event per status transition (nil: none).
+	Recorder events.EventRecorder
 	// APIReader confirms a Sandbox is really gone before a Snapshot of it
 	// fails (a cache lags).
 	APIReader client.Reader
@@ -55,7 +59,7 @@ func (r *SnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		applyAssignment(&snap.Status, snap.Generation, a)
 	}
 	snap.Status.ObservedGeneration = snap.Generation
-	if err := patchStatus(ctx, r.Client, orig, snap); err != nil {
+	if err := patchStatus(ctx, r.Client, r.Recorder, orig, snap); err != nil {
 		return ctrl.Result{}, err
 	}
 	// The label last, on a copy: the agent's cache selects by it, and by
@@ -213,7 +217,7 @@ func (r *SnapshotReconciler) release(ctx context.Context, snap *sandlotv1.Snapsh
 		orig := snap.DeepCopy()
 		setCondition(&snap.Status.Conditions, snap.Generation, sandlotv1.ConditionDeletionHeld, metav1.ConditionTrue,
 			sandlotv1.ReasonInUse, "deletion waits for the sandboxes restored from it: "+strings.Join(names, ", "))
-		return client.IgnoreNotFound(patchStatus(ctx, r.Client, orig, snap))
+		return client.IgnoreNotFound(patchStatus(ctx, r.Client, r.Recorder, orig, snap))
 	}
 	controllerutil.RemoveFinalizer(snap, sandlotv1.FinalizerInUse)
 	if err := r.Update(ctx, snap); client.IgnoreNotFound(err) != nil {

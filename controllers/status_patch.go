@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -14,8 +15,9 @@ import (
 // changed. The patch carries the resourceVersion: a merge patch replaces
 // whole lists, so a stale copy must not overwrite conditions another
 // manager (the node agent) owns. A conflict is not an error: the newer
-// version's watch event reconciles again.
-func patchStatus(ctx context.Context, c client.Client, orig, obj client.Object) error {
+// version's watch event reconciles again. Once written, each condition
+// transition is an Event (rec may be nil).
+func patchStatus(ctx context.Context, c client.Client, rec events.EventRecorder, orig, obj client.Object) error {
 	if equality.Semantic.DeepEqual(orig, obj) {
 		return nil
 	}
@@ -27,5 +29,6 @@ func patchStatus(ctx context.Context, c client.Client, orig, obj client.Object) 
 	case err != nil:
 		return fmt.Errorf("patch status of %T %s/%s: %w", obj, obj.GetNamespace(), obj.GetName(), err)
 	}
+	recordTransitions(rec, orig, obj)
 	return nil
 }

@@ -72,7 +72,13 @@ func cluster(t *testing.T) *kube.Env {
 func startController(t *testing.T) (stop func()) {
 	t.Helper()
 	e := cluster(t)
-	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+	// The controller runs as the chart's service account with the chart's
+	// RBAC: admin credentials would hide a missing grant.
+	cfg, err := e.ComponentConfig("sandlot-controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 e.Scheme,
 		Cache:                  controllers.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},

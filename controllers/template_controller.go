@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/client-go/tools/events"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,6 +31,8 @@ import (
 // (template_base.go).
 type TemplateReconciler struct {
 	client.Client
+	// Recorder emits an Event per status transition (nil: none).
+	Recorder events.EventRecorder
 	// MilliCPUPerVCPU is what a warm pool pod requests per vCPU.
 	MilliCPUPerVCPU int64
 }
@@ -59,7 +63,7 @@ func (r *TemplateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if meta.IsStatusConditionTrue(tpl.Status.Conditions, sandlotv1.ConditionAccepted) {
 		res, err = r.build(ctx, tpl)
 	}
-	if perr := patchStatus(ctx, r.Client, orig, tpl); perr != nil {
+	if perr := patchStatus(ctx, r.Client, r.Recorder, orig, tpl); perr != nil {
 		return ctrl.Result{}, errors.Join(err, perr)
 	}
 	return res, err

@@ -114,17 +114,19 @@ func (r *TemplateReconciler) poolPod(ctx context.Context, tpl *sandlotv1.Templat
 	}
 	plan := podPlan{Node: node,
 		VM:              sandlotv1.VMSpec{Image: tpl.Spec.Image, Resources: tpl.Spec.Resources, WritableLayerMiB: tpl.Spec.WritableLayerMiB},
-		Restore:         restoreSource{Kind: "Snapshot", Name: snap.Name, UID: string(snap.UID), Location: snap.Status.Location},
-		MilliCPUPerVCPU: r.MilliCPUPerVCPU}
+		Restore:         sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: snap.Name, UID: string(snap.UID), Location: snap.Status.Location},
+		MilliCPUPerVCPU: r.MilliCPUPerVCPU, Pool: tpl.Name}
 	env := make([]corev1.EnvVar, 0, len(tpl.Spec.Env))
 	for _, e := range tpl.Spec.Env { // the sandbox's identity comes with the claim
 		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
 	}
-	pod := renderPod(tpl.Namespace, plan, env)
+	pod, err := renderPod(tpl.Namespace, plan, env)
+	if err != nil {
+		return nil, err
+	}
 	pod.GenerateName = shortName(tpl.Name) + "-pool-"
 	pod.Labels = map[string]string{sandlotv1.LabelPool: tpl.Name, sandlotv1.LabelSandbox: "", sandlotv1.LabelNode: node,
 		sandlotv1.LabelBaseRevision: baseRevision(tpl)}
-	pod.Annotations[sandlotv1.AnnotationPool] = tpl.Name
 	pod.OwnerReferences = []metav1.OwnerReference{templateOwner(tpl)}
 	return pod, nil
 }

@@ -86,7 +86,12 @@ func startFixture() (*fixture, error) {
 	f := &fixture{env: env, c: env.Client}
 	f.stop = func() { cancel(); _ = env.Stop() }
 	fail := func(err error) (*fixture, error) { f.stop(); return nil, err }
-	if f.kube, err = NewKube(ctx, env.Config, testNS); err != nil {
+	// The API runs as the chart's sandlot-api service account, never admin.
+	cfg, err := env.ComponentConfig("sandlot-api")
+	if err != nil {
+		return fail(err)
+	}
+	if f.kube, err = NewKube(ctx, cfg, testNS); err != nil {
 		return fail(err)
 	}
 	if f.key, err = NewAPIKey(); err != nil {

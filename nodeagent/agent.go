@@ -7,11 +7,11 @@ package nodeagent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"time"
+
+	"github.com/sandlot-dev/sandlot/api/node"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -25,8 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/sandlot-dev/sandlot/api/node/controlapi"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
-	"github.com/sandlot-dev/sandlot/shim/controlapi"
 )
 
 // FieldManager is the agent's server-side-apply identity.
@@ -132,7 +132,7 @@ func (r *VMReadyReconciler) probe(ctx context.Context, pod *corev1.Pod) (metav1.
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	c, err := controlapi.Dial(ctx, filepath.Join(r.SandlotRoot, "pods", string(pod.UID), "control.sock"))
+	c, err := controlapi.Dial(ctx, node.Layout{Root: r.SandlotRoot}.ControlSocket(string(pod.UID)))
 	if err != nil {
 		return metav1.ConditionFalse, "ShimUnreachable", err.Error()
 	}
@@ -152,10 +152,14 @@ func (r *VMReadyReconciler) probe(ctx context.Context, pod *corev1.Pod) (metav1.
 // Both steps are idempotent: an agent that dies between them does both
 // again.
 func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, paused bool) error {
-	var claim sandlotv1.PoolClaim
-	if err := json.Unmarshal([]byte(pod.Annotations[sandlotv1.AnnotationClaim]), &claim); err != nil {
-		return fmt.Errorf("claim annotation of %s: %w", pod.Name, err)
+	ann, err := sandlotv1.DecodeVMAnnotations(pod.Annotations)
+	if err != nil {
+		return fmt.Errorf("claim annotations of %s: %w", pod.Name, err)
 	}
+	if ann.Claim == nil {
+		return fmt.Errorf("pod %s carries no claim", pod.Name)
+	}
+	claim := *ann.Claim
 	secret := &corev1.Secret{}
 	if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: sandlotv1.TokenSecretName(claim.Sandbox)}, secret); err != nil {
 		return fmt.Errorf("token of sandbox %s: %w", claim.Sandbox, err)
@@ -166,7 +170,7 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, pause
 		env = map[string]string{}
 	}
 	env[sandlotv1.EnvSandboxID], env[sandlotv1.EnvAccessToken] = claim.SandboxID, token
-	c, err := controlapi.Dial(ctx, filepath.Join(r.SandlotRoot, "pods", string(pod.UID), "control.sock"))
+	c, err := controlapi.Dial(ctx, node.Layout{Root: r.SandlotRoot}.ControlSocket(string(pod.UID)))
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/api/node"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -17,10 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/sandlot-dev/sandlot/api/node/controlapi"
+	"github.com/sandlot-dev/sandlot/api/node/stageapi"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
-	"github.com/sandlot-dev/sandlot/nodeagent/stageapi"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
-	"github.com/sandlot-dev/sandlot/shim/controlapi"
 	"github.com/sandlot-dev/sandlot/vm"
 )
 
@@ -172,7 +174,7 @@ func (r *DataReconciler) waitForShim(ctx context.Context, snap dataObject) error
 	if err != nil {
 		return nil
 	}
-	c, err := controlapi.Dial(ctx, filepath.Join(r.SandlotRoot, "pods", string(pod.UID), "control.sock"))
+	c, err := controlapi.Dial(ctx, node.Layout{Root: r.SandlotRoot}.ControlSocket(string(pod.UID)))
 	if err != nil {
 		return nil
 	}
@@ -211,7 +213,7 @@ func (r *DataReconciler) take(ctx context.Context, snap dataObject, orig *client
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return err
 	}
-	c, err := controlapi.Dial(ctx, filepath.Join(r.SandlotRoot, "pods", string(pod.UID), "control.sock"))
+	c, err := controlapi.Dial(ctx, node.Layout{Root: r.SandlotRoot}.ControlSocket(string(pod.UID)))
 	if err != nil {
 		setFailed(st, snap.GetGeneration(), "ShimUnreachable", err.Error())
 		return nil

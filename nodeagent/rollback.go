@@ -3,8 +3,9 @@ package nodeagent
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
+
+	"github.com/sandlot-dev/sandlot/api/node"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -14,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/sandlot-dev/sandlot/api/node/controlapi"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
-	"github.com/sandlot-dev/sandlot/shim/controlapi"
 )
 
 // RollbackFieldManager owns what a rollback records on a Sandbox's status
@@ -110,7 +111,7 @@ func (r *RollbackReconciler) restore(ctx context.Context, sbx *sandlotv1.Sandbox
 		return 0, fmt.Errorf("open snapshot %s: %w", snap.Name, err)
 	}
 	defer release()
-	c, err := controlapi.Dial(ctx, filepath.Join(r.SandlotRoot, "pods", podObj, "control.sock"))
+	c, err := controlapi.Dial(ctx, node.Layout{Root: r.SandlotRoot}.ControlSocket(podObj))
 	if err != nil {
 		return 0, err
 	}

@@ -16,7 +16,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/sandlot-dev/sandlot/nodeagent/stageapi"
+	"github.com/sandlot-dev/sandlot/api/node/stageapi"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 )
 

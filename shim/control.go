@@ -12,12 +12,9 @@ import (
 
 	"github.com/containerd/ttrpc"
 
-	"github.com/sandlot-dev/sandlot/shim/controlapi"
+	"github.com/sandlot-dev/sandlot/api/node/controlapi"
 	"github.com/sandlot-dev/sandlot/vm"
 )
-
-// ControlSocket is the name of a pod's control socket in its directory.
-const ControlSocket = "control.sock"
 
 // controlServer serves the VM control API on the pod's control socket.
 type controlServer struct {
@@ -27,7 +24,7 @@ type controlServer struct {
 
 // serveControl starts the control API (p.mu is held).
 func (p *pod) serveControl(api controlapi.VMControlService) error {
-	path := filepath.Join(p.dir(), ControlSocket)
+	path := p.cfg.Layout().ControlSocket(p.uid)
 	_ = os.Remove(path)
 	ln, err := net.Listen("unix", path)
 	if err != nil {

@@ -16,9 +16,10 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/sandlot-dev/sandlot/api/node"
+	"github.com/sandlot-dev/sandlot/api/node/stageapi"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/guest/control"
-	"github.com/sandlot-dev/sandlot/nodeagent/stageapi"
 	"github.com/sandlot-dev/sandlot/vm"
 )
 
@@ -59,29 +60,24 @@ func (s *service) createApp(ctx context.Context, r *taskAPI.CreateTaskRequest, s
 }
 
 // vmSpec validates what the container asks for and sizes the VM.
-func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec *specs.Spec, cfg Config) (vmSpec, int, error) {
+func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec *specs.Spec, cfg node.Config) (vmSpec, int, error) {
 	ann := spec.Annotations
 	if spec.Process == nil || len(spec.Process.Args) == 0 {
 		return vmSpec{}, 0, fmt.Errorf("%w: image %s has no entrypoint or command, and the container gives none", errdefs.ErrInvalidArgument, ann[annImageName])
 	}
-	vs := vmSpec{VCPU: cfg.DefaultVCPU, MemoryMiB: cfg.DefaultMemoryMiB, ImageName: ann[annImageName], Env: envMap(spec.Process.Env),
-		Pool: ann[sandlotv1.AnnotationPool] != ""}
-	var err error
-	if vs.VCPU, err = annotatedInt(ann, sandlotv1.AnnotationVCPU, vs.VCPU, 1, 64); err != nil {
+	req, err := parseVMRequest(ann, cfg, memTotalMiB())
+	if err != nil {
 		return vmSpec{}, 0, err
 	}
-	if vs.MemoryMiB, err = annotatedInt(ann, sandlotv1.AnnotationMemoryMiB, vs.MemoryMiB, 64, 1<<20); err != nil {
-		return vmSpec{}, 0, err
-	}
-	if err := fitsNode(vs.MemoryMiB); err != nil {
-		return vmSpec{}, 0, err
-	}
+	vs := vmSpec{VCPU: req.VCPU, MemoryMiB: req.MemoryMiB, LayerMiB: req.LayerMiB, ImageName: ann[annImageName],
+		Env: envMap(spec.Process.Env), Pool: req.Pool}
 	if vs.ImageDigest, err = imageDigest(ctx, s.address, namespace(ctx), vs.ImageName); err != nil {
 		return vmSpec{}, 0, fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
 	}
-	if loc := ann[sandlotv1.AnnotationRestoreLocation]; loc != "" {
+	if req.Restore != nil {
+		loc := req.Restore.Location
 		if cfg.AgentSocket != "" {
-			if loc, vs.release, err = stage(ctx, cfg.AgentSocket, ann); err != nil {
+			if loc, vs.release, err = stage(ctx, cfg.AgentSocket, *req.Restore); err != nil {
 				return vs, 0, err
 			}
 		}
@@ -99,8 +95,8 @@ const stageTimeout = 5 * time.Minute
 // stage asks the node agent for the pod's restore data on this node. It
 // never falls back to the annotated location: on another node that path
 // names the origin's copy, which this node must not read.
-func stage(ctx context.Context, socket string, ann map[string]string) (string, func(), error) {
-	req := stageapi.StageRequest{Kind: ann[sandlotv1.AnnotationRestoreKind], UID: ann[sandlotv1.AnnotationRestoreUID]}
+func stage(ctx context.Context, socket string, src sandlotv1.RestoreRef) (string, func(), error) {
+	req := stageapi.StageRequest{Kind: src.Kind, UID: src.UID}
 	ctx, cancel := context.WithTimeout(ctx, stageTimeout)
 	defer cancel()
 	c := stageapi.NewClient(socket)
@@ -147,7 +143,7 @@ func agentAbsent(err error) bool {
 // restoreSource checks a snapshot can start this container: it exists
 // here, and was taken from the same image. It returns the guest PID of
 // the snapshot's app process.
-func restoreSource(dir, digest string, cfg Config) (int, error) {
+func restoreSource(dir, digest string, cfg node.Config) (int, error) {
 	if !filepath.IsAbs(dir) {
 		return 0, fmt.Errorf("%w: snapshot location %q is not a directory on this node", errdefs.ErrInvalidArgument, dir)
 	}
@@ -170,7 +166,7 @@ func restoreSource(dir, digest string, cfg Config) (int, error) {
 }
 
 // compatible checks this node's QEMU, accel and CPU can restore m.
-func compatible(m *vm.Manifest, cfg Config) error {
+func compatible(m *vm.Manifest, cfg node.Config) error {
 	accel := cfg.Accel
 	if accel == "" {
 		var err error
@@ -183,37 +179,6 @@ func compatible(m *vm.Manifest, cfg Config) error {
 		return err
 	}
 	return m.Compatible(accel, qv, vm.CPUFingerprint())
-}
-
-func annotatedInt(ann map[string]string, key string, def, lo, hi int) (int, error) {
-	v, ok := ann[key]
-	if !ok {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < lo || n > hi {
-		return 0, fmt.Errorf("%w: annotation %s=%q: want an integer in [%d, %d]", errdefs.ErrInvalidArgument, key, v, lo, hi)
-	}
-	return n, nil
-}
-
-// fitsNode refuses a VM larger than the node's memory.
-func fitsNode(mib int) error {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == "MemTotal:" {
-			kb, _ := strconv.Atoi(f[1])
-			if mib > kb/1024 {
-				return fmt.Errorf("%w: the VM wants %d MiB of memory, the node has %d MiB", errdefs.ErrResourceExhausted, mib, kb/1024)
-			}
-			return nil
-		}
-	}
-	return nil
 }
 
 func envMap(env []string) map[string]string {

@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/api/node"
+	"github.com/sandlot-dev/sandlot/api/node/controlapi"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/guest/control"
 	"github.com/sandlot-dev/sandlot/guest/identity"
-	"github.com/sandlot-dev/sandlot/shim/controlapi"
 	"github.com/sandlot-dev/sandlot/shim/podnet"
 	"github.com/sandlot-dev/sandlot/vm"
 )
@@ -37,7 +37,7 @@ type pod struct {
 	hostname string
 
 	mu       sync.Mutex
-	cfg      Config
+	cfg      node.Config
 	vm       *vm.VM
 	net      podnet.Pod
 	attached bool // the tap and filters are in place
@@ -59,12 +59,13 @@ type vmSpec struct {
 	Pool        bool
 	VCPU        int
 	MemoryMiB   int
+	LayerMiB    int
 	ImageDigest string
 	ImageName   string
 	Env         map[string]string
 }
 
-func (p *pod) dir() string { return p.cfg.podDir(p.uid) }
+func (p *pod) dir() string { return p.cfg.Layout().PodDir(p.uid) }
 
 // start takes over the pod's network and boots or restores the VM. On
 // failure nothing is left behind.
@@ -121,8 +122,8 @@ func (p *pod) assets() vm.Assets {
 func (p *pod) vmConfig(s vmSpec) vm.Config {
 	return vm.Config{
 		Name: "pod-" + p.uid, Accel: p.cfg.Accel, VCPU: s.VCPU, MemoryMiB: s.MemoryMiB,
-		RunDir: filepath.Join(p.dir(), "vm"), MemoryDir: p.cfg.MemoryDir,
-		BaseDisk: s.BaseDisk, LayerMiB: p.cfg.LayerMiB,
+		RunDir: p.cfg.Layout().VMDir(p.uid), MemoryDir: p.cfg.MemoryDir,
+		BaseDisk: s.BaseDisk, LayerMiB: s.LayerMiB,
 		Net:     vm.NetSpec{MAC: p.net.MAC, Tap: tapName},
 		StartIn: func(start func() error) error { return podnet.Run(p.netns, start) },
 		Labels:  maps.Clone(p.labels),

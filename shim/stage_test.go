@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandlot-dev/sandlot/nodeagent/stageapi"
+	"github.com/sandlot-dev/sandlot/api/node/stageapi"
 )
 
 // TestStageWaitsForAgent: a restore asked while the node agent restarts

@@ -23,3 +23,16 @@ func SandboxIDFor(uid types.UID) string {
 	}
 	return s[:SandboxIDLength]
 }
+
+// ValidSandboxID reports whether s has the form of a sandbox ID.
+func ValidSandboxID(s string) bool {
+	if len(s) != SandboxIDLength {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') {
+			return false
+		}
+	}
+	return true
+}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/api/node"
+
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -39,7 +41,7 @@ func (f *installFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.Initrd.Src, "initrd-src", "/opt/sandlot/vm/initramfs.cpio.gz", "the guest initramfs in this image")
 	fs.StringVar(&o.Initrd.Dest, "initrd", "/var/lib/sandlot/vm/initramfs.cpio.gz", "the guest initramfs on the host")
 	fs.StringVar(&o.ShimConfigPath, "shim-config", "/etc/sandlot/shim.json", "the shim's JSON config on the host (the runtime's ConfigPath)")
-	fs.StringVar(&c.Root, "sandlot-root", "/run/sandlot", "shim config: the shims' <root> (control sockets)")
+	fs.StringVar(&c.Root, "sandlot-root", node.DefaultRoot, "shim config: the shims' <root> (control sockets)")
 	fs.StringVar(&c.ImageDir, "image-dir", "/var/lib/sandlot/images", "shim config: base disk cache")
 	fs.StringVar(&c.MemoryDir, "memory-dir", "/dev/shm", "shim config: tmpfs directory for guest RAM")
 	fs.StringVar(&c.AgentSocket, "agent-socket", "", "shim config: the agent's stage socket (default <sandlot-root>/agent.sock)")
@@ -64,7 +66,7 @@ func (f *installFlags) options(restart []string) (install.Options, error) {
 	}
 	o.ShimConfig.Kernel, o.ShimConfig.Initrd = o.Kernel.Dest, o.Initrd.Dest
 	if o.ShimConfig.AgentSocket == "" {
-		o.ShimConfig.AgentSocket = filepath.Join(o.ShimConfig.Root, "agent.sock")
+		o.ShimConfig.AgentSocket = o.ShimConfig.Layout().StageSocket()
 	}
 	if f.dropIn == "" {
 		return o, nil

@@ -13,8 +13,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
+
+	nodeapi "github.com/sandlot-dev/sandlot/api/node"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -109,7 +110,7 @@ func run(ctx context.Context) error {
 	var stf storeFlags
 	var node nodeagent.Node
 	flag.StringVar(&node.Name, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
-	flag.StringVar(&node.SandlotRoot, "sandlot-root", "/run/sandlot", "the shims' <root> (the runtime option in containerd's config)")
+	flag.StringVar(&node.SandlotRoot, "sandlot-root", nodeapi.DefaultRoot, "the shims' <root> (the runtime option in containerd's config)")
 	flag.StringVar(&node.StageSocket, "stage-socket", "", "where shims ask for data to restore (default <sandlot-root>/agent.sock)")
 	hostRoot := flag.String("host-root", "", "where the node's / is mounted when the agent runs in a container (its QEMU is fingerprinted there)")
 	qemu := flag.String("qemu", "", "the node's QEMU, as the shims run it (default qemu-system-x86_64 on the PATH)")
@@ -124,7 +125,7 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("--node-name (or $NODE_NAME) is required")
 	}
 	if node.StageSocket == "" {
-		node.StageSocket = filepath.Join(node.SandlotRoot, "agent.sock")
+		node.StageSocket = nodeapi.Layout{Root: node.SandlotRoot}.StageSocket()
 	}
 	var err error
 	if node.Store, node.SharedStore, err = stf.open(ctx, node.Name); err != nil {

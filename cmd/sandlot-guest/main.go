@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandlot-dev/sandlot/guest/control"
+	"github.com/sandlot-dev/sandlot/guest/control/server"
 	"github.com/sandlot-dev/sandlot/guest/envd"
 	"github.com/sandlot-dev/sandlot/guest/envd/files"
 	"github.com/sandlot-dev/sandlot/guest/envd/filesystem"
@@ -77,10 +77,10 @@ func run(ctx context.Context, opts options) error {
 		if err != nil {
 			return err
 		}
-		ctl := control.NewHandler(ids, control.Options{ApplyHost: opts.applyHost})
+		ctl := server.NewHandler(ids, server.Options{ApplyHost: opts.applyHost})
 		defer ctl.Close()
 		go func() {
-			if err := control.Serve(ctx, path, ctl); err != nil && ctx.Err() == nil {
+			if err := server.Serve(ctx, path, ctl); err != nil && ctx.Err() == nil {
 				slog.Error("control channel stopped", "path", path, "err", err)
 			}
 		}()

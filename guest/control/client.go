@@ -25,7 +25,7 @@ const stdinChunk = 1 << 20
 // canceled in the guest).
 type Client struct {
 	rwc io.ReadWriteCloser
-	fw  frameWriter
+	fw  FrameWriter
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -45,7 +45,7 @@ type call struct {
 }
 
 // Dial connects to a control socket: QEMU's chardev socket of a VM's
-// virtio-serial port, or a guest agent serving a socket (Serve). It
+// virtio-serial port, or a guest agent serving a socket (server.Serve). It
 // retries while the socket does not exist yet or refuses, until ctx ends.
 func Dial(ctx context.Context, path string) (*Client, error) {
 	var d net.Dialer
@@ -68,7 +68,7 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 func NewClient(conn io.ReadWriteCloser) *Client {
 	c := &Client{
 		rwc:     conn,
-		fw:      frameWriter{w: conn},
+		fw:      FrameWriter{w: conn},
 		pending: map[uint64]*call{},
 		done:    make(chan struct{}),
 	}
@@ -110,14 +110,14 @@ func (c *Client) shutdown(err error) {
 }
 
 func (c *Client) read() {
-	fr := newFrameReader(c.rwc, MaxFrameSize)
+	fr := NewFrameReader(c.rwc, MaxFrameSize)
 	for {
-		line, err := fr.next()
-		if errors.Is(err, errFrameTooLarge) {
+		line, err := fr.Next()
+		if errors.Is(err, ErrFrameTooLarge) {
 			continue
 		}
 		if err != nil {
-			if isClosed(err) {
+			if IsClosed(err) {
 				err = ErrClosed
 			}
 			c.shutdown(err)
@@ -175,7 +175,7 @@ func (c *Client) call(ctx context.Context, method string, params, result any, on
 	c.pending[id] = pc
 	c.mu.Unlock()
 
-	if err := c.fw.write(&Frame{ID: id, Method: method, Params: raw}); err != nil {
+	if err := c.fw.WriteFrame(&Frame{ID: id, Method: method, Params: raw}); err != nil {
 		c.forget(id)
 		c.shutdown(err)
 		return fmt.Errorf("control: %s: %w", method, err)
@@ -351,3 +351,15 @@ func (p *Process) Wait(ctx context.Context) (ExitStatus, error) { return p.c.Wai
 
 // Close stops the event subscription; the process keeps running.
 func (p *Process) Close() { p.sub.Close() }
+
+// sleepCtx waits d; false if ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,22 +1,24 @@
-// Package control is the host↔guest control channel: the wire protocol,
-// the guest-side server (Handler, Serve) and the host-side Client the shim
-// and the node agent use.
+// Package control is the host↔guest control channel: the wire protocol
+// and the host-side Client the shim and the node agent use. The guest's
+// side (Handler, Serve) is package server, kept apart so that the host
+// does not build the guest's netlink, pty and process code.
 //
 // # Transport
 //
 // The channel is a byte stream. In a VM it is a virtio-serial port (a char
 // device such as /dev/vport0p1 or /dev/virtio-ports/ctl) whose host end is
-// QEMU's chardev unix socket: QEMU listens, the host dials it with Dial, and
-// the guest serves the device with Serve. Serve keeps serving across host
-// disconnects: a virtio-serial read returns EOF while no host is connected,
-// so the guest closes and reopens the port and waits (SIGIO, with a short
-// polling fallback) until a host is connected again.
+// QEMU's chardev unix socket: QEMU listens, the host dials it with Dial,
+// and the guest serves the device with server.Serve. Serve keeps serving
+// across host disconnects: a virtio-serial read returns EOF while no host
+// is connected, so the guest closes and reopens the port and waits (SIGIO,
+// with a short polling fallback) until a host is connected again.
 //
 // Outside a VM (tests, running the guest agent on a host) Serve is given a
 // unix socket path instead: the guest listens there and the host dials it
-// with the same Dial. Either side may be the listener: NewServerConn serves
-// any established stream and NewClient speaks over any established stream
-// (a dialled or accepted net.Conn, a net.Pipe, an open device).
+// with the same Dial. Either side may be the listener:
+// server.NewServerConn serves any established stream and NewClient speaks
+// over any established stream (a dialled or accepted net.Conn, a
+// net.Pipe, an open device).
 //
 // One host at a time: a newly attached connection takes over from the
 // previous one, which is closed. Events produced while no host is attached

@@ -2,105 +2,13 @@ package control
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"net"
-	"strings"
 	"testing"
-	"time"
 )
 
-// Bad frames get error replies (id 0 when they have no usable id) and the
-// server keeps serving.
-func TestMalformedFrames(t *testing.T) {
-	for name, connect := range map[string]func(t *testing.T, h *Handler) net.Conn{
-		"pipe": func(t *testing.T, h *Handler) net.Conn {
-			guestEnd, hostEnd := net.Pipe()
-			ctx, cancel := context.WithCancel(context.Background())
-			go func() { _ = NewServerConn(guestEnd, h).Serve(ctx) }()
-			t.Cleanup(func() { hostEnd.Close(); cancel() })
-			return hostEnd
-		},
-		"socket": func(t *testing.T, h *Handler) net.Conn {
-			path := serveSocketT(t, h)
-			var conn net.Conn
-			var err error
-			for range 500 {
-				if conn, err = net.Dial("unix", path); err == nil {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { conn.Close() })
-			return conn
-		},
-	} {
-		t.Run(name, func(t *testing.T) {
-			h := newHandler(t, Options{MaxFrameSize: 1024})
-			conn := connect(t, h)
-			input := strings.Join([]string{
-				`not json`,
-				`[1,2,3]`,
-				`{}`,
-				`{"method":"ping"}`,
-				`{"id":5}`,
-				`{"id":6,"method":"nope"}`,
-				`{"id":7,"method":"wait","params":{"pid":"x"}}`,
-				`{"id":8,"method":"ping","result":{}}`,
-				`{"id":9,"method":"signal","params":{"pid":1,"signal":-3}}`,
-				`{"id":10,"method":"ping","params":` + strings.Repeat(" ", 2000) + `{}}`,
-				"\x00\xff\xfe",
-				``,
-				`{"id":11,"method":"ping"}`,
-			}, "\n") + "\n"
-			go func() { _, _ = io.WriteString(conn, input) }()
-
-			want := map[uint64]string{5: CodeBadFrame, 6: CodeUnknownMethod, 7: CodeInvalidParams,
-				8: CodeBadFrame, 9: CodeNotFound, 11: ""}
-			zeroWant := []string{CodeBadFrame, CodeBadFrame, CodeBadFrame, CodeBadFrame, CodeFrameTooLarge, CodeBadFrame}
-			var zero []string
-			fr := newFrameReader(conn, MaxFrameSize)
-			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-			for len(want) > 0 || len(zero) < len(zeroWant) {
-				line, err := fr.next()
-				if err != nil {
-					t.Fatalf("read: %v (still waiting for %v, zero %v)", err, want, zero)
-				}
-				var f Frame
-				if err := json.Unmarshal(line, &f); err != nil {
-					t.Fatalf("reply %q: %v", line, err)
-				}
-				if f.ID == 0 {
-					if f.Error == nil {
-						t.Fatalf("id 0 without error: %s", line)
-					}
-					zero = append(zero, f.Error.Code)
-					continue
-				}
-				code, ok := want[f.ID]
-				if !ok {
-					t.Fatalf("unexpected reply %s", line)
-				}
-				delete(want, f.ID)
-				switch {
-				case code == "" && (f.Error != nil || f.Result == nil):
-					t.Errorf("id %d: %s, want a result", f.ID, line)
-				case code != "" && (f.Error == nil || f.Error.Code != code):
-					t.Errorf("id %d: %s, want error %s", f.ID, line, code)
-				}
-			}
-			if strings.Join(zero, ",") != strings.Join(zeroWant, ",") {
-				t.Errorf("id-0 errors %v, want %v", zero, zeroWant)
-			}
-		})
-	}
-}
-
+// FuzzFrame feeds arbitrary bytes through what both ends run on every
+// frame: the reader's bound, request decoding, params and events.
 func FuzzFrame(f *testing.F) {
 	for _, s := range []string{
 		`{"id":1,"method":"ping"}`,
@@ -118,10 +26,10 @@ func FuzzFrame(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const limit = 256
-		fr := newFrameReader(bytes.NewReader(data), limit)
+		fr := NewFrameReader(bytes.NewReader(data), limit)
 		for {
-			line, err := fr.next()
-			if errors.Is(err, errFrameTooLarge) {
+			line, err := fr.Next()
+			if errors.Is(err, ErrFrameTooLarge) {
 				continue
 			}
 			if err != nil {
@@ -140,7 +48,7 @@ func FuzzFrame(f *testing.F) {
 			}
 			for _, v := range []any{&SetIdentityParams{}, &StartParams{}, &SignalParams{}, &PIDParams{},
 				&WriteStdinParams{}, &ResizeParams{}, &CancelParams{}} {
-				_ = decodeParams(req.Params, v)
+				_ = DecodeParams(req.Params, v)
 			}
 			var fm Frame
 			if json.Unmarshal(line, &fm) == nil {
@@ -153,19 +61,4 @@ func FuzzFrame(f *testing.F) {
 			}
 		}
 	})
-}
-
-func TestEUI64LinkLocal(t *testing.T) {
-	for mac, want := range map[string]string{
-		"52:54:00:12:34:56": "fe80::5054:ff:fe12:3456/64",
-		"02:00:00:00:00:06": "fe80::ff:fe00:6/64",
-	} {
-		hw, err := net.ParseMAC(mac)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := eui64LinkLocal(hw).String(); got != want {
-			t.Errorf("%s: %s, want %s", mac, got, want)
-		}
-	}
 }

@@ -6,29 +6,34 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
+	"os"
 	"sync"
+	"syscall"
 )
 
-// errFrameTooLarge is returned by frameReader.next for a frame longer
+// ErrFrameTooLarge is returned by FrameReader.Next for a frame longer
 // than its limit; the frame has been skipped and reading may go on.
-var errFrameTooLarge = errors.New("frame too large")
+var ErrFrameTooLarge = errors.New("frame too large")
 
-// frameReader reads newline-terminated frames of bounded size.
-type frameReader struct {
+// FrameReader reads newline-terminated frames of bounded size. Both ends
+// of the channel read with it, so they agree on what a frame is.
+type FrameReader struct {
 	br  *bufio.Reader
 	max int
 	buf []byte
 }
 
-func newFrameReader(r io.Reader, max int) *frameReader {
-	return &frameReader{br: bufio.NewReaderSize(r, 64<<10), max: max}
+// NewFrameReader reads frames of at most max bytes from r.
+func NewFrameReader(r io.Reader, max int) *FrameReader {
+	return &FrameReader{br: bufio.NewReaderSize(r, 64<<10), max: max}
 }
 
-// next returns the next frame without its newline (and without a
+// Next returns the next frame without its newline (and without a
 // trailing "\r"), skipping blank lines. The slice is valid until the next
 // call. A frame over the limit is skipped whole and reported as
-// errFrameTooLarge. A final frame without a newline is returned at EOF.
-func (fr *frameReader) next() ([]byte, error) {
+// ErrFrameTooLarge. A final frame without a newline is returned at EOF.
+func (fr *FrameReader) Next() ([]byte, error) {
 	for {
 		line, err := fr.line()
 		if err != nil && !(errors.Is(err, io.EOF) && len(line) > 0) {
@@ -42,7 +47,7 @@ func (fr *frameReader) next() ([]byte, error) {
 	}
 }
 
-func (fr *frameReader) line() ([]byte, error) {
+func (fr *FrameReader) line() ([]byte, error) {
 	if cap(fr.buf) > 1<<20 {
 		fr.buf = nil // do not keep a huge buffer after one big frame
 	}
@@ -61,7 +66,7 @@ func (fr *frameReader) line() ([]byte, error) {
 		switch {
 		case err == nil:
 			if tooLarge {
-				return nil, errFrameTooLarge
+				return nil, ErrFrameTooLarge
 			}
 			return fr.buf[:len(fr.buf)-1], nil
 		case errors.Is(err, bufio.ErrBufferFull):
@@ -75,30 +80,35 @@ func (fr *frameReader) line() ([]byte, error) {
 	}
 }
 
-// frameWriter writes whole frames; safe for concurrent use.
-type frameWriter struct {
+// FrameWriter writes whole frames; safe for concurrent use, so replies
+// and events written from several goroutines never interleave.
+type FrameWriter struct {
 	mu sync.Mutex
 	w  io.Writer
 }
 
-// write marshals f and writes it with its newline in one Write.
-func (fw *frameWriter) write(f *Frame) error {
+// NewFrameWriter writes frames to w.
+func NewFrameWriter(w io.Writer) *FrameWriter { return &FrameWriter{w: w} }
+
+// WriteFrame marshals f and writes it with its newline in one Write.
+func (fw *FrameWriter) WriteFrame(f *Frame) error {
 	b, err := json.Marshal(f)
 	if err != nil {
 		return err
 	}
-	return fw.writeRaw(append(b, '\n'))
+	return fw.WriteRaw(append(b, '\n'))
 }
 
-func (fw *frameWriter) writeRaw(b []byte) error {
+// WriteRaw writes an already encoded frame (newline included).
+func (fw *FrameWriter) WriteRaw(b []byte) error {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	_, err := fw.w.Write(b)
 	return err
 }
 
-// encodeEvent renders an event frame (with its newline).
-func encodeEvent(name string, params any) ([]byte, error) {
+// EncodeEvent renders an event frame (with its newline).
+func EncodeEvent(name string, params any) ([]byte, error) {
 	p, err := json.Marshal(params)
 	if err != nil {
 		return nil, err
@@ -108,4 +118,11 @@ func encodeEvent(name string, params any) ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+// IsClosed reports whether err means the stream has ended (either side
+// closed it), as opposed to a failure worth reporting.
+func IsClosed(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) ||
+		errors.Is(err, io.ErrClosedPipe) || errors.Is(err, syscall.ECONNRESET)
 }

@@ -83,13 +83,14 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Code == e.Code
 }
 
-func errorf(code, format string, args ...any) *Error {
+// Errorf builds a reply error with a formatted message.
+func Errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// asError turns any error into a reply error (code failed unless it is
+// AsError turns any error into a reply error (code failed unless it is
 // already an *Error).
-func asError(err error) *Error {
+func AsError(err error) *Error {
 	var e *Error
 	if errors.As(err, &e) {
 		return e
@@ -103,26 +104,27 @@ func asError(err error) *Error {
 func DecodeRequest(line []byte) (Frame, *Error) {
 	var f Frame
 	if err := json.Unmarshal(line, &f); err != nil {
-		return Frame{}, errorf(CodeBadFrame, "decode frame: %v", err)
+		return Frame{}, Errorf(CodeBadFrame, "decode frame: %v", err)
 	}
 	switch {
 	case f.ID == 0:
-		return f, errorf(CodeBadFrame, "request without id")
+		return f, Errorf(CodeBadFrame, "request without id")
 	case f.Method == "":
-		return f, errorf(CodeBadFrame, "request %d without method", f.ID)
+		return f, Errorf(CodeBadFrame, "request %d without method", f.ID)
 	case f.Result != nil || f.Error != nil || f.Event != "":
-		return f, errorf(CodeBadFrame, "request %d carries a reply or event", f.ID)
+		return f, Errorf(CodeBadFrame, "request %d carries a reply or event", f.ID)
 	}
 	return f, nil
 }
 
-// decodeParams unmarshals params into v; missing params decode as {}.
-func decodeParams(raw json.RawMessage, v any) *Error {
+// DecodeParams unmarshals params into v; missing params decode as {}.
+// A bad value is an invalid_params error, ready to reply with.
+func DecodeParams(raw json.RawMessage, v any) *Error {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
-		return errorf(CodeInvalidParams, "%v", err)
+		return Errorf(CodeInvalidParams, "%v", err)
 	}
 	return nil
 }
@@ -159,6 +161,18 @@ type SetIdentityResult struct {
 	// is mostly this under TCG: every clone runs these paths for the
 	// first time).
 	StepNanos map[string]int64 `json:"stepNanos,omitempty"`
+}
+
+// Err is nil when every step setIdentity attempted worked.
+func (r SetIdentityResult) Err() error {
+	if len(r.Errors) == 0 {
+		return nil
+	}
+	errs := make([]error, len(r.Errors))
+	for i, e := range r.Errors {
+		errs[i] = errors.New(e)
+	}
+	return fmt.Errorf("setIdentity: %w", errors.Join(errs...))
 }
 
 // PrepareSnapshotParams is prepareSnapshot's request.

@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/sandlot-dev/sandlot/shim"
+	nodeapi "github.com/sandlot-dev/sandlot/api/node"
 )
 
 // File is one file copied from the installer's image onto the host.
@@ -41,7 +41,7 @@ type Options struct {
 	// ShimConfigPath is where ShimConfig goes on the host (the runtime's
 	// ConfigPath). ShimConfig's Kernel and Initrd are host paths.
 	ShimConfigPath string
-	ShimConfig     shim.Config
+	ShimConfig     nodeapi.Config
 	// Containerd, when set, registers the runtime in containerd.
 	Containerd *Containerd
 }

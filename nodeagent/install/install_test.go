@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandlot-dev/sandlot/shim"
+	nodeapi "github.com/sandlot-dev/sandlot/api/node"
 )
 
 const (
@@ -62,7 +62,7 @@ func (n *node) options() Options {
 		Kernel:         File{Src: filepath.Join(n.img, "vmlinux"), Dest: kernelDest},
 		Initrd:         File{Src: filepath.Join(n.img, "initrd"), Dest: initrdDest},
 		ShimConfigPath: shimConfigPath,
-		ShimConfig: shim.Config{Root: "/run/sandlot", ImageDir: "/var/lib/sandlot/images", Kernel: kernelDest,
+		ShimConfig: nodeapi.Config{Root: "/run/sandlot", ImageDir: "/var/lib/sandlot/images", Kernel: kernelDest,
 			Initrd: initrdDest, AgentSocket: "/run/sandlot/agent.sock"},
 		Containerd: &Containerd{ConfigPath: containerdConfig, DropInPath: dropInPath,
 			Restart: func(context.Context) error { n.restarts++; return n.restartErr }},

@@ -9,13 +9,12 @@ package install
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"text/template"
 
-	"github.com/sandlot-dev/sandlot/shim"
+	nodeapi "github.com/sandlot-dev/sandlot/api/node"
 )
 
 // RuntimeName is the runtime handler (the RuntimeClass's handler).
@@ -80,30 +79,11 @@ func tomlPath(name, p string, required bool) error {
 	return nil
 }
 
-// RenderShimConfig renders the shim's node config (shim.Config as JSON),
+// RenderShimConfig renders the shim's node config (nodeapi.Config as JSON),
 // refusing what the shim would refuse at its first pod: missing kernel
 // or initramfs, relative paths.
-func RenderShimConfig(c shim.Config) ([]byte, error) {
-	var errs []error
-	for _, f := range []struct {
-		name, path string
-		required   bool
-	}{
-		{"kernel", c.Kernel, true}, {"initrd", c.Initrd, true}, {"root", c.Root, false},
-		{"imageDir", c.ImageDir, false}, {"memoryDir", c.MemoryDir, false},
-		{"agentSocket", c.AgentSocket, false}, {"qemu", c.QEMU, false},
-	} {
-		if f.path == "" && !f.required {
-			continue
-		}
-		if !filepath.IsAbs(f.path) {
-			errs = append(errs, fmt.Errorf("shim config: %s %q: want an absolute path", f.name, f.path))
-		}
-	}
-	if c.Accel != "" && c.Accel != "kvm" && c.Accel != "tcg" {
-		errs = append(errs, fmt.Errorf("shim config: accel %q: want kvm, tcg or empty (detect)", c.Accel))
-	}
-	if err := errors.Join(errs...); err != nil {
+func RenderShimConfig(c nodeapi.Config) ([]byte, error) {
+	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	b, err := json.MarshalIndent(c, "", "  ")

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandlot-dev/sandlot/shim"
+	nodeapi "github.com/sandlot-dev/sandlot/api/node"
 )
 
 func TestRenderDropIn(t *testing.T) {
@@ -67,22 +67,22 @@ func trimmedLines(s string) map[string]bool {
 }
 
 func TestRenderShimConfig(t *testing.T) {
-	good := shim.Config{Root: "/run/sandlot", ImageDir: "/var/lib/sandlot/images", MemoryDir: "/dev/shm",
+	good := nodeapi.Config{Root: "/run/sandlot", ImageDir: "/var/lib/sandlot/images", MemoryDir: "/dev/shm",
 		Kernel: "/var/lib/sandlot/vm/vmlinux", Initrd: "/var/lib/sandlot/vm/initramfs.cpio.gz",
 		Modules: "/modules/virtio.ko", AgentSocket: "/run/sandlot/agent.sock"}
 	for _, tc := range []struct {
 		name string
-		edit func(*shim.Config)
+		edit func(*nodeapi.Config)
 		err  string
 	}{
-		{name: "good", edit: func(*shim.Config) {}},
-		{name: "defaults left to the shim", edit: func(c *shim.Config) { c.Root, c.ImageDir, c.MemoryDir, c.AgentSocket = "", "", "", "" }},
-		{name: "kvm", edit: func(c *shim.Config) { c.Accel = "kvm" }},
-		{name: "no kernel", edit: func(c *shim.Config) { c.Kernel = "" }, err: "kernel"},
-		{name: "no initrd", edit: func(c *shim.Config) { c.Initrd = "" }, err: "initrd"},
-		{name: "relative root", edit: func(c *shim.Config) { c.Root = "run/sandlot" }, err: "root"},
-		{name: "relative socket", edit: func(c *shim.Config) { c.AgentSocket = "agent.sock" }, err: "agentSocket"},
-		{name: "bad accel", edit: func(c *shim.Config) { c.Accel = "hvf" }, err: "accel"},
+		{name: "good", edit: func(*nodeapi.Config) {}},
+		{name: "defaults left to the shim", edit: func(c *nodeapi.Config) { c.Root, c.ImageDir, c.MemoryDir, c.AgentSocket = "", "", "", "" }},
+		{name: "kvm", edit: func(c *nodeapi.Config) { c.Accel = "kvm" }},
+		{name: "no kernel", edit: func(c *nodeapi.Config) { c.Kernel = "" }, err: "kernel"},
+		{name: "no initrd", edit: func(c *nodeapi.Config) { c.Initrd = "" }, err: "initrd"},
+		{name: "relative root", edit: func(c *nodeapi.Config) { c.Root = "run/sandlot" }, err: "root"},
+		{name: "relative socket", edit: func(c *nodeapi.Config) { c.AgentSocket = "agent.sock" }, err: "agentSocket"},
+		{name: "bad accel", edit: func(c *nodeapi.Config) { c.Accel = "hvf" }, err: "accel"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := good
@@ -98,7 +98,7 @@ func TestRenderShimConfig(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The shim reads exactly this type back.
-			var back shim.Config
+			var back nodeapi.Config
 			if err := json.Unmarshal(b, &back); err != nil || back != c {
 				t.Fatalf("round trip: %+v, %v; want %+v", back, err, c)
 			}

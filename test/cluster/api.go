@@ -17,8 +17,12 @@ const APIPort = 3000
 // lives as long as the cluster.
 func (c *Cluster) StartAPI(args ...string) (string, error) {
 	addr := fmt.Sprintf("%s:%d", c.apiIP, APIPort)
+	kc, err := c.componentKubeconfig("sandlot-api")
+	if err != nil {
+		return "", err
+	}
 	p, err := c.start(c.t, "sandlot-api", filepath.Join(c.BinDir, "sandlot-api"),
-		append([]string{"--listen=" + addr}, args...), "KUBECONFIG="+c.Kubeconfig)
+		append([]string{"--listen=" + addr}, args...), "KUBECONFIG="+kc)
 	if err != nil {
 		return "", err
 	}

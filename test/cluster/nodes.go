@@ -10,11 +10,12 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/api/node"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
-	"github.com/sandlot-dev/sandlot/shim"
 	"github.com/sandlot-dev/sandlot/test/crienv"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 )
@@ -114,6 +115,11 @@ func (c *Cluster) startAgent(t crienv.T, n *Node) error {
 		return nil
 	}
 	args, env := c.agentArgs(n)
+	kc, err := c.componentKubeconfig("sandlot-agent")
+	if err != nil {
+		return err
+	}
+	env = append(env, "KUBECONFIG="+kc)
 	p, err := c.start(t, "sandlot-agent-"+n.Name, filepath.Join(c.BinDir, "sandlot-agent"), args, env...)
 	if err != nil {
 		return err
@@ -124,7 +130,6 @@ func (c *Cluster) startAgent(t crienv.T, n *Node) error {
 func (c *Cluster) agentArgs(n *Node) (args, env []string) {
 	args = []string{"--node-name=" + n.Name, "--sandlot-root=" + n.SandlotRoot,
 		"--store-dir=" + n.StoreDir(), "--health-probe-bind-address=" + n.IP + ":8082"}
-	env = []string{"KUBECONFIG=" + c.Kubeconfig}
 	if s := c.S3; s != nil {
 		args = append(args, "--store=s3", "--s3-endpoint="+s.Endpoint, "--s3-bucket="+s.Bucket, "--s3-insecure",
 			"--s3-region="+s.Region)
@@ -142,7 +147,7 @@ func (c *Cluster) shimConfig(t crienv.T, n *Node, i int, assets vmtest.Env) (str
 		return "", err
 	}
 	t.Cleanup(func() { os.RemoveAll(mem) })
-	cfg := shim.Config{Root: n.SandlotRoot, ImageDir: filepath.Join(n.dir, "images"), MemoryDir: mem,
+	cfg := node.Config{Root: n.SandlotRoot, ImageDir: filepath.Join(n.dir, "images"), MemoryDir: mem,
 		Kernel: assets.Assets.Kernel, Initrd: assets.Assets.Initrd, Modules: assets.Assets.Modules}
 	if !c.NoController {
 		cfg.AgentSocket = filepath.Join(n.SandlotRoot, "agent.sock")
@@ -242,10 +247,13 @@ func (c *Cluster) waitServiceAccount() error {
 	})
 }
 
-// resources installs sandlot's CRDs and RuntimeClass.
+// resources installs sandlot's CRDs, RuntimeClass and the chart's RBAC.
 func (c *Cluster) resources(crienv.T) error {
 	if c.Chart {
 		return nil // the chart's
+	}
+	if err := c.installRBAC(); err != nil {
+		return fmt.Errorf("the chart's RBAC: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -267,10 +275,14 @@ func (c *Cluster) sandlotController(t crienv.T) error {
 	case c.Chart:
 		return c.installChart(t)
 	}
+	kc, err := c.componentKubeconfig("sandlot-controller")
+	if err != nil {
+		return err
+	}
 	p, err := c.start(t, "sandlot-controller", filepath.Join(c.BinDir, "sandlot-controller"),
 		// A TCG guest idles at ~1 % of a core: the local cluster overcommits.
 		[]string{"--metrics-bind-address=0", "--health-probe-bind-address=" + c.apiIP + ":8081", "--cpu-per-vcpu=10m"},
-		"KUBECONFIG="+c.Kubeconfig)
+		"KUBECONFIG="+kc)
 	if err != nil {
 		return err
 	}

@@ -9,9 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
@@ -27,6 +29,9 @@ type Env struct {
 	Config *rest.Config
 	Client client.Client
 	Scheme *k8sruntime.Scheme
+
+	rbacOnce sync.Once
+	rbacErr  error
 }
 
 // Root is the repository's root directory.
@@ -43,7 +48,7 @@ func Start() (*Env, error) {
 			"kube-apiserver from Go modules into $SANDLOT_CACHE) or run the tests with `make test`")
 	}
 	scheme := k8sruntime.NewScheme()
-	for _, add := range []func(*k8sruntime.Scheme) error{corev1.AddToScheme, nodev1.AddToScheme, sandlotv1.AddToScheme} {
+	for _, add := range []func(*k8sruntime.Scheme) error{corev1.AddToScheme, nodev1.AddToScheme, rbacv1.AddToScheme, sandlotv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return nil, err
 		}

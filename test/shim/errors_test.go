@@ -11,8 +11,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/sandlot-dev/sandlot/api/node/controlapi"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
-	"github.com/sandlot-dev/sandlot/shim/controlapi"
 	"github.com/sandlot-dev/sandlot/test/crienv"
 	"github.com/sandlot-dev/sandlot/vm"
 )

@@ -13,9 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/api/node"
+
+	"github.com/sandlot-dev/sandlot/api/node/controlapi"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
-	"github.com/sandlot-dev/sandlot/shim"
-	"github.com/sandlot-dev/sandlot/shim/controlapi"
 	"github.com/sandlot-dev/sandlot/test/crienv"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 )
@@ -26,7 +27,7 @@ const Handler = "sandlot"
 // Env is a containerd with the sandlot runtime and its shim config.
 type Env struct {
 	*crienv.Env
-	Config shim.Config
+	Config node.Config
 }
 
 // Start builds the shim, writes its config (everything under one
@@ -53,7 +54,7 @@ func Start(t crienv.T) *Env {
 	t.Cleanup(func() { os.RemoveAll(mem) })
 	bin := filepath.Join(dir, "bin")
 	buildShim(t, bin)
-	cfg := shim.Config{Root: filepath.Join(dir, "sandlot"), ImageDir: filepath.Join(dir, "images"), MemoryDir: mem,
+	cfg := node.Config{Root: filepath.Join(dir, "sandlot"), ImageDir: filepath.Join(dir, "images"), MemoryDir: mem,
 		Kernel: assets.Assets.Kernel, Initrd: assets.Assets.Initrd, Modules: assets.Assets.Modules,
 		DefaultMemoryMiB: 256}
 	cfgPath := filepath.Join(dir, "sandlot-shim.json")
@@ -83,7 +84,7 @@ func (e *Env) Control(t crienv.T, podUID string) *controlapi.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := controlapi.Dial(ctx, filepath.Join(e.Config.Root, "pods", podUID, shim.ControlSocket))
+	c, err := controlapi.Dial(ctx, e.Config.Layout().ControlSocket(podUID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,9 +92,15 @@ func (e *Env) Control(t crienv.T, podUID string) *controlapi.Client {
 	return c
 }
 
-// RestoreAnnotations make a pod start from the snapshot in dir.
+// RestoreAnnotations make a pod start from the snapshot in dir (no node
+// agent here: the shim reads the directory the location names).
 func RestoreAnnotations(dir string) map[string]string {
-	return map[string]string{sandlotv1.AnnotationBoot: sandlotv1.BootRestore, sandlotv1.AnnotationRestoreLocation: dir}
+	ann, err := sandlotv1.VMAnnotations{Restore: &sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot,
+		Name: filepath.Base(dir), UID: filepath.Base(dir), Location: dir}}.Encode()
+	if err != nil {
+		panic(err) // a constant shape
+	}
+	return ann
 }
 
 // vmLeftovers lists what a VM leaves if not cleaned up: QEMU processes,

@@ -13,7 +13,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/sandlot-dev/sandlot/shim/controlapi"
+	"github.com/sandlot-dev/sandlot/api/node/controlapi"
 	"github.com/sandlot-dev/sandlot/test/crienv"
 )
 

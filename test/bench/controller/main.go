@@ -260,7 +260,11 @@ func (b *bench) markRunning(ctx context.Context, tag string, c int) ([]time.Dura
 }
 
 func startManager(ctx context.Context, env *kube.Env) error {
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Cache: controllers.CacheOptions(),
+	cfg, err := env.ComponentConfig("sandlot-controller") // the chart's RBAC, as installed
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: env.Scheme, Cache: controllers.CacheOptions(),
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 	if err != nil {
 		return err

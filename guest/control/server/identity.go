@@ -1,4 +1,4 @@
-package control
+package server
 
 import (
 	"crypto/rand"
@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandlot-dev/sandlot/guest/control"
 	"github.com/sandlot-dev/sandlot/guest/identity"
 )
 
@@ -25,8 +26,8 @@ import (
 //
 // Go's crypto/rand reads getrandom on every call, so it follows the
 // reseeded kernel RNG with nothing more to do.
-func (h *Handler) SetIdentity(p SetIdentityParams) SetIdentityResult {
-	res := SetIdentityResult{StepNanos: map[string]int64{}}
+func (h *Handler) SetIdentity(p control.SetIdentityParams) control.SetIdentityResult {
+	res := control.SetIdentityResult{StepNanos: map[string]int64{}}
 	fail := func(step string, err error) {
 		res.Errors = append(res.Errors, step+": "+err.Error())
 	}
@@ -82,18 +83,6 @@ func (h *Handler) SetIdentity(p SetIdentityParams) SetIdentityResult {
 		h.log.Warn("control: setIdentity incomplete", "errors", res.Errors)
 	}
 	return res
-}
-
-// Err is nil when every step setIdentity attempted worked.
-func (r SetIdentityResult) Err() error {
-	if len(r.Errors) == 0 {
-		return nil
-	}
-	errs := make([]error, len(r.Errors))
-	for i, e := range r.Errors {
-		errs[i] = errors.New(e)
-	}
-	return fmt.Errorf("setIdentity: %w", errors.Join(errs...))
 }
 
 // applyHostname sets the kernel hostname. The hostname file, when it

@@ -1,4 +1,4 @@
-package control
+package server
 
 import (
 	"context"
@@ -9,15 +9,16 @@ import (
 	"net"
 	"os"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/sandlot-dev/sandlot/guest/control"
 )
 
 // ServerConn serves the protocol on one established stream.
 type ServerConn struct {
 	h   *Handler
 	rwc io.ReadWriteCloser
-	fw  frameWriter
+	fw  *control.FrameWriter
 
 	closeOnce sync.Once
 
@@ -29,7 +30,7 @@ type ServerConn struct {
 // guest's open virtio-serial port, an accepted or dialled socket, a
 // net.Pipe end). Call Serve.
 func NewServerConn(conn io.ReadWriteCloser, h *Handler) *ServerConn {
-	return &ServerConn{h: h, rwc: conn, fw: frameWriter{w: conn}, inflight: map[uint64]context.CancelFunc{}}
+	return &ServerConn{h: h, rwc: conn, fw: control.NewFrameWriter(conn), inflight: map[uint64]context.CancelFunc{}}
 }
 
 // Serve attaches the connection as the event sink (delivering events
@@ -47,15 +48,15 @@ func (sc *ServerConn) Serve(ctx context.Context) error {
 	}()
 
 	sc.h.ev.attach(sc)
-	fr := newFrameReader(sc.rwc, sc.h.opts.MaxFrameSize)
+	fr := control.NewFrameReader(sc.rwc, sc.h.opts.MaxFrameSize)
 	for {
-		line, err := fr.next()
+		line, err := fr.Next()
 		switch {
-		case errors.Is(err, errFrameTooLarge):
-			sc.replyErr(0, errorf(CodeFrameTooLarge, "frame over %d bytes", sc.h.opts.MaxFrameSize))
+		case errors.Is(err, control.ErrFrameTooLarge):
+			sc.replyErr(0, control.Errorf(control.CodeFrameTooLarge, "frame over %d bytes", sc.h.opts.MaxFrameSize))
 			continue
 		case err != nil:
-			if ctx.Err() != nil || isClosed(err) {
+			if ctx.Err() != nil || control.IsClosed(err) {
 				return nil
 			}
 			return fmt.Errorf("control: read: %w", err)
@@ -74,22 +75,17 @@ func (sc *ServerConn) closeConn() {
 	sc.closeOnce.Do(func() { _ = sc.rwc.Close() })
 }
 
-func isClosed(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) ||
-		errors.Is(err, io.ErrClosedPipe) || errors.Is(err, syscall.ECONNRESET)
-}
-
 func (sc *ServerConn) dispatch(ctx context.Context, line []byte) {
-	f, e := DecodeRequest(line)
+	f, e := control.DecodeRequest(line)
 	if e != nil {
 		sc.replyErr(f.ID, e)
 		return
 	}
 	switch f.Method {
-	case MethodCancel:
+	case control.MethodCancel:
 		sc.cancel(f)
 		return
-	case MethodWriteStdin, MethodCloseStdin:
+	case control.MethodWriteStdin, control.MethodCloseStdin:
 		// In order, on the reader: the process's stdin queue keeps the
 		// order of the writes while they complete asynchronously.
 		sc.h.stdinRequest(f, func(err error) { sc.reply(f.ID, struct{}{}, err) })
@@ -97,7 +93,7 @@ func (sc *ServerConn) dispatch(ctx context.Context, line []byte) {
 	}
 	fn, ok := methods[f.Method]
 	if !ok {
-		sc.replyErr(f.ID, errorf(CodeUnknownMethod, "%q", f.Method))
+		sc.replyErr(f.ID, control.Errorf(control.CodeUnknownMethod, "%q", f.Method))
 		return
 	}
 	rctx, done, e := sc.begin(ctx, f.ID)
@@ -110,21 +106,21 @@ func (sc *ServerConn) dispatch(ctx context.Context, line []byte) {
 		defer done()
 		res, err := fn(sc.h, rctx, params)
 		if err == nil && rctx.Err() != nil && ctx.Err() == nil {
-			err = errorf(CodeCanceled, "request %d canceled", f.ID)
+			err = control.Errorf(control.CodeCanceled, "request %d canceled", f.ID)
 		}
 		sc.reply(f.ID, res, err)
 	}()
 }
 
 // begin registers an in-flight request so cancel can reach it.
-func (sc *ServerConn) begin(ctx context.Context, id uint64) (context.Context, func(), *Error) {
+func (sc *ServerConn) begin(ctx context.Context, id uint64) (context.Context, func(), *control.Error) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if _, dup := sc.inflight[id]; dup {
-		return nil, nil, errorf(CodeBadFrame, "request id %d already in flight", id)
+		return nil, nil, control.Errorf(control.CodeBadFrame, "request id %d already in flight", id)
 	}
 	if len(sc.inflight) >= maxInFlight {
-		return nil, nil, errorf(CodeBusy, "%d requests in flight", maxInFlight)
+		return nil, nil, control.Errorf(control.CodeBusy, "%d requests in flight", maxInFlight)
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	sc.inflight[id] = cancel
@@ -136,9 +132,9 @@ func (sc *ServerConn) begin(ctx context.Context, id uint64) (context.Context, fu
 	}, nil
 }
 
-func (sc *ServerConn) cancel(f Frame) {
-	var p CancelParams
-	if e := decodeParams(f.Params, &p); e != nil {
+func (sc *ServerConn) cancel(f control.Frame) {
+	var p control.CancelParams
+	if e := control.DecodeParams(f.Params, &p); e != nil {
 		sc.replyErr(f.ID, e)
 		return
 	}
@@ -155,19 +151,19 @@ func (sc *ServerConn) cancel(f Frame) {
 
 func (sc *ServerConn) reply(id uint64, result any, err error) {
 	if err != nil {
-		sc.replyErr(id, asError(err))
+		sc.replyErr(id, control.AsError(err))
 		return
 	}
 	b, merr := json.Marshal(result)
 	if merr != nil {
-		sc.replyErr(id, errorf(CodeFailed, "encode result: %v", merr))
+		sc.replyErr(id, control.Errorf(control.CodeFailed, "encode result: %v", merr))
 		return
 	}
-	_ = sc.fw.write(&Frame{ID: id, Result: b})
+	_ = sc.fw.WriteFrame(&control.Frame{ID: id, Result: b})
 }
 
-func (sc *ServerConn) replyErr(id uint64, e *Error) {
-	_ = sc.fw.write(&Frame{ID: id, Error: e})
+func (sc *ServerConn) replyErr(id uint64, e *control.Error) {
+	_ = sc.fw.WriteFrame(&control.Frame{ID: id, Error: e})
 }
 
 // Serve serves h at path until ctx is done:

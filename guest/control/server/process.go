@@ -1,4 +1,4 @@
-package control
+package server
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandlot-dev/sandlot/guest/control"
 )
 
 // DefaultPath is the PATH of processes whose env sets none.
@@ -42,7 +44,7 @@ type process struct {
 	emitting atomic.Int32
 
 	done   chan struct{} // closed once the exit event is emitted
-	status ExitStatus
+	status control.ExitStatus
 }
 
 type stdinOp struct {
@@ -54,36 +56,36 @@ type stdinOp struct {
 const maxStdinQueued = 8 << 20
 
 func (h *Handler) startMethod(_ context.Context, raw json.RawMessage) (any, error) {
-	var p StartParams
-	if e := decodeParams(raw, &p); e != nil {
+	var p control.StartParams
+	if e := control.DecodeParams(raw, &p); e != nil {
 		return nil, e
 	}
 	pid, err := h.Start(p)
 	if err != nil {
 		return nil, err
 	}
-	return StartResult{PID: pid}, nil
+	return control.StartResult{PID: pid}, nil
 }
 
 // Start starts a process as the start method does and returns its pid.
-func (h *Handler) Start(p StartParams) (int, error) {
+func (h *Handler) Start(p control.StartParams) (int, error) {
 	if len(p.Args) == 0 || p.Args[0] == "" {
-		return 0, errorf(CodeInvalidParams, "start: no args")
+		return 0, control.Errorf(control.CodeInvalidParams, "start: no args")
 	}
 	select {
 	case <-h.closed:
-		return 0, errorf(CodeFailed, "start: handler closed")
+		return 0, control.Errorf(control.CodeFailed, "start: handler closed")
 	default:
 	}
 	env := h.buildEnv(p.Env)
 	path, err := lookPath(p.Args[0], env, p.Cwd)
 	if err != nil {
-		return 0, errorf(CodeFailed, "start %s: %v", p.Args[0], err)
+		return 0, control.Errorf(control.CodeFailed, "start %s: %v", p.Args[0], err)
 	}
 	pr := &process{terminal: p.Terminal, done: make(chan struct{})}
 	child, parent, err := pr.openStdio(p)
 	if err != nil {
-		return 0, errorf(CodeFailed, "start %s: %v", p.Args[0], err)
+		return 0, control.Errorf(control.CodeFailed, "start %s: %v", p.Args[0], err)
 	}
 	attr := &os.ProcAttr{Dir: p.Cwd, Env: env, Files: child, Sys: sysProcAttr(p)}
 	start := func() (int, error) {
@@ -108,7 +110,7 @@ func (h *Handler) Start(p StartParams) (int, error) {
 		for _, f := range parent {
 			_ = f.Close()
 		}
-		return 0, errorf(CodeFailed, "start %s: %v", p.Args[0], err)
+		return 0, control.Errorf(control.CodeFailed, "start %s: %v", p.Args[0], err)
 	}
 	pr.pid = pid
 	h.procMu.Lock()
@@ -117,11 +119,11 @@ func (h *Handler) Start(p StartParams) (int, error) {
 
 	if p.Terminal {
 		pr.outputs.Add(1)
-		go h.pump(pr, StreamStdout, pr.pty)
+		go h.pump(pr, control.StreamStdout, pr.pty)
 	} else {
 		pr.outputs.Add(2)
-		go h.pump(pr, StreamStdout, parent[1])
-		go h.pump(pr, StreamStderr, parent[2])
+		go h.pump(pr, control.StreamStdout, parent[1])
+		go h.pump(pr, control.StreamStderr, parent[2])
 	}
 	go h.waitExit(pr, exited)
 	return pid, nil
@@ -129,7 +131,7 @@ func (h *Handler) Start(p StartParams) (int, error) {
 
 // openStdio returns the child's stdin/stdout/stderr and the parent's
 // ends ([stdin writer, stdout reader, stderr reader], or the pty master).
-func (pr *process) openStdio(p StartParams) (child, parent []*os.File, err error) {
+func (pr *process) openStdio(p control.StartParams) (child, parent []*os.File, err error) {
 	if p.Terminal {
 		m, s, err := openPTY(p.Cols, p.Rows)
 		if err != nil {
@@ -153,7 +155,7 @@ func (pr *process) openStdio(p StartParams) (child, parent []*os.File, err error
 	return []*os.File{files[0], files[3], files[5]}, []*os.File{files[1], files[2], files[4]}, nil
 }
 
-func sysProcAttr(p StartParams) *syscall.SysProcAttr {
+func sysProcAttr(p control.StartParams) *syscall.SysProcAttr {
 	a := &syscall.SysProcAttr{}
 	if p.Terminal {
 		a.Setsid, a.Setctty, a.Ctty = true, true, 0
@@ -244,7 +246,7 @@ func (h *Handler) pump(pr *process, stream string, f *os.File) {
 		if n > 0 {
 			pr.progress.Add(1)
 			pr.emitting.Add(1)
-			h.ev.emit(queuedEvent{out: &OutputEvent{PID: pr.pid, Stream: stream, Data: slices.Clone(buf[:n])}})
+			h.ev.emit(queuedEvent{out: &control.OutputEvent{PID: pr.pid, Stream: stream, Data: slices.Clone(buf[:n])}})
 			pr.emitting.Add(-1)
 			pr.progress.Add(1)
 		}
@@ -298,15 +300,15 @@ func (pr *process) drainOutput() {
 	}
 }
 
-func exitStatusOf(pid int, ws unix.WaitStatus) ExitStatus {
+func exitStatusOf(pid int, ws unix.WaitStatus) control.ExitStatus {
 	switch {
 	case ws.Exited():
-		return ExitStatus{PID: pid, Status: ws.ExitStatus()}
+		return control.ExitStatus{PID: pid, Status: ws.ExitStatus()}
 	case ws.Signaled():
 		sig := int(ws.Signal())
-		return ExitStatus{PID: pid, Status: 128 + sig, Signal: sig}
+		return control.ExitStatus{PID: pid, Status: 128 + sig, Signal: sig}
 	}
-	return ExitStatus{PID: pid, Status: 255}
+	return control.ExitStatus{PID: pid, Status: 255}
 }
 
 // retire keeps the last MaxExited exited processes waitable.
@@ -329,12 +331,12 @@ func (h *Handler) lookup(pid int) (*process, error) {
 	if pr, ok := h.procs[pid]; ok {
 		return pr, nil
 	}
-	return nil, errorf(CodeNotFound, "no process %d", pid)
+	return nil, control.Errorf(control.CodeNotFound, "no process %d", pid)
 }
 
 func (h *Handler) waitMethod(ctx context.Context, raw json.RawMessage) (any, error) {
-	var p PIDParams
-	if e := decodeParams(raw, &p); e != nil {
+	var p control.PIDParams
+	if e := control.DecodeParams(raw, &p); e != nil {
 		return nil, e
 	}
 	return h.Wait(ctx, p.PID)
@@ -342,39 +344,39 @@ func (h *Handler) waitMethod(ctx context.Context, raw json.RawMessage) (any, err
 
 // Wait blocks until the process has exited (and its exit event has been
 // emitted); it returns at once for a process that already has.
-func (h *Handler) Wait(ctx context.Context, pid int) (ExitStatus, error) {
+func (h *Handler) Wait(ctx context.Context, pid int) (control.ExitStatus, error) {
 	pr, err := h.lookup(pid)
 	if err != nil {
-		return ExitStatus{}, err
+		return control.ExitStatus{}, err
 	}
 	select {
 	case <-pr.done:
 		return pr.status, nil
 	case <-ctx.Done():
-		return ExitStatus{}, errorf(CodeCanceled, "wait %d: %v", pid, ctx.Err())
+		return control.ExitStatus{}, control.Errorf(control.CodeCanceled, "wait %d: %v", pid, ctx.Err())
 	}
 }
 
 func (h *Handler) signalMethod(_ context.Context, raw json.RawMessage) (any, error) {
-	var p SignalParams
-	if e := decodeParams(raw, &p); e != nil {
+	var p control.SignalParams
+	if e := control.DecodeParams(raw, &p); e != nil {
 		return nil, e
 	}
 	return struct{}{}, h.Signal(p)
 }
 
 // Signal sends a signal to a process started by start (or its group).
-func (h *Handler) Signal(p SignalParams) error {
+func (h *Handler) Signal(p control.SignalParams) error {
 	pr, err := h.lookup(p.PID)
 	if err != nil {
 		return err
 	}
 	if p.Signal < 0 || p.Signal > 64 {
-		return errorf(CodeInvalidParams, "signal %d", p.Signal)
+		return control.Errorf(control.CodeInvalidParams, "signal %d", p.Signal)
 	}
 	select {
 	case <-pr.done:
-		return errorf(CodeFailed, "signal %d: process already exited", p.PID)
+		return control.Errorf(control.CodeFailed, "signal %d: process already exited", p.PID)
 	default:
 	}
 	if p.Group {
@@ -383,7 +385,7 @@ func (h *Handler) Signal(p SignalParams) error {
 		err = pr.proc.Signal(syscall.Signal(p.Signal))
 	}
 	if err != nil {
-		return errorf(CodeFailed, "signal %d: %v", p.PID, err)
+		return control.Errorf(control.CodeFailed, "signal %d: %v", p.PID, err)
 	}
 	return nil
 }
@@ -397,8 +399,8 @@ func (pr *process) kill() {
 }
 
 func (h *Handler) resizeMethod(_ context.Context, raw json.RawMessage) (any, error) {
-	var p ResizeParams
-	if e := decodeParams(raw, &p); e != nil {
+	var p control.ResizeParams
+	if e := control.DecodeParams(raw, &p); e != nil {
 		return nil, e
 	}
 	pr, err := h.lookup(p.PID)
@@ -406,10 +408,10 @@ func (h *Handler) resizeMethod(_ context.Context, raw json.RawMessage) (any, err
 		return nil, err
 	}
 	if !pr.terminal {
-		return nil, errorf(CodeInvalidParams, "process %d has no terminal", p.PID)
+		return nil, control.Errorf(control.CodeInvalidParams, "process %d has no terminal", p.PID)
 	}
 	if err := setWinsize(pr.pty, p.Cols, p.Rows); err != nil {
-		return nil, errorf(CodeFailed, "resize %d: %v", p.PID, err)
+		return nil, control.Errorf(control.CodeFailed, "resize %d: %v", p.PID, err)
 	}
 	return struct{}{}, nil
 }

@@ -1,105 +1,27 @@
-package control
+package server
 
 import (
 	"bytes"
 	"context"
 	"errors"
-	"log/slog"
-	"net"
+	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/guest/control"
 	"github.com/sandlot-dev/sandlot/guest/identity"
 )
 
-func quietLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 10}))
-}
-
-func newHandler(t *testing.T, opts Options) *Handler {
-	t.Helper()
-	if opts.Logger == nil {
-		opts.Logger = quietLogger()
-	}
-	h := NewHandler(&identity.Store{}, opts)
-	t.Cleanup(func() { _ = h.Close() })
-	return h
-}
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// transports connect a Client to a Handler: over a real unix socket the
-// guest listens on (Serve), and over a net.Pipe.
-var transports = map[string]func(t *testing.T, h *Handler) *Client{
-	"socket": socketClient,
-	"pipe":   pipeClient,
-}
-
-// serveSocket starts Serve on a fresh socket path and returns the path.
-func serveSocketT(t *testing.T, h *Handler) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "control.sock")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, path, h) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return path
-}
-
-func dial(t *testing.T, path string) *Client {
-	t.Helper()
-	c, err := Dial(testCtx(t), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-func socketClient(t *testing.T, h *Handler) *Client {
-	return dial(t, serveSocketT(t, h))
-}
-
-func pipeClient(t *testing.T, h *Handler) *Client {
-	t.Helper()
-	guestEnd, hostEnd := net.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = NewServerConn(guestEnd, h).Serve(ctx); close(done) }()
-	c := NewClient(hostEnd)
-	t.Cleanup(func() { _ = c.Close(); cancel(); <-done })
-	return c
-}
-
-func forEachTransport(t *testing.T, test func(t *testing.T, c *Client, h *Handler)) {
-	for name, connect := range transports {
-		t.Run(name, func(t *testing.T) {
-			h := newHandler(t, Options{})
-			test(t, connect(t, h), h)
-		})
-	}
-}
-
 func TestPing(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, c *Client, _ *Handler) {
+	forEachTransport(t, func(t *testing.T, c *control.Client, _ *Handler) {
 		r, err := c.Ping(testCtx(t))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Version != ProtocolVersion {
+		if r.Version != control.ProtocolVersion {
 			t.Errorf("version %d", r.Version)
 		}
 		if len(r.BootID) != 36 {
@@ -112,7 +34,7 @@ func TestPing(t *testing.T) {
 }
 
 func TestSetIdentityRecordsAndReseeds(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, c *Client, h *Handler) {
+	forEachTransport(t, func(t *testing.T, c *control.Client, h *Handler) {
 		id := identity.Identity{
 			SandboxID:   "abcdefghij0123456789",
 			AccessToken: "tok",
@@ -144,7 +66,7 @@ func TestSetIdentityRecordsAndReseeds(t *testing.T) {
 
 // checkReseed: the RNG ioctls worked, or the result says they lacked
 // CAP_SYS_ADMIN.
-func checkReseed(t *testing.T, res SetIdentityResult) {
+func checkReseed(t *testing.T, res control.SetIdentityResult) {
 	t.Helper()
 	if res.Entropy && res.Reseeded {
 		if len(res.Errors) != 0 {
@@ -169,7 +91,7 @@ func TestReseedFromSameSeedDiffers(t *testing.T) {
 	var outs [][]byte
 	for range 2 {
 		h := newHandler(t, Options{})
-		res := h.SetIdentity(SetIdentityParams{Identity: id, Seed: seed})
+		res := h.SetIdentity(control.SetIdentityParams{Identity: id, Seed: seed})
 		checkReseed(t, res)
 		f, err := os.Open("/dev/urandom")
 		if err != nil {
@@ -188,7 +110,7 @@ func TestReseedFromSameSeedDiffers(t *testing.T) {
 }
 
 func TestPrepareSnapshot(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, c *Client, _ *Handler) {
+	forEachTransport(t, func(t *testing.T, c *control.Client, _ *Handler) {
 		r, err := c.PrepareSnapshot(testCtx(t), false)
 		if err != nil {
 			t.Fatal(err)
@@ -200,7 +122,7 @@ func TestPrepareSnapshot(t *testing.T) {
 }
 
 // collect reads a process's events until its exit event.
-func collect(t *testing.T, p *Process) (stdout, stderr string, exit ExitStatus) {
+func collect(t *testing.T, p *control.Process) (stdout, stderr string, exit control.ExitStatus) {
 	t.Helper()
 	var out, errb strings.Builder
 	timeout := time.After(10 * time.Second)
@@ -211,13 +133,13 @@ func collect(t *testing.T, p *Process) (stdout, stderr string, exit ExitStatus) 
 				t.Fatalf("events of %d closed before exit", p.PID)
 			}
 			switch ev.Name {
-			case EventOutput:
-				if ev.Stream == StreamStderr {
+			case control.EventOutput:
+				if ev.Stream == control.StreamStderr {
 					errb.Write(ev.Data)
 				} else {
 					out.Write(ev.Data)
 				}
-			case EventExit:
+			case control.EventExit:
 				if _, ok := <-p.Events(); ok {
 					t.Error("event after exit")
 				}
@@ -230,9 +152,9 @@ func collect(t *testing.T, p *Process) (stdout, stderr string, exit ExitStatus) 
 }
 
 func TestProcessOutputAndExitStatus(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, c *Client, _ *Handler) {
+	forEachTransport(t, func(t *testing.T, c *control.Client, _ *Handler) {
 		ctx := testCtx(t)
-		p, err := c.Start(ctx, StartParams{Args: []string{"sh", "-c", "echo out; echo err >&2; exit 7"}})
+		p, err := c.Start(ctx, control.StartParams{Args: []string{"sh", "-c", "echo out; echo err >&2; exit 7"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -256,7 +178,7 @@ func TestProcessEnvCwdAndPath(t *testing.T) {
 	h.Store().Set(identity.Identity{Env: map[string]string{"FROM_ID": "id", "OVERRIDDEN": "id"}})
 	c := pipeClient(t, h)
 	dir := t.TempDir()
-	p, err := c.Start(testCtx(t), StartParams{
+	p, err := c.Start(testCtx(t), control.StartParams{
 		Args: []string{"sh", "-c", `echo "$FROM_ID $OVERRIDDEN $PWD $PATH"`},
 		Env:  []string{"OVERRIDDEN=req"},
 		Cwd:  dir,
@@ -268,20 +190,20 @@ func TestProcessEnvCwdAndPath(t *testing.T) {
 	if want := "id req " + dir + " " + DefaultPath + "\n"; stdout != want || exit.Status != 0 {
 		t.Errorf("stdout %q (want %q), exit %+v", stdout, want, exit)
 	}
-	_, err = c.Start(testCtx(t), StartParams{Args: []string{"no-such-command-xyz"}})
-	var e *Error
-	if !errors.As(err, &e) || e.Code != CodeFailed || !strings.Contains(e.Message, "not found") {
+	_, err = c.Start(testCtx(t), control.StartParams{Args: []string{"no-such-command-xyz"}})
+	var e *control.Error
+	if !errors.As(err, &e) || e.Code != control.CodeFailed || !strings.Contains(e.Message, "not found") {
 		t.Errorf("start of a missing command: %v", err)
 	}
-	if _, err := c.Start(testCtx(t), StartParams{}); !errors.Is(err, &Error{Code: CodeInvalidParams}) {
+	if _, err := c.Start(testCtx(t), control.StartParams{}); !errors.Is(err, &control.Error{Code: control.CodeInvalidParams}) {
 		t.Errorf("start without args: %v", err)
 	}
 }
 
 func TestStdin(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, c *Client, _ *Handler) {
+	forEachTransport(t, func(t *testing.T, c *control.Client, _ *Handler) {
 		ctx := testCtx(t)
-		p, err := c.Start(ctx, StartParams{Args: []string{"cat"}})
+		p, err := c.Start(ctx, control.StartParams{Args: []string{"cat"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -304,9 +226,9 @@ func TestStdin(t *testing.T) {
 }
 
 func TestSignal(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, c *Client, _ *Handler) {
+	forEachTransport(t, func(t *testing.T, c *control.Client, _ *Handler) {
 		ctx := testCtx(t)
-		p, err := c.Start(ctx, StartParams{Args: []string{"sleep", "30"}})
+		p, err := c.Start(ctx, control.StartParams{Args: []string{"sleep", "30"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,7 +249,7 @@ func TestSignal(t *testing.T) {
 		if err := c.Signal(ctx, p.PID, int(syscall.SIGTERM)); err == nil {
 			t.Error("signal to an exited process worked")
 		}
-		if err := c.Signal(ctx, 999999999, 15); !errors.Is(err, &Error{Code: CodeNotFound}) {
+		if err := c.Signal(ctx, 999999999, 15); !errors.Is(err, &control.Error{Code: control.CodeNotFound}) {
 			t.Errorf("signal to an unknown pid: %v", err)
 		}
 	})
@@ -336,11 +258,18 @@ func TestSignal(t *testing.T) {
 func TestSignalGroup(t *testing.T) {
 	c := pipeClient(t, newHandler(t, Options{}))
 	ctx := testCtx(t)
-	p, err := c.Start(ctx, StartParams{Args: []string{"sh", "-c", "sleep 30 & sleep 30; echo not-killed"}})
+	p, err := c.Start(ctx, control.StartParams{Args: []string{"sh", "-c", "sleep 30 & sleep 30; echo not-killed"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Signal once sh has forked both sleeps, so the group signal has
+	// them to reach.
+	waitFor(t, "sh and its two sleeps in one process group", func() error {
+		if n := groupSize(p.PID); n < 3 {
+			return fmt.Errorf("%d in group %d", n, p.PID)
+		}
+		return nil
+	})
 	if err := c.SignalGroup(ctx, p.PID, int(syscall.SIGTERM)); err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +282,7 @@ func TestSignalGroup(t *testing.T) {
 func TestTerminal(t *testing.T) {
 	c := pipeClient(t, newHandler(t, Options{}))
 	ctx := testCtx(t)
-	p, err := c.Start(ctx, StartParams{Args: []string{"sh", "-c", "tty; stty size; read x; echo got-$x"},
+	p, err := c.Start(ctx, control.StartParams{Args: []string{"sh", "-c", "tty; stty size; read x; echo got-$x"},
 		Terminal: true, Cols: 100, Rows: 30})
 	if err != nil {
 		t.Fatal(err)
@@ -369,11 +298,11 @@ func TestTerminal(t *testing.T) {
 		!strings.Contains(stdout, "got-abc") || exit.Status != 0 {
 		t.Errorf("stdout %q exit %+v", stdout, exit)
 	}
-	q, err := c.Start(ctx, StartParams{Args: []string{"true"}})
+	q, err := c.Start(ctx, control.StartParams{Args: []string{"true"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Resize(ctx, q.PID, 1, 1); !errors.Is(err, &Error{Code: CodeInvalidParams}) {
+	if err := c.Resize(ctx, q.PID, 1, 1); !errors.Is(err, &control.Error{Code: control.CodeInvalidParams}) {
 		t.Errorf("resize without a terminal: %v", err)
 	}
 }
@@ -383,7 +312,7 @@ func TestTerminal(t *testing.T) {
 func TestCallCancellation(t *testing.T) {
 	c := pipeClient(t, newHandler(t, Options{}))
 	ctx := testCtx(t)
-	p, err := c.Start(ctx, StartParams{Args: []string{"sleep", "30"}})
+	p, err := c.Start(ctx, control.StartParams{Args: []string{"sleep", "30"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +333,7 @@ func TestCallCancellation(t *testing.T) {
 }
 
 func TestConcurrentCalls(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, c *Client, _ *Handler) {
+	forEachTransport(t, func(t *testing.T, c *control.Client, _ *Handler) {
 		ctx := testCtx(t)
 		errs := make(chan error, 20)
 		for i := range 20 {
@@ -414,9 +343,9 @@ func TestConcurrentCalls(t *testing.T) {
 					errs <- err
 					return
 				}
-				p, err := c.Start(ctx, StartParams{Args: []string{"sh", "-c", "exit 3"}})
+				p, err := c.Start(ctx, control.StartParams{Args: []string{"sh", "-c", "exit 3"}})
 				if err == nil {
-					var st ExitStatus
+					var st control.ExitStatus
 					if st, err = p.Wait(ctx); err == nil && st.Status != 3 {
 						err = errors.New("wrong status")
 					}

@@ -1,15 +1,17 @@
-package control
+package server
 
 import (
 	"errors"
 	"syscall"
+
+	"github.com/sandlot-dev/sandlot/guest/control"
 )
 
 // stdinRequest queues a writeStdin or closeStdin; reply is called once
 // the write is done. Called in frame order by the connection's reader.
-func (h *Handler) stdinRequest(f Frame, reply func(error)) {
-	var p WriteStdinParams
-	if e := decodeParams(f.Params, &p); e != nil {
+func (h *Handler) stdinRequest(f control.Frame, reply func(error)) {
+	var p control.WriteStdinParams
+	if e := control.DecodeParams(f.Params, &p); e != nil {
 		reply(e)
 		return
 	}
@@ -19,7 +21,7 @@ func (h *Handler) stdinRequest(f Frame, reply func(error)) {
 		return
 	}
 	op := stdinOp{reply: reply}
-	if f.Method == MethodCloseStdin {
+	if f.Method == control.MethodCloseStdin {
 		op.close = true
 	} else {
 		op.data = p.Data
@@ -32,7 +34,7 @@ func (pr *process) enqueueStdin(op stdinOp) {
 	defer pr.stdinMu.Unlock()
 	if pr.stdinBytes+len(op.data) > maxStdinQueued {
 		if op.reply != nil {
-			op.reply(errorf(CodeBusy, "stdin of %d: %d bytes queued", pr.pid, pr.stdinBytes))
+			op.reply(control.Errorf(control.CodeBusy, "stdin of %d: %d bytes queued", pr.pid, pr.stdinBytes))
 		}
 		return
 	}
@@ -75,7 +77,7 @@ func (pr *process) doStdin(op stdinOp, closed bool) error {
 	case op.close && closed:
 		return nil
 	case closed:
-		return errorf(CodeFailed, "stdin of %d is closed", pr.pid)
+		return control.Errorf(control.CodeFailed, "stdin of %d is closed", pr.pid)
 	case op.close && pr.terminal:
 		_, err := pr.stdin.Write([]byte{4}) // ^D: end of input on a terminal
 		return wrapStdin(pr.pid, err)
@@ -91,7 +93,7 @@ func wrapStdin(pid int, err error) error {
 		return nil
 	}
 	if errors.Is(err, syscall.EPIPE) {
-		return errorf(CodeFailed, "stdin of %d: process no longer reads it", pid)
+		return control.Errorf(control.CodeFailed, "stdin of %d: process no longer reads it", pid)
 	}
-	return errorf(CodeFailed, "stdin of %d: %v", pid, err)
+	return control.Errorf(control.CodeFailed, "stdin of %d: %v", pid, err)
 }

@@ -632,7 +632,7 @@ const file_control_proto_rawDesc = "" +
 	"\bSnapshot\x12%.sandlot.vmcontrol.v1.SnapshotRequest\x1a&.sandlot.vmcontrol.v1.SnapshotResponse\x12V\n" +
 	"\aRestore\x12$.sandlot.vmcontrol.v1.RestoreRequest\x1a%.sandlot.vmcontrol.v1.RestoreResponse\x12P\n" +
 	"\x05Stats\x12\".sandlot.vmcontrol.v1.StatsRequest\x1a#.sandlot.vmcontrol.v1.StatsResponse\x12b\n" +
-	"\vSetIdentity\x12(.sandlot.vmcontrol.v1.SetIdentityRequest\x1a).sandlot.vmcontrol.v1.SetIdentityResponseB;Z9github.com/sandlot-dev/sandlot/shim/controlapi;controlapib\x06proto3"
+	"\vSetIdentity\x12(.sandlot.vmcontrol.v1.SetIdentityRequest\x1a).sandlot.vmcontrol.v1.SetIdentityResponseB?Z=github.com/sandlot-dev/sandlot/api/node/controlapi;controlapib\x06proto3"
 
 var (
 	file_control_proto_rawDescOnce sync.Once

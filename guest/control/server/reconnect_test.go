@@ -1,14 +1,20 @@
-package control
+package server
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandlot-dev/sandlot/guest/control"
 )
 
 // collectSub reads a subscription's events until the exit event.
-func collectSub(t *testing.T, ch <-chan Event) (stdout, stderr string, dropped int64, exit ExitStatus) {
+func collectSub(t *testing.T, ch <-chan control.Event) (stdout, stderr string, dropped int64, exit control.ExitStatus) {
 	t.Helper()
 	var out, errb strings.Builder
 	timeout := time.After(10 * time.Second)
@@ -19,14 +25,14 @@ func collectSub(t *testing.T, ch <-chan Event) (stdout, stderr string, dropped i
 				t.Fatal("events closed before exit")
 			}
 			switch ev.Name {
-			case EventOutput:
+			case control.EventOutput:
 				dropped += ev.Dropped
-				if ev.Stream == StreamStderr {
+				if ev.Stream == control.StreamStderr {
 					errb.Write(ev.Data)
 				} else {
 					out.Write(ev.Data)
 				}
-			case EventExit:
+			case control.EventExit:
 				return out.String(), errb.String(), dropped, *ev.Exit
 			}
 		case <-timeout:
@@ -35,18 +41,36 @@ func collectSub(t *testing.T, ch <-chan Event) (stdout, stderr string, dropped i
 	}
 }
 
-// startDetached starts a process through a first client that then goes
-// away, and waits (in the guest) until the process has exited, so all its
-// output was produced while no host was connected.
-func startDetached(t *testing.T, h *Handler, path string, args ...string) int {
+// startDetached runs script through a first client that then goes away,
+// and waits (in the guest) until it has exited. The script is held at a
+// fifo until that client is closed, so all its output is produced while
+// no host is connected.
+func startDetached(t *testing.T, h *Handler, path, script string) int {
 	t.Helper()
 	ctx := testCtx(t)
+	fifo := filepath.Join(t.TempDir(), "gate")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	c1 := dial(t, path)
-	p, err := c1.Start(ctx, StartParams{Args: args})
+	p, err := c1.Start(ctx, control.StartParams{
+		Args: []string{"sh", "-c", `read _ <"$GATE"; ` + script},
+		Env:  []string{"GATE=" + fifo},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c1.Close()
+	// O_RDWR does not wait for the reader; the gate stays open until the
+	// script has read its line.
+	gate, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gate.Close()
+	if _, err := gate.WriteString("go\n"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := h.Wait(ctx, p.PID); err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +86,7 @@ func startDetached(t *testing.T, h *Handler, path string, args ...string) int {
 func TestReconnectDeliversBufferedOutput(t *testing.T) {
 	h := newHandler(t, Options{})
 	path := serveSocketT(t, h)
-	pid := startDetached(t, h, path, "sh", "-c", "sleep 0.3; echo late; echo err-late >&2; exit 3")
+	pid := startDetached(t, h, path, "echo late; echo err-late >&2; exit 3")
 
 	// A new host connects: the guest still serves, and the buffered
 	// events come first.
@@ -81,7 +105,7 @@ func TestReconnectDeliversBufferedOutput(t *testing.T) {
 	// Delivered once: a third host gets nothing more for it.
 	c2.Close()
 	c3 := dial(t, path)
-	p, err := c3.Start(ctx, StartParams{Args: []string{"true"}})
+	p, err := c3.Start(ctx, control.StartParams{Args: []string{"true"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +123,7 @@ func TestBufferedOutputIsBounded(t *testing.T) {
 	const limit = 1024
 	h := newHandler(t, Options{MaxBufferedOutput: limit})
 	path := serveSocketT(t, h)
-	pid := startDetached(t, h, path, "sh", "-c", "sleep 0.2; head -c 10000 /dev/zero | tr '\\0' a; printf end")
+	pid := startDetached(t, h, path, "head -c 10000 /dev/zero | tr '\\0' a; printf end")
 	c := dial(t, path)
 	stdout, _, dropped, exit := collectSub(t, c.Subscribe(pid).C)
 	if exit.Status != 0 {
@@ -129,7 +153,7 @@ func TestNewConnectionTakesOver(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("first connection still open")
 	}
-	p, err := c2.Start(testCtx(t), StartParams{Args: []string{"echo", "hi"}})
+	p, err := c2.Start(testCtx(t), control.StartParams{Args: []string{"echo", "hi"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,12 @@
-package control
+package server
 
 import (
 	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/sandlot-dev/sandlot/guest/control"
 )
 
 // eventQueue delivers events to the attached connection (the sink) and
@@ -30,8 +32,8 @@ type streamKey struct {
 }
 
 type queuedEvent struct {
-	out  *OutputEvent
-	exit *ExitStatus
+	out  *control.OutputEvent
+	exit *control.ExitStatus
 }
 
 func (q *eventQueue) init(maxPerStream int, log *slog.Logger) {
@@ -43,9 +45,9 @@ func (q *eventQueue) init(maxPerStream int, log *slog.Logger) {
 
 func (ev queuedEvent) encode() ([]byte, error) {
 	if ev.exit != nil {
-		return encodeEvent(EventExit, ev.exit)
+		return control.EncodeEvent(control.EventExit, ev.exit)
 	}
-	return encodeEvent(EventOutput, ev.out)
+	return control.EncodeEvent(control.EventOutput, ev.out)
 }
 
 // emit sends ev to the sink, or queues it when there is none or the write
@@ -70,7 +72,7 @@ func (q *eventQueue) write(sc *ServerConn, ev queuedEvent) error {
 		q.log.Error("control: encode event", "err", err)
 		return nil // drop it: it would never encode
 	}
-	return sc.fw.writeRaw(b)
+	return sc.fw.WriteRaw(b)
 }
 
 func (q *eventQueue) push(ev queuedEvent) {
@@ -81,10 +83,10 @@ func (q *eventQueue) push(ev queuedEvent) {
 	k := streamKey{ev.out.PID, ev.out.Stream}
 	q.perKey[k] += len(ev.out.Data)
 	q.total += len(ev.out.Data)
-	sameStream := func(o *OutputEvent) bool { return o.PID == k.pid && o.Stream == k.stream }
+	sameStream := func(o *control.OutputEvent) bool { return o.PID == k.pid && o.Stream == k.stream }
 	for q.perKey[k] > q.maxKey && q.shed(q.perKey[k]-q.maxKey, sameStream) {
 	}
-	for q.total > q.maxTotal && q.shed(q.total-q.maxTotal, func(*OutputEvent) bool { return true }) {
+	for q.total > q.maxTotal && q.shed(q.total-q.maxTotal, func(*control.OutputEvent) bool { return true }) {
 	}
 }
 
@@ -93,7 +95,7 @@ func (q *eventQueue) push(ev queuedEvent) {
 // what it lost in Dropped; an emptied event is merged into the next event
 // of its stream (or stays, empty, to report the loss). It returns false
 // when there was nothing to drop.
-func (q *eventQueue) shed(excess int, match func(*OutputEvent) bool) bool {
+func (q *eventQueue) shed(excess int, match func(*control.OutputEvent) bool) bool {
 	for i, ev := range q.backlog {
 		o := ev.out
 		if o == nil || len(o.Data) == 0 || !match(o) {

@@ -1,4 +1,4 @@
-package control
+package server
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandlot-dev/sandlot/guest/control"
 	"github.com/sandlot-dev/sandlot/guest/identity"
 )
 
@@ -36,7 +37,7 @@ type Options struct {
 	// MaxBufferedOutput bounds, per process stream, the output kept while
 	// no host is attached (oldest dropped). Default 1 MiB.
 	MaxBufferedOutput int
-	// MaxFrameSize bounds incoming frames. Default MaxFrameSize.
+	// MaxFrameSize bounds incoming frames. Default control.MaxFrameSize.
 	MaxFrameSize int
 	// MaxExited bounds how many exited processes stay waitable.
 	// Default 256.
@@ -83,7 +84,7 @@ func NewHandler(store *identity.Store, opts Options) *Handler {
 		opts.MaxBufferedOutput = defaultMaxBuffered
 	}
 	if opts.MaxFrameSize <= 0 {
-		opts.MaxFrameSize = MaxFrameSize
+		opts.MaxFrameSize = control.MaxFrameSize
 	}
 	if opts.MaxExited <= 0 {
 		opts.MaxExited = defaultMaxExited
@@ -131,20 +132,20 @@ type methodFunc func(h *Handler, ctx context.Context, params json.RawMessage) (a
 // methods are handled on their own goroutine; writeStdin, closeStdin and
 // cancel are handled in order on the reader (see ServerConn.dispatch).
 var methods = map[string]methodFunc{
-	MethodPing:            (*Handler).ping,
-	MethodSetIdentity:     (*Handler).setIdentityMethod,
-	MethodPrepareSnapshot: (*Handler).prepareSnapshot,
-	MethodRestoreNetwork:  (*Handler).restoreNetwork,
-	MethodStart:           (*Handler).startMethod,
-	MethodSignal:          (*Handler).signalMethod,
-	MethodWait:            (*Handler).waitMethod,
-	MethodResize:          (*Handler).resizeMethod,
+	control.MethodPing:            (*Handler).ping,
+	control.MethodSetIdentity:     (*Handler).setIdentityMethod,
+	control.MethodPrepareSnapshot: (*Handler).prepareSnapshot,
+	control.MethodRestoreNetwork:  (*Handler).restoreNetwork,
+	control.MethodStart:           (*Handler).startMethod,
+	control.MethodSignal:          (*Handler).signalMethod,
+	control.MethodWait:            (*Handler).waitMethod,
+	control.MethodResize:          (*Handler).resizeMethod,
 }
 
 func (h *Handler) ping(_ context.Context, _ json.RawMessage) (any, error) {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
-	return PingResult{Version: ProtocolVersion, UptimeNanos: ts.Nano(), BootID: bootID()}, nil
+	return control.PingResult{Version: control.ProtocolVersion, UptimeNanos: ts.Nano(), BootID: bootID()}, nil
 }
 
 func bootID() string {
@@ -156,8 +157,8 @@ func bootID() string {
 }
 
 func (h *Handler) setIdentityMethod(ctx context.Context, raw json.RawMessage) (any, error) {
-	var p SetIdentityParams
-	if e := decodeParams(raw, &p); e != nil {
+	var p control.SetIdentityParams
+	if e := control.DecodeParams(raw, &p); e != nil {
 		return nil, e
 	}
 	return h.SetIdentity(p), nil
@@ -168,13 +169,13 @@ func (h *Handler) setIdentityMethod(ctx context.Context, raw json.RawMessage) (a
 // kept on purpose (it is part of the snapshot and warm after restore).
 // With dropNetwork, the NIC's network goes too (PrepareSnapshotParams).
 func (h *Handler) prepareSnapshot(_ context.Context, raw json.RawMessage) (any, error) {
-	var p PrepareSnapshotParams
-	if e := decodeParams(raw, &p); e != nil {
+	var p control.PrepareSnapshotParams
+	if e := control.DecodeParams(raw, &p); e != nil {
 		return nil, e
 	}
 	t0 := time.Now()
 	unix.Sync()
-	res := PrepareSnapshotResult{Synced: true}
+	res := control.PrepareSnapshotResult{Synced: true}
 	if n := h.store.Get().Network; p.DropNetwork && h.opts.ApplyHost && n != nil {
 		if err := h.nic.dropNetwork(*n); err != nil {
 			return nil, fmt.Errorf("drop the network: %w", err)
@@ -190,10 +191,10 @@ func (h *Handler) prepareSnapshot(_ context.Context, raw json.RawMessage) (any, 
 func (h *Handler) restoreNetwork(_ context.Context, _ json.RawMessage) (any, error) {
 	n := h.store.Get().Network
 	if !h.nic.networkDropped() || n == nil {
-		return RestoreNetworkResult{}, nil
+		return control.RestoreNetworkResult{}, nil
 	}
 	if err := h.nic.apply(*n, nil, nil); err != nil {
 		return nil, fmt.Errorf("restore the network: %w", err)
 	}
-	return RestoreNetworkResult{Network: true}, nil
+	return control.RestoreNetworkResult{Network: true}, nil
 }

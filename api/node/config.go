@@ -1,0 +1,89 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+)
+
+// Config is the node's shim configuration: a JSON file named by the
+// runtime's `ConfigPath` option in containerd's config (as Kata does). The
+// agent's installer writes it; the shim reads it at each pod.
+type Config struct {
+	// Root is the Layout's root (default DefaultRoot).
+	Root string `json:"root"`
+	// ImageDir caches one ext4 base disk per image digest (default
+	// /var/lib/sandlot/images).
+	ImageDir string `json:"imageDir"`
+	// MemoryDir is a tmpfs directory for guest RAM (default /dev/shm).
+	MemoryDir string `json:"memoryDir"`
+	QEMU      string `json:"qemu"`
+	Kernel    string `json:"kernel"`
+	Initrd    string `json:"initrd"`
+	// Modules is the guest's SANDLOT_MODULES boot parameter.
+	Modules string `json:"modules"`
+	// Accel forces kvm or tcg; "" detects.
+	Accel string `json:"accel"`
+	// DefaultMemoryMiB and DefaultVCPU size a VM whose pod does not say.
+	DefaultMemoryMiB int `json:"defaultMemoryMiB"`
+	DefaultVCPU      int `json:"defaultVCPU"`
+	// LayerMiB sizes a cold-booted VM's writable layer (default 1024).
+	LayerMiB int `json:"layerMiB"`
+	// AgentSocket is the node agent's stage socket (stageapi). With it a
+	// restore asks the agent for its data (downloaded first when another
+	// node wrote it); without it the pod's restore-location annotation
+	// must be a directory on this node.
+	AgentSocket string `json:"agentSocket,omitempty"`
+}
+
+// Layout is the on-node layout the config's root gives.
+func (c Config) Layout() Layout { return Layout{Root: c.Root} }
+
+// Defaults fills in what the file leaves out.
+func (c *Config) Defaults() {
+	if c.Root == "" {
+		c.Root = DefaultRoot
+	}
+	if c.ImageDir == "" {
+		c.ImageDir = "/var/lib/sandlot/images"
+	}
+	if c.MemoryDir == "" {
+		c.MemoryDir = "/dev/shm"
+	}
+	if c.DefaultMemoryMiB == 0 {
+		c.DefaultMemoryMiB = 512
+	}
+	if c.DefaultVCPU == 0 {
+		c.DefaultVCPU = 1
+	}
+	if c.LayerMiB == 0 {
+		c.LayerMiB = 1024
+	}
+}
+
+// Validate refuses what no shim can run with: a missing kernel or
+// initramfs name, relative paths, an unknown accel. (Whether the files
+// exist is the reader's check: the installer writes the config before it
+// copies them.)
+func (c Config) Validate() error {
+	var errs []error
+	for _, f := range []struct {
+		name, path string
+		required   bool
+	}{
+		{"kernel", c.Kernel, true}, {"initrd", c.Initrd, true}, {"root", c.Root, false},
+		{"imageDir", c.ImageDir, false}, {"memoryDir", c.MemoryDir, false},
+		{"agentSocket", c.AgentSocket, false}, {"qemu", c.QEMU, false},
+	} {
+		switch {
+		case f.path == "" && f.required:
+			errs = append(errs, fmt.Errorf("shim config: %s is required", f.name))
+		case f.path != "" && !filepath.IsAbs(f.path):
+			errs = append(errs, fmt.Errorf("shim config: %s %q: want an absolute path", f.name, f.path))
+		}
+	}
+	if c.Accel != "" && c.Accel != "kvm" && c.Accel != "tcg" {
+		errs = append(errs, fmt.Errorf("shim config: accel %q: want kvm, tcg or empty (detect)", c.Accel))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,170 @@
+package v1alpha1
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Bounds of a VM's size, defined once: the CRD markers carry the same
+// values (a test compares them with the generated CRDs) and the shim
+// refuses pod annotations outside them.
+const (
+	MinVCPU             = 1
+	MaxVCPU             = 64
+	MinMemoryMiB        = 64
+	MaxMemoryMiB        = 262144
+	MinWritableLayerMiB = 16
+	MaxWritableLayerMiB = 1048576
+)
+
+// Restore kinds: what a pod's VM may restore from.
+const (
+	RestoreKindSnapshot      = "Snapshot"
+	RestoreKindPausedSandbox = "PausedSandbox"
+)
+
+// RestoreRef names the data a pod's VM restores from.
+type RestoreRef struct {
+	Kind     string // RestoreKindSnapshot or RestoreKindPausedSandbox
+	Name     string
+	UID      string
+	Location string // the data's location in the store
+}
+
+// VMAnnotations is everything the controller tells the shim (and the node
+// agent) through a sandlot pod's annotations. Encode and
+// DecodeVMAnnotations are the only code that reads or writes them.
+type VMAnnotations struct {
+	SandboxID string
+	// Restore is nil for a cold boot of the image.
+	Restore *RestoreRef
+	// VCPU, MemoryMiB and WritableLayerMiB size the VM; 0 leaves the
+	// size to the node's shim config.
+	VCPU             int32
+	MemoryMiB        int32
+	WritableLayerMiB int32
+	// Pool is the Template of a warm pool pod ("" for any other pod).
+	Pool string
+	// Claim is the sandbox that claimed a warm pool pod, nil until then.
+	Claim *PoolClaim
+	// ClaimActivated is the claim the node agent carried out (raw).
+	ClaimActivated string
+}
+
+// Encode renders the annotations.
+func (a VMAnnotations) Encode() (map[string]string, error) {
+	m := map[string]string{AnnotationBoot: BootCold}
+	set := func(k, v string) {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	setInt := func(k string, v int32) {
+		if v != 0 {
+			m[k] = strconv.Itoa(int(v))
+		}
+	}
+	set(AnnotationSandboxID, a.SandboxID)
+	setInt(AnnotationVCPU, a.VCPU)
+	setInt(AnnotationMemoryMiB, a.MemoryMiB)
+	setInt(AnnotationWritableLayerMiB, a.WritableLayerMiB)
+	set(AnnotationPool, a.Pool)
+	set(AnnotationClaimActivated, a.ClaimActivated)
+	if r := a.Restore; r != nil {
+		m[AnnotationBoot] = BootRestore
+		m[AnnotationRestoreKind], m[AnnotationRestoreName] = r.Kind, r.Name
+		m[AnnotationRestoreUID], m[AnnotationRestoreLocation] = r.UID, r.Location
+	}
+	if a.Claim != nil {
+		b, err := json.Marshal(a.Claim)
+		if err != nil {
+			return nil, fmt.Errorf("encode claim: %w", err)
+		}
+		m[AnnotationClaim] = string(b)
+	}
+	return m, a.validate()
+}
+
+// DecodeVMAnnotations parses and validates a pod's annotations; an error
+// names the annotation at fault.
+func DecodeVMAnnotations(m map[string]string) (VMAnnotations, error) {
+	a := VMAnnotations{SandboxID: m[AnnotationSandboxID], Pool: m[AnnotationPool], ClaimActivated: m[AnnotationClaimActivated]}
+	var errs []error
+	intOf := func(key string) int32 {
+		v, ok := m[key]
+		if !ok {
+			return 0
+		}
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n == 0 {
+			errs = append(errs, fmt.Errorf("annotation %s=%q: want a positive integer", key, v))
+		}
+		return int32(n)
+	}
+	a.VCPU, a.MemoryMiB, a.WritableLayerMiB = intOf(AnnotationVCPU), intOf(AnnotationMemoryMiB), intOf(AnnotationWritableLayerMiB)
+	switch boot := m[AnnotationBoot]; boot {
+	case "", BootCold:
+		errs = append(errs, refuseRestoreKeys(m))
+	case BootRestore:
+		a.Restore = &RestoreRef{Kind: m[AnnotationRestoreKind], Name: m[AnnotationRestoreName],
+			UID: m[AnnotationRestoreUID], Location: m[AnnotationRestoreLocation]}
+	default:
+		errs = append(errs, fmt.Errorf("annotation %s=%q: want %q or %q", AnnotationBoot, boot, BootCold, BootRestore))
+	}
+	if raw, ok := m[AnnotationClaim]; ok {
+		a.Claim = &PoolClaim{}
+		if err := json.Unmarshal([]byte(raw), a.Claim); err != nil {
+			errs = append(errs, fmt.Errorf("annotation %s: %w", AnnotationClaim, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return a, err
+	}
+	return a, a.validate()
+}
+
+// refuseRestoreKeys: a cold boot carries no restore source (a half-written
+// one must not be taken for a cold boot silently).
+func refuseRestoreKeys(m map[string]string) error {
+	for _, k := range []string{AnnotationRestoreKind, AnnotationRestoreName, AnnotationRestoreUID, AnnotationRestoreLocation} {
+		if _, ok := m[k]; ok {
+			return fmt.Errorf("annotation %s is set but %s is not %q", k, AnnotationBoot, BootRestore)
+		}
+	}
+	return nil
+}
+
+func (a VMAnnotations) validate() error {
+	var errs []error
+	bound := func(key string, v, lo, hi int32) {
+		if v != 0 && (v < lo || v > hi) {
+			errs = append(errs, fmt.Errorf("annotation %s=%d: want an integer in [%d, %d]", key, v, lo, hi))
+		}
+	}
+	bound(AnnotationVCPU, a.VCPU, MinVCPU, MaxVCPU)
+	bound(AnnotationMemoryMiB, a.MemoryMiB, MinMemoryMiB, MaxMemoryMiB)
+	bound(AnnotationWritableLayerMiB, a.WritableLayerMiB, MinWritableLayerMiB, MaxWritableLayerMiB)
+	if r := a.Restore; r != nil {
+		if r.Kind != RestoreKindSnapshot && r.Kind != RestoreKindPausedSandbox {
+			errs = append(errs, fmt.Errorf("annotation %s=%q: want %s or %s", AnnotationRestoreKind, r.Kind,
+				RestoreKindSnapshot, RestoreKindPausedSandbox))
+		}
+		if r.UID == "" || r.Location == "" {
+			errs = append(errs, fmt.Errorf("a restore needs annotations %s and %s", AnnotationRestoreUID, AnnotationRestoreLocation))
+		}
+	}
+	if c := a.Claim; c != nil {
+		if a.Pool == "" {
+			errs = append(errs, fmt.Errorf("annotation %s on a pod that is not a pool pod (%s unset)", AnnotationClaim, AnnotationPool))
+		}
+		if c.Sandbox == "" || !ValidSandboxID(c.SandboxID) {
+			errs = append(errs, fmt.Errorf("annotation %s: want a sandbox name and a 20-character sandbox ID", AnnotationClaim))
+		}
+	}
+	if a.SandboxID != "" && !ValidSandboxID(a.SandboxID) {
+		errs = append(errs, fmt.Errorf("annotation %s=%q: want 20 characters [a-z0-9]", AnnotationSandboxID, a.SandboxID))
+	}
+	return errors.Join(errs...)
+}

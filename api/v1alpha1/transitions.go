@@ -1,0 +1,63 @@
+package v1alpha1
+
+import (
+	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Reasons of failures that have no other home.
+const (
+	// ReasonClaimFailed: a warm pool claim (or its activation) failed.
+	ReasonClaimFailed = "ClaimFailed"
+	// ReasonPlacementFailed: placement could not read what it decides on.
+	ReasonPlacementFailed = "PlacementFailed"
+)
+
+// failureReasons are the reasons an Event reports as a Warning.
+var failureReasons = []string{
+	ReasonNoEligibleNode, ReasonInsufficientCapacity, ReasonSourceNotFound, ReasonSourceFailed, ReasonTemplateNotAccepted,
+	ReasonPodFailed, ReasonPodLost, ReasonPodRejected, ReasonPodCreateFailed, ReasonPauseFailed, ReasonPausedStateDiscarded,
+	ReasonInvalidSpec, ReasonClaimFailed, ReasonPlacementFailed, ReasonInvalidImage, ReasonImageMissing, ReasonProbeTimeout,
+	ReasonBuildFailed, ReasonRollbackRefused, ReasonRollbackFailed, ReasonExpired, "Failed",
+}
+
+// Transition is one change of a condition, worded as its Event.
+type Transition struct {
+	Warning bool
+	Reason  string
+	Message string
+}
+
+// Transitions lists what changed from old to new conditions: a condition
+// that appeared, or whose status or reason changed (not one whose message
+// or generation alone moved), once per reason and message. Components
+// turn them into Events, so `kubectl describe` tells the object's story.
+func Transitions(old, cur []metav1.Condition) []Transition {
+	var out []Transition
+	for _, c := range cur {
+		i := slices.IndexFunc(old, func(o metav1.Condition) bool { return o.Type == c.Type })
+		if i >= 0 && old[i].Status == c.Status && old[i].Reason == c.Reason {
+			continue
+		}
+		t := Transition{Warning: c.Status != metav1.ConditionTrue && slices.Contains(failureReasons, c.Reason),
+			Reason: c.Reason, Message: c.Type + "=" + string(c.Status) + ": " + c.Message}
+		if c.Message == "" {
+			t.Message = c.Type + "=" + string(c.Status)
+		}
+		if !slices.ContainsFunc(out, func(o Transition) bool { return o.Reason == t.Reason }) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Conditioned is an object with status conditions (every sandlot kind).
+type Conditioned interface {
+	StatusConditions() []metav1.Condition
+}
+
+func (s *Sandbox) StatusConditions() []metav1.Condition       { return s.Status.Conditions }
+func (s *Template) StatusConditions() []metav1.Condition      { return s.Status.Conditions }
+func (s *Snapshot) StatusConditions() []metav1.Condition      { return s.Status.Conditions }
+func (s *PausedSandbox) StatusConditions() []metav1.Condition { return s.Status.Conditions }

@@ -1,0 +1,38 @@
+package v1alpha1
+
+import (
+	"reflect"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestTransitions(t *testing.T) {
+	cond := func(typ string, s metav1.ConditionStatus, reason, msg string) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg}
+	}
+	pending := cond(ConditionScheduled, metav1.ConditionFalse, ReasonInsufficientCapacity, "no room")
+	readyPending := cond(ConditionReady, metav1.ConditionFalse, ReasonInsufficientCapacity, "no room")
+	placed := cond(ConditionScheduled, metav1.ConditionTrue, ReasonPlaced, "on n1")
+	for _, tc := range []struct {
+		name     string
+		old, cur []metav1.Condition
+		want     []Transition
+	}{
+		{"nothing changed", []metav1.Condition{placed}, []metav1.Condition{placed}, nil},
+		{"only the message moved", []metav1.Condition{pending},
+			[]metav1.Condition{cond(ConditionScheduled, metav1.ConditionFalse, ReasonInsufficientCapacity, "still none")}, nil},
+		{"a failure is a warning, once per reason", nil, []metav1.Condition{pending, readyPending},
+			[]Transition{{Warning: true, Reason: ReasonInsufficientCapacity, Message: "Scheduled=False: no room"}}},
+		{"placed", []metav1.Condition{pending}, []metav1.Condition{placed},
+			[]Transition{{Reason: ReasonPlaced, Message: "Scheduled=True: on n1"}}},
+		{"a progress reason is normal", nil, []metav1.Condition{cond(ConditionReady, metav1.ConditionFalse, ReasonPodPending, "")},
+			[]Transition{{Reason: ReasonPodPending, Message: "Ready=False"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Transitions(tc.old, tc.cur); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,167 @@
+package e2b
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// listSandboxesV1 is the old list: running sandboxes, no pages.
+func (s *Server) listSandboxesV1(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	filter, err := parseMetadataQuery(r.URL.Query().Get("metadata"))
+	if err != nil {
+		return 0, nil, err
+	}
+	items, err := s.matching(r.Context(), filter, map[string]bool{"running": true}, "")
+	if err != nil {
+		return 0, nil, err
+	}
+	out := make([]*sandboxDetail, 0, len(items))
+	for i := range items {
+		out = append(out, s.detail(r.Context(), &items[i], false))
+	}
+	return http.StatusOK, out, nil
+}
+
+// listSandboxes is GET /v2/sandboxes: filters metadata, state and
+// template; pages of limit (default and at most 100) ordered by start,
+// the next page's token in x-next-token.
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	q := r.URL.Query()
+	filter, err := parseMetadataQuery(q.Get("metadata"))
+	if err != nil {
+		return 0, nil, err
+	}
+	states := map[string]bool{}
+	for _, v := range q["state"] {
+		for _, st := range strings.Split(v, ",") {
+			if st != "running" && st != "paused" {
+				return 0, nil, errorf(http.StatusBadRequest, "query \"state\": %q is neither running nor paused", st)
+			}
+			states[st] = true
+		}
+	}
+	limit, err := pageLimit(q.Get("limit"))
+	if err != nil {
+		return 0, nil, err
+	}
+	items, err := s.matching(r.Context(), filter, states, q.Get("template"))
+	if err != nil {
+		return 0, nil, err
+	}
+	page, next, err := paginate(items, q.Get("nextToken"), limit, func(sbx *sandlotv1.Sandbox) pageKey {
+		return pageKey{sbx.CreationTimestamp.Time, sandlotv1.SandboxIDFor(sbx.UID)}
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	out := make([]*sandboxDetail, 0, len(page))
+	for i := range page {
+		out = append(out, s.detail(r.Context(), &page[i], false))
+	}
+	return http.StatusOK, out, nil
+}
+
+// matching lists the namespace's live sandboxes with all of filter's
+// metadata, in one of states (any when empty) and of template (any when "").
+func (s *Server) matching(ctx context.Context, filter map[string]string, states map[string]bool, template string) ([]sandlotv1.Sandbox, *apiError) {
+	list := &sandlotv1.SandboxList{}
+	if err := s.kube.List(ctx, list, client.InNamespace(s.cfg.Namespace)); err != nil {
+		return nil, kubeError("list sandboxes", err)
+	}
+	var out []sandlotv1.Sandbox
+	for _, sbx := range list.Items {
+		if !listed(&sbx) || sbx.Status.Phase.Terminal() || (len(states) > 0 && !states[state(&sbx)]) ||
+			(template != "" && templateIDOf(&sbx) != template) {
+			continue
+		}
+		if hasAll(sbx.Spec.Metadata, filter) {
+			out = append(out, sbx)
+		}
+	}
+	return out, nil
+}
+
+func hasAll(m, filter map[string]string) bool {
+	for k, v := range filter {
+		if got, ok := m[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// pageKey orders list items: by time, then ID.
+type pageKey struct {
+	at time.Time
+	id string
+}
+
+func (k pageKey) compare(o pageKey) int {
+	return cmp.Or(k.at.Compare(o.at), strings.Compare(k.id, o.id))
+}
+
+// token encodes the key of a page's last item: the next page starts after it.
+func (k pageKey) token() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(k.at.UnixNano(), 10) + "." + k.id))
+}
+
+func parsePageToken(tok string) (pageKey, *apiError) {
+	bad := errorf(http.StatusBadRequest, "query \"nextToken\": %q is not a token this API issued", tok)
+	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return pageKey{}, bad
+	}
+	ns, id, ok := strings.Cut(string(raw), ".")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil {
+		return pageKey{}, bad
+	}
+	return pageKey{time.Unix(0, n), id}, nil
+}
+
+const maxPage = 100
+
+func pageLimit(q string) (int, *apiError) {
+	if q == "" {
+		return maxPage, nil
+	}
+	n, err := strconv.Atoi(q)
+	if err != nil || n < 1 || n > maxPage {
+		return 0, errorf(http.StatusBadRequest, "query \"limit\": %q is not a number in 1..%d", q, maxPage)
+	}
+	return n, nil
+}
+
+// paginate sorts items by key and returns the page after token, and the
+// token of the page after it ("" on the last page).
+func paginate[T any](items []T, token string, limit int, key func(*T) pageKey) ([]T, string, *apiError) {
+	slices.SortFunc(items, func(a, b T) int { return key(&a).compare(key(&b)) })
+	if token != "" {
+		after, err := parsePageToken(token)
+		if err != nil {
+			return nil, "", err
+		}
+		i, _ := slices.BinarySearchFunc(items, after, func(it T, k pageKey) int { return key(&it).compare(k) })
+		for i < len(items) && key(&items[i]).compare(after) <= 0 {
+			i++
+		}
+		items = items[i:]
+	}
+	if len(items) <= limit {
+		return items, "", nil
+	}
+	return items[:limit], key(&items[limit-1]).token(), nil
+}
