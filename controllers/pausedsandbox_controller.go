@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"k8s.io/client-go/tools/events"
 
@@ -42,7 +43,14 @@ func (r *PausedSandboxReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	}
 	orig := pkg.DeepCopy()
 	pkg.Status.DataStatus = pausedStatus(pkg)
-	return ctrl.Result{}, patchStatus(ctx, r.Client, r.Recorder, orig, pkg)
+	pkg.Status.ExpiresAt = expiresAt(pkg.CreationTimestamp, pkg.Spec.ExpireAfterSeconds, 0)
+	if err := patchStatus(ctx, r.Client, r.Recorder, orig, pkg); err != nil {
+		return ctrl.Result{}, err
+	}
+	// An expired package goes with its data; its Sandbox then ends
+	// PausedStateDiscarded, as when a user deletes it.
+	left, err := deleteIfExpired(ctx, r.Client, pkg, pkg.Status.ExpiresAt, time.Now())
+	return ctrl.Result{RequeueAfter: left}, err
 }
 
 // pausedStatus starts a new package's status; the agent moves it on.

@@ -2,11 +2,14 @@ package controllers
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
@@ -20,6 +23,10 @@ type demand struct {
 
 func (d demand) add(o demand) demand {
 	return demand{MilliCPU: d.MilliCPU + o.MilliCPU, Memory: d.Memory + o.Memory}
+}
+
+func (d demand) max(o demand) demand {
+	return demand{MilliCPU: max(d.MilliCPU, o.MilliCPU), Memory: max(d.Memory, o.Memory)}
 }
 
 // demandOf is what a VM of these resources requests, overhead included.
@@ -42,12 +49,61 @@ type dataSource struct {
 	Fingerprint string
 }
 
+// nodeConstraints are where a sandbox's template lets it run: the taints
+// it tolerates and the labels a node must have.
+type nodeConstraints struct {
+	Tolerations  []corev1.Toleration
+	NodeSelector map[string]string
+}
+
+func templateConstraints(tpl *sandlotv1.Template) nodeConstraints {
+	return nodeConstraints{Tolerations: tpl.Spec.Tolerations, NodeSelector: tpl.Spec.NodeSelector}
+}
+
+// and is both: the tolerations of either, the labels of both selectors
+// (c's value where both name a key; the RuntimeClass admission refuses
+// such a pod anyway).
+func (c nodeConstraints) and(o nodeConstraints) nodeConstraints {
+	var sel map[string]string
+	if len(c.NodeSelector)+len(o.NodeSelector) > 0 {
+		sel = maps.Clone(o.NodeSelector)
+		if sel == nil {
+			sel = map[string]string{}
+		}
+		maps.Copy(sel, c.NodeSelector)
+	}
+	return nodeConstraints{Tolerations: slices.Concat(c.Tolerations, o.Tolerations), NodeSelector: sel}
+}
+
+// excludes says why these constraints rule n out, or "". As for the
+// scheduler, NoSchedule and NoExecute taints must be tolerated;
+// PreferNoSchedule ones are not avoided.
+func (c nodeConstraints) excludes(n *corev1.Node) string {
+	for i := range n.Spec.Taints {
+		t := &n.Spec.Taints[i]
+		if t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute {
+			continue
+		}
+		if !slices.ContainsFunc(c.Tolerations, func(tol corev1.Toleration) bool {
+			// Lt/Gt compare numerically, as the scheduler does with its gate on.
+			return tol.ToleratesTaint(logr.Discard(), t, true)
+		}) {
+			return "untolerated taint " + t.ToString()
+		}
+	}
+	if len(c.NodeSelector) > 0 && !labels.SelectorFromSet(c.NodeSelector).Matches(labels.Set(n.Labels)) {
+		return "not matching the pod's node selector"
+	}
+	return ""
+}
+
 // placementRequest is everything placement decides from: pure data.
 type placementRequest struct {
-	Nodes  []corev1.Node
-	Used   map[string]demand // by node name
-	Demand demand
-	Source dataSource
+	Nodes       []corev1.Node
+	Used        map[string]demand // by node name
+	Demand      demand
+	Source      dataSource
+	Constraints nodeConstraints
 }
 
 // placement is the decision: a node, or why there is none.
@@ -70,7 +126,7 @@ func place(req placementRequest) placement {
 	)
 	for i := range req.Nodes {
 		n := &req.Nodes[i]
-		if why := ineligible(n); why != "" {
+		if why := ineligibleFor(n, req.Constraints); why != "" {
 			rejected[why]++
 			continue
 		}
@@ -119,28 +175,31 @@ func mostFree(nodes []string, free map[string]int64) string {
 	return nodes[0]
 }
 
-// ineligible says why a node cannot run sandboxes at all, or "".
+// ineligible says why a node cannot run sandboxes that tolerate no
+// taints, or "".
 func ineligible(n *corev1.Node) string {
+	return ineligibleFor(n, nodeConstraints{})
+}
+
+// ineligibleFor says why a node cannot run sandboxes under c, or "".
+func ineligibleFor(n *corev1.Node, c nodeConstraints) string {
 	if n.Labels[sandlotv1.LabelRuntime] != "true" {
 		return "no " + sandlotv1.LabelRuntime + "=true label"
 	}
 	if n.Spec.Unschedulable {
 		return "unschedulable"
 	}
-	for _, t := range n.Spec.Taints {
-		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
-			return "tainted " + t.Key
-		}
-	}
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			if c.Status == corev1.ConditionTrue {
-				return ""
-			}
+	ready := false
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			ready = cond.Status == corev1.ConditionTrue
 			break
 		}
 	}
-	return "not ready"
+	if !ready {
+		return "not ready" // before its taints: a not-ready node is tainted so
+	}
+	return c.excludes(n)
 }
 
 // room returns the memory left on n after placing want, or why it does

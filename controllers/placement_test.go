@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
@@ -33,18 +34,48 @@ func unlabelled(n *corev1.Node) { delete(n.Labels, sandlotv1.LabelRuntime) }
 func fingerprint(fp string) nodeOpt {
 	return func(n *corev1.Node) { n.Labels[sandlotv1.LabelFingerprint] = fp }
 }
+func tainted(key, value string, effect corev1.TaintEffect) nodeOpt {
+	return func(n *corev1.Node) {
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Value: value, Effect: effect})
+	}
+}
+func labelled(key, value string) nodeOpt {
+	return func(n *corev1.Node) { n.Labels[key] = value }
+}
+
+// placeCase places a 1 CPU, 1 GiB sandbox.
+type placeCase struct {
+	name       string
+	nodes      []corev1.Node
+	used       map[string]demand
+	src        dataSource
+	cons       nodeConstraints
+	wantNode   string
+	wantReason string
+	wantMsg    string
+}
+
+func runPlaceCases(t *testing.T, cases []placeCase) {
+	t.Helper()
+	oneGiB := demand{MilliCPU: 1000, Memory: 1 << 30}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := place(placementRequest{Nodes: tc.nodes, Used: tc.used, Demand: oneGiB, Source: tc.src, Constraints: tc.cons})
+			if p.Node != tc.wantNode {
+				t.Fatalf("node = %q (%s: %s), want %q", p.Node, p.Reason, p.Message, tc.wantNode)
+			}
+			if tc.wantReason != "" && p.Reason != tc.wantReason {
+				t.Errorf("reason = %q, want %q", p.Reason, tc.wantReason)
+			}
+			if !strings.Contains(p.Message, tc.wantMsg) {
+				t.Errorf("message = %q, want it to contain %q", p.Message, tc.wantMsg)
+			}
+		})
+	}
+}
 
 func TestPlace(t *testing.T) {
-	oneGiB := demand{MilliCPU: 1000, Memory: 1 << 30}
-	cases := []struct {
-		name       string
-		nodes      []corev1.Node
-		used       map[string]demand
-		src        dataSource
-		wantNode   string
-		wantReason string
-		wantMsg    string
-	}{
+	runPlaceCases(t, []placeCase{
 		{name: "no nodes", wantReason: sandlotv1.ReasonNoEligibleNode, wantMsg: "no node is labelled"},
 		{name: "most free memory wins", nodes: []corev1.Node{testNode("a", "4", "4Gi"), testNode("b", "4", "8Gi")}, wantNode: "b"},
 		{name: "ties go by name", nodes: []corev1.Node{testNode("b", "4", "4Gi"), testNode("a", "4", "4Gi")}, wantNode: "a"},
@@ -68,20 +99,54 @@ func TestPlace(t *testing.T) {
 			testNode("c", "4", "64Gi")}, src: dataSource{Nodes: []string{"a", "b"}}, wantNode: "b"},
 		{name: "a build pinned to its node", nodes: []corev1.Node{testNode("a", "4", "4Gi"), testNode("b", "4", "64Gi")},
 			src: dataSource{Nodes: []string{"a"}}, wantNode: "a"},
+	})
+}
+
+func TestPlaceHonoursTaintsAndSelector(t *testing.T) {
+	runPlaceCases(t, []placeCase{
+		{name: "untolerated taint skipped", nodes: []corev1.Node{testNode("a", "4", "4Gi"),
+			testNode("b", "4", "64Gi", tainted("dedicated", "gpu", corev1.TaintEffectNoSchedule))}, wantNode: "a"},
+		{name: "only tainted nodes", nodes: []corev1.Node{testNode("a", "4", "4Gi", tainted("dedicated", "gpu", corev1.TaintEffectNoSchedule)),
+			testNode("b", "4", "4Gi", tainted("evict", "", corev1.TaintEffectNoExecute))}, wantReason: sandlotv1.ReasonNoEligibleNode,
+			wantMsg: "0/2 nodes are available: 1 untolerated taint dedicated=gpu:NoSchedule, 1 untolerated taint evict:NoExecute"},
+		{name: "tolerated taint", nodes: []corev1.Node{testNode("a", "4", "4Gi"),
+			testNode("b", "4", "64Gi", tainted("dedicated", "gpu", corev1.TaintEffectNoSchedule))},
+			cons: nodeConstraints{Tolerations: []corev1.Toleration{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}}, wantNode: "b"},
+		{name: "PreferNoSchedule is no bar", nodes: []corev1.Node{testNode("a", "4", "4Gi"),
+			testNode("b", "4", "64Gi", tainted("spot", "", corev1.TaintEffectPreferNoSchedule))}, wantNode: "b"},
+		{name: "node selector", nodes: []corev1.Node{testNode("a", "4", "4Gi", labelled("pool", "vm")), testNode("b", "4", "64Gi")},
+			cons: nodeConstraints{NodeSelector: map[string]string{"pool": "vm"}}, wantNode: "a"},
+		{name: "node selector matches none", nodes: []corev1.Node{testNode("a", "4", "4Gi", labelled("pool", "other"))},
+			cons: nodeConstraints{NodeSelector: map[string]string{"pool": "vm"}}, wantReason: sandlotv1.ReasonNoEligibleNode,
+			wantMsg: "0/1 nodes are available: 1 not matching the pod's node selector"},
+		{name: "data only on a tainted node", nodes: []corev1.Node{testNode("a", "4", "4Gi", tainted("dedicated", "gpu", corev1.TaintEffectNoSchedule)),
+			testNode("b", "4", "4Gi")}, src: dataSource{Nodes: []string{"a"}}, wantReason: sandlotv1.ReasonNoEligibleNode,
+			wantMsg: "1 source data is local to a, 1 untolerated taint dedicated=gpu:NoSchedule"},
+		{name: "the RuntimeClass's selector and tolerations count too", nodes: []corev1.Node{
+			testNode("a", "4", "4Gi", labelled("pool", "vm"), labelled("kvm", "true")),
+			testNode("b", "4", "64Gi", labelled("pool", "vm"), labelled("kvm", "true"), tainted("sandlot", "", corev1.TaintEffectNoSchedule)),
+			testNode("c", "4", "64Gi", labelled("pool", "vm"))},
+			cons: nodeConstraints{NodeSelector: map[string]string{"pool": "vm"}}.and(nodeConstraints{
+				Tolerations:  []corev1.Toleration{{Key: "sandlot", Operator: corev1.TolerationOpExists}},
+				NodeSelector: map[string]string{"kvm": "true"}}),
+			wantNode: "b"},
+	})
+}
+
+func TestConstraintsAnd(t *testing.T) {
+	tpl := nodeConstraints{Tolerations: []corev1.Toleration{{Key: "a", Operator: corev1.TolerationOpExists}},
+		NodeSelector: map[string]string{"zone": "z1"}}
+	class := nodeConstraints{Tolerations: []corev1.Toleration{{Key: "b", Operator: corev1.TolerationOpExists}},
+		NodeSelector: map[string]string{"sandlot.dev/runtime": "true"}}
+	both := tpl.and(class)
+	if len(both.Tolerations) != 2 || len(both.NodeSelector) != 2 || both.NodeSelector["zone"] != "z1" {
+		t.Fatalf("and = %+v", both)
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			p := place(placementRequest{Nodes: tc.nodes, Used: tc.used, Demand: oneGiB, Source: tc.src})
-			if p.Node != tc.wantNode {
-				t.Fatalf("node = %q (%s: %s), want %q", p.Node, p.Reason, p.Message, tc.wantNode)
-			}
-			if tc.wantReason != "" && p.Reason != tc.wantReason {
-				t.Errorf("reason = %q, want %q", p.Reason, tc.wantReason)
-			}
-			if !strings.Contains(p.Message, tc.wantMsg) {
-				t.Errorf("message = %q, want it to contain %q", p.Message, tc.wantMsg)
-			}
-		})
+	if len(tpl.NodeSelector) != 1 || len(class.NodeSelector) != 1 {
+		t.Fatalf("and changed its operands: %+v, %+v", tpl, class)
+	}
+	if none := (nodeConstraints{}).and(nodeConstraints{}); none.NodeSelector != nil || none.Tolerations != nil {
+		t.Fatalf("and of nothing = %+v", none)
 	}
 }
 
@@ -94,5 +159,99 @@ func TestDemandOfCountsOverhead(t *testing.T) {
 	// Overcommitted CPU: a quarter core per vCPU.
 	if d := demandOf(sandlotv1.Resources{VCPU: 2, MemoryMiB: 512}, overhead, 250); d.MilliCPU != 600 {
 		t.Fatalf("demand at 250m per vCPU = %+v", d)
+	}
+}
+
+func TestConstraintsExclude(t *testing.T) {
+	gpu := tainted("dedicated", "gpu", corev1.TaintEffectNoSchedule)
+	cases := []struct {
+		name string
+		node corev1.Node
+		cons nodeConstraints
+		want string
+	}{
+		{name: "no taints, no selector", node: testNode("a", "1", "1Gi")},
+		{name: "untolerated", node: testNode("a", "1", "1Gi", gpu), want: "untolerated taint dedicated=gpu:NoSchedule"},
+		{name: "Equal", node: testNode("a", "1", "1Gi", gpu),
+			cons: nodeConstraints{Tolerations: []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "gpu"}}}},
+		{name: "Equal, other value", node: testNode("a", "1", "1Gi", gpu),
+			cons: nodeConstraints{Tolerations: []corev1.Toleration{{Key: "dedicated", Value: "cpu"}}}, want: "untolerated taint dedicated=gpu:NoSchedule"},
+		{name: "Exists on the key", node: testNode("a", "1", "1Gi", gpu),
+			cons: nodeConstraints{Tolerations: []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}}},
+		{name: "Exists on everything", node: testNode("a", "1", "1Gi", gpu, tainted("x", "", corev1.TaintEffectNoExecute)),
+			cons: nodeConstraints{Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}}},
+		{name: "other effect", node: testNode("a", "1", "1Gi", tainted("x", "", corev1.TaintEffectNoExecute)),
+			cons: nodeConstraints{Tolerations: []corev1.Toleration{{Key: "x", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}},
+			want: "untolerated taint x:NoExecute"},
+		{name: "one of two tolerated", node: testNode("a", "1", "1Gi", gpu, tainted("x", "", corev1.TaintEffectNoExecute)),
+			cons: nodeConstraints{Tolerations: []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}},
+			want: "untolerated taint x:NoExecute"},
+		{name: "Gt", node: testNode("a", "1", "1Gi", tainted("gen", "5", corev1.TaintEffectNoSchedule)),
+			cons: nodeConstraints{Tolerations: []corev1.Toleration{{Key: "gen", Operator: corev1.TolerationOpGt, Value: "3"}}}},
+		{name: "selector matches", node: testNode("a", "1", "1Gi", labelled("zone", "z1"), labelled("kvm", "true")),
+			cons: nodeConstraints{NodeSelector: map[string]string{"zone": "z1", "kvm": "true"}}},
+		{name: "selector needs every label", node: testNode("a", "1", "1Gi", labelled("zone", "z1")),
+			cons: nodeConstraints{NodeSelector: map[string]string{"zone": "z1", "kvm": "true"}}, want: "not matching the pod's node selector"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.cons.excludes(&tc.node); got != tc.want {
+				t.Fatalf("excludes = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// Readiness is reported before taints: a not-ready node carries the
+// not-ready taint, and "not ready" says more.
+func TestIneligibleNotReadyBeforeTaints(t *testing.T) {
+	n := testNode("a", "1", "1Gi", notReady, tainted(corev1.TaintNodeNotReady, "", corev1.TaintEffectNoSchedule))
+	if got := ineligible(&n); got != "not ready" {
+		t.Fatalf("ineligible = %q", got)
+	}
+}
+
+func container(cpu, mem string) corev1.Container {
+	return corev1.Container{Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}}}
+}
+
+func sidecar(cpu, mem string) corev1.Container {
+	c := container(cpu, mem)
+	c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+	return c
+}
+
+func TestPodDemand(t *testing.T) {
+	overhead := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("96Mi")}
+	cases := []struct {
+		name string
+		spec corev1.PodSpec
+		want demand
+	}{
+		{name: "nothing requested", spec: corev1.PodSpec{Containers: []corev1.Container{{}}}},
+		{name: "containers sum", spec: corev1.PodSpec{Containers: []corev1.Container{container("500m", "1Gi"), container("250m", "512Mi")}},
+			want: demand{MilliCPU: 750, Memory: 1536 << 20}},
+		{name: "overhead added", spec: corev1.PodSpec{Containers: []corev1.Container{container("1", "512Mi")}, Overhead: overhead},
+			want: demand{MilliCPU: 1100, Memory: 608 << 20}},
+		{name: "a bigger init container wins, per resource",
+			spec: corev1.PodSpec{InitContainers: []corev1.Container{container("2", "128Mi"), container("100m", "256Mi")},
+				Containers: []corev1.Container{container("500m", "1Gi")}},
+			want: demand{MilliCPU: 2000, Memory: 1 << 30}},
+		{name: "sidecars run with the containers and later init containers",
+			spec: corev1.PodSpec{InitContainers: []corev1.Container{sidecar("100m", "64Mi"), container("1", "1Gi")},
+				Containers: []corev1.Container{container("500m", "256Mi")}},
+			want: demand{MilliCPU: 1100, Memory: (1024 + 64) << 20}},
+		{name: "pod-level requests win", spec: corev1.PodSpec{Containers: []corev1.Container{container("500m", "256Mi")},
+			Resources: &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}},
+			Overhead:  overhead},
+			want: demand{MilliCPU: 600, Memory: (2048 + 96) << 20}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := podDemand(&tc.spec); got != tc.want {
+				t.Fatalf("podDemand = %+v, want %+v", got, tc.want)
+			}
+		})
 	}
 }

@@ -40,6 +40,12 @@ type SandboxReconciler struct {
 	// MilliCPUPerVCPU is the CPU a pod requests per vCPU (default 1000: a
 	// core each; less overcommits the nodes' CPUs).
 	MilliCPUPerVCPU int64
+	// PausedExpiry is how long a pause package is kept (0: until the
+	// sandbox is killed, as E2B does).
+	PausedExpiry time.Duration
+	// PodUsage reads every node's bound, non-terminated pods, stripped to
+	// their requests (node_usage.go); SetupWithManager makes it if nil.
+	PodUsage client.Reader
 
 	placeMu sync.Mutex
 	assumed assumedPlacements

@@ -171,7 +171,7 @@ func (r *SandboxReconciler) pausedSandbox(ctx context.Context, sbx *sandlotv1.Sa
 func (r *SandboxReconciler) carryOut(ctx context.Context, sbx *sandlotv1.Sandbox, d pauseDecision,
 	pod *corev1.Pod, pkg *sandlotv1.PausedSandbox) error {
 	if d.CreatePaused {
-		if err := r.Create(ctx, buildPausedSandbox(sbx, pod)); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := r.Create(ctx, buildPausedSandbox(sbx, pod, r.PausedExpiry)); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create paused sandbox %s: %w", sbx.Name, err)
 		}
 	}
@@ -217,7 +217,13 @@ func restoreFromPackage(src resolvedSource, pkg *sandlotv1.PausedSandbox) resolv
 	return src
 }
 
-func buildPausedSandbox(sbx *sandlotv1.Sandbox, pod *corev1.Pod) *sandlotv1.PausedSandbox {
+// buildPausedSandbox is the package of a sandbox's pod; it expires after
+// expiry when that is set.
+func buildPausedSandbox(sbx *sandlotv1.Sandbox, pod *corev1.Pod, expiry time.Duration) *sandlotv1.PausedSandbox {
+	var expire *int64
+	if s := int64(expiry / time.Second); s > 0 {
+		expire = &s
+	}
 	return &sandlotv1.PausedSandbox{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            sbx.Name,
@@ -231,6 +237,9 @@ func buildPausedSandbox(sbx *sandlotv1.Sandbox, pod *corev1.Pod) *sandlotv1.Paus
 			NodeName:  pod.Spec.NodeName,
 			PodName:   pod.Name,
 			VM:        vmSpecOfPod(pod, sbx.Status.Resources),
+			DependsOn: restoredFrom(sbx, pod),
+
+			ExpireAfterSeconds: expire,
 		},
 	}
 }

@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -27,6 +29,9 @@ type podPlan struct {
 	MilliCPUPerVCPU int64
 	// Pool is the Template of a warm pool pod.
 	Pool string
+	// Constraints are the template's tolerations and node selector: the
+	// placement honoured them, the kubelet's admission checks them again.
+	Constraints nodeConstraints
 }
 
 // buildPod renders the Pod whose VM is the sandbox. The shim reads the
@@ -67,6 +72,8 @@ func renderPod(ns string, plan podPlan, env []corev1.EnvVar) (*corev1.Pod, error
 			AutomountServiceAccountToken:  ptr.To(false),
 			EnableServiceLinks:            ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To[int64](10),
+			Tolerations:                   slices.Clone(plan.Constraints.Tolerations),
+			NodeSelector:                  maps.Clone(plan.Constraints.NodeSelector),
 			Containers: []corev1.Container{{
 				Name:            sandlotv1.ContainerName,
 				Image:           plan.VM.Image,

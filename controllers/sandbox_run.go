@@ -133,7 +133,7 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 		}
 	}
 	key := types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Name}
-	p, err := r.placeSandbox(ctx, key, src)
+	p, cons, err := r.placeSandbox(ctx, sbx, src)
 	if err != nil {
 		setPending(st, sbx.Generation, sandlotv1.ReasonPlacementFailed, err.Error())
 		return ctrl.Result{}, err
@@ -143,7 +143,7 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 		return ctrl.Result{RequeueAfter: retryPlacement}, nil
 	}
 	plan := podPlan{Name: sbx.Name, Node: p.Node, SandboxID: st.SandboxID, VM: src.VM, Env: src.Env, Restore: src.restoreFor(p.Node),
-		Probe: src.Probe, MilliCPUPerVCPU: r.milliCPUPerVCPU()}
+		Probe: src.Probe, MilliCPUPerVCPU: r.milliCPUPerVCPU(), Constraints: cons}
 	pod, err := buildPod(sbx, plan)
 	if err == nil {
 		err = r.Create(ctx, pod)
@@ -175,18 +175,50 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 	return ctrl.Result{}, nil
 }
 
-// placeSandbox picks a node for the sandbox among sandlot's nodes.
-func (r *SandboxReconciler) placeSandbox(ctx context.Context, key types.NamespacedName, src resolvedSource) (placement, error) {
-	overhead, err := r.overhead(ctx)
+// placeSandbox picks a node for the sandbox among sandlot's nodes that
+// its template lets it run on, and returns those constraints for its pod.
+func (r *SandboxReconciler) placeSandbox(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource) (placement, nodeConstraints, error) {
+	cons, err := r.constraintsOf(ctx, sbx)
 	if err != nil {
-		return placement{}, err
+		return placement{}, cons, err
 	}
+	class, err := runtimeClassTerms(ctx, r.Client)
+	if err != nil {
+		return placement{}, cons, err
+	}
+	overhead := class.Overhead
 	want := demandOf(src.VM.Resources, overhead, r.milliCPUPerVCPU())
 	nodes := &corev1.NodeList{}
 	if err := r.List(ctx, nodes, client.MatchingLabels{sandlotv1.LabelRuntime: "true"}); err != nil {
-		return placement{}, fmt.Errorf("list nodes: %w", err)
+		return placement{}, cons, fmt.Errorf("list nodes: %w", err)
 	}
-	return r.placeAndAssume(ctx, key, placementRequest{Nodes: nodes.Items, Demand: want, Source: src.Data}, overhead)
+	key := types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Name}
+	p, err := r.placeAndAssume(ctx, key, placementRequest{Nodes: nodes.Items, Demand: want, Source: src.Data,
+		Constraints: cons.and(class.Constraints)}, overhead)
+	return p, cons, err
+}
+
+// constraintsOf is where a sandbox may run: its template's tolerations
+// and node selector; for a clone, those of the template its snapshot was
+// taken from (status.template). With no template (gone, or an imported
+// snapshot) there are none: no tolerations, any node.
+func (r *SandboxReconciler) constraintsOf(ctx context.Context, sbx *sandlotv1.Sandbox) (nodeConstraints, error) {
+	name := sbx.Spec.Source.Template
+	if snap := sbx.Spec.Source.Snapshot; snap != "" {
+		s := &sandlotv1.Snapshot{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: snap}, s); err != nil {
+			return nodeConstraints{}, client.IgnoreNotFound(fmt.Errorf("get snapshot %s: %w", snap, err))
+		}
+		name = s.Status.Template
+	}
+	if name == "" {
+		return nodeConstraints{}, nil
+	}
+	tpl := &sandlotv1.Template{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: name}, tpl); err != nil {
+		return nodeConstraints{}, client.IgnoreNotFound(fmt.Errorf("get template %s: %w", name, err))
+	}
+	return templateConstraints(tpl), nil
 }
 
 // placeAndAssume places a sandbox and records the placement before any
@@ -208,45 +240,31 @@ func (r *SandboxReconciler) placeAndAssume(ctx context.Context, key types.Namesp
 	return p, nil
 }
 
-// overhead is the per-VM cost the sandlot RuntimeClass declares.
-func (r *SandboxReconciler) overhead(ctx context.Context) (corev1.ResourceList, error) {
-	rc := &nodev1.RuntimeClass{}
-	err := r.Get(ctx, types.NamespacedName{Name: sandlotv1.RuntimeClassName}, rc)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, nil // pod creation will say the RuntimeClass is missing
-	case err != nil:
-		return nil, fmt.Errorf("get runtimeclass %s: %w", sandlotv1.RuntimeClassName, err)
-	case rc.Overhead == nil:
-		return nil, nil
-	}
-	return rc.Overhead.PodFixed, nil
+// classTerms is what the sandlot RuntimeClass's admission merges into
+// each of its pods: the VM's overhead, and the tolerations and node
+// selector of its scheduling (the chart's agent ones).
+type classTerms struct {
+	Overhead    corev1.ResourceList
+	Constraints nodeConstraints
 }
 
-// usage sums, per node, what the sandboxes placed there take, including
-// placements made by this controller that its cache does not show yet.
-func (r *SandboxReconciler) usage(ctx context.Context, self types.NamespacedName, overhead corev1.ResourceList) (map[string]demand, error) {
-	list := &sandlotv1.SandboxList{}
-	if err := r.List(ctx, list); err != nil {
-		return nil, fmt.Errorf("list sandboxes: %w", err)
+func runtimeClassTerms(ctx context.Context, c client.Reader) (classTerms, error) {
+	rc := &nodev1.RuntimeClass{}
+	err := c.Get(ctx, types.NamespacedName{Name: sandlotv1.RuntimeClassName}, rc)
+	switch {
+	case apierrors.IsNotFound(err):
+		return classTerms{}, nil // pod creation will say the RuntimeClass is missing
+	case err != nil:
+		return classTerms{}, fmt.Errorf("get runtimeclass %s: %w", sandlotv1.RuntimeClassName, err)
 	}
-	used := map[string]demand{}
-	placed := map[types.NamespacedName]bool{}
-	for i := range list.Items {
-		s := &list.Items[i]
-		key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
-		if key == self || !occupiesNode(s) {
-			continue
-		}
-		placed[key] = true
-		used[s.Status.NodeName] = used[s.Status.NodeName].add(demandOf(*s.Status.Resources, overhead, r.milliCPUPerVCPU()))
+	var t classTerms
+	if rc.Overhead != nil {
+		t.Overhead = rc.Overhead.PodFixed
 	}
-	for key, a := range r.assumed.pending(placed) {
-		if key != self {
-			used[a.node] = used[a.node].add(a.demand)
-		}
+	if s := rc.Scheduling; s != nil {
+		t.Constraints = nodeConstraints{Tolerations: s.Tolerations, NodeSelector: s.NodeSelector}
 	}
-	return used, nil
+	return t, nil
 }
 
 // occupiesNode: a sandbox takes room on its node from placement until its

@@ -2,8 +2,10 @@ package controllers
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
@@ -44,6 +46,10 @@ type Options struct {
 	SandboxWorkers int
 	// MilliCPUPerVCPU is the CPU a sandbox pod requests per vCPU (0: 1000).
 	MilliCPUPerVCPU int64
+	// SnapshotExpiry and PausedExpiry delete Snapshots (that set no expiry
+	// of their own) and pause packages that long after their creation
+	// (0: never).
+	SnapshotExpiry, PausedExpiry time.Duration
 }
 
 // DefaultSandboxWorkers: sandbox reconciles mostly wait on the API
@@ -64,13 +70,14 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 	c, r, rec := mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder(EventSource)
 	var cache client.Reader = c
 	state.reader.Store(&cache)
-	if err := (&SandboxReconciler{Client: c, Recorder: rec, APIReader: r, Workers: opts.SandboxWorkers, MilliCPUPerVCPU: opts.MilliCPUPerVCPU}).SetupWithManager(mgr); err != nil {
+	if err := (&SandboxReconciler{Client: c, Recorder: rec, APIReader: r, Workers: opts.SandboxWorkers, MilliCPUPerVCPU: opts.MilliCPUPerVCPU,
+		PausedExpiry: opts.PausedExpiry}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&TemplateReconciler{Client: c, Recorder: rec, MilliCPUPerVCPU: opts.MilliCPUPerVCPU}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&SnapshotReconciler{Client: c, Recorder: rec, APIReader: r}).SetupWithManager(mgr); err != nil {
+	if err := (&SnapshotReconciler{Client: c, Recorder: rec, APIReader: r, DefaultExpiry: opts.SnapshotExpiry}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return (&PausedSandboxReconciler{Client: c, Recorder: rec}).SetupWithManager(mgr)
@@ -91,6 +98,16 @@ func setupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
+	if err := idx.IndexField(ctx, &sandlotv1.Snapshot{}, indexSnapshotByDependsOn, func(o client.Object) []string {
+		return dependsOnKey(o.(*sandlotv1.Snapshot).Status.DependsOn)
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &sandlotv1.PausedSandbox{}, indexPausedByDependsOn, func(o client.Object) []string {
+		return dependsOnKey(o.(*sandlotv1.PausedSandbox).Spec.DependsOn)
+	}); err != nil {
+		return err
+	}
 	return idx.IndexField(ctx, &sandlotv1.Snapshot{}, indexSnapshotBySandbox, func(o client.Object) []string {
 		return nonEmpty(o.(*sandlotv1.Snapshot).Spec.Source.Sandbox)
 	})
@@ -103,8 +120,18 @@ func nonEmpty(s string) []string {
 	return []string{s}
 }
 
-// SetupWithManager watches Sandboxes and what they depend on.
+// SetupWithManager watches Sandboxes and what they depend on. An
+// unplaced sandbox waiting for room other pods hold is retried every
+// retryPlacement: a watch of every pod's end, cluster-wide, would list
+// the sandboxes at each.
 func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.PodUsage == nil {
+		view, err := newPodUsageView(mgr)
+		if err != nil {
+			return err
+		}
+		r.PodUsage = view
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandlotv1.Sandbox{}).
 		Owns(&corev1.Pod{}).
@@ -153,12 +180,14 @@ func sandboxRequests(items []sandlotv1.Sandbox, keep func(*sandlotv1.Sandbox) bo
 	return reqs
 }
 
-// nodeReadyChanged passes node updates that change readiness or
-// allocatable, not the kubelet's periodic heartbeats.
+// nodeReadyChanged passes node updates that change readiness, taints or
+// allocatable, not the kubelet's periodic heartbeats. (A Node's spec
+// changes do not bump its generation.)
 func nodeReadyChanged() predicate.Funcs {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
-		return nodeReady(o) != nodeReady(n) || !o.Status.Allocatable.Cpu().Equal(*n.Status.Allocatable.Cpu()) ||
+		return nodeReady(o) != nodeReady(n) || !equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) ||
+			!o.Status.Allocatable.Cpu().Equal(*n.Status.Allocatable.Cpu()) ||
 			!o.Status.Allocatable.Memory().Equal(*n.Status.Allocatable.Memory())
 	}}
 }

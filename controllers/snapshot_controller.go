@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/tools/events"
 
@@ -31,6 +32,9 @@ type SnapshotReconciler struct {
 	// APIReader confirms a Sandbox is really gone before a Snapshot of it
 	// fails (a cache lags).
 	APIReader client.Reader
+	// DefaultExpiry deletes a Snapshot that sets no expiry of its own that
+	// long after its creation (0: never).
+	DefaultExpiry time.Duration
 }
 
 // +kubebuilder:rbac:groups=sandlot.dev,resources=snapshots,verbs=get;list;watch;update;patch
@@ -59,12 +63,17 @@ func (r *SnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		applyAssignment(&snap.Status, snap.Generation, a)
 	}
 	snap.Status.ObservedGeneration = snap.Generation
+	snap.Status.ExpiresAt = expiresAt(snap.CreationTimestamp, snap.Spec.ExpireAfterSeconds, r.DefaultExpiry)
 	if err := patchStatus(ctx, r.Client, r.Recorder, orig, snap); err != nil {
 		return ctrl.Result{}, err
 	}
 	// The label last, on a copy: the agent's cache selects by it, and by
 	// then the status says what to do.
-	return ctrl.Result{}, r.labelNode(ctx, snap.DeepCopy(), snap.Status.NodeName)
+	if err := r.labelNode(ctx, snap.DeepCopy(), snap.Status.NodeName); err != nil {
+		return ctrl.Result{}, err
+	}
+	left, err := deleteIfExpired(ctx, r.Client, snap, snap.Status.ExpiresAt, time.Now())
+	return ctrl.Result{RequeueAfter: left}, err
 }
 
 // snapshotAssignment is who must take a snapshot, or why nobody can yet.
@@ -76,6 +85,7 @@ type snapshotAssignment struct {
 	SandboxID string
 	Template  string
 	VM        sandlotv1.VMSpec
+	DependsOn *sandlotv1.DataRef
 }
 
 func (r *SnapshotReconciler) assignment(ctx context.Context, snap *sandlotv1.Snapshot) (snapshotAssignment, error) {
@@ -127,6 +137,7 @@ func sandboxAssignment(sbx *sandlotv1.Sandbox, pod *corev1.Pod, havePod bool, te
 		Node: sbx.Status.NodeName, Phase: sandlotv1.DataPending, Reason: sandlotv1.ReasonNodeAssigned,
 		Message:   "the node agent on " + sbx.Status.NodeName + " takes this snapshot",
 		SandboxID: sbx.Status.SandboxID, Template: template, VM: vmSpecOfPod(pod, sbx.Status.Resources),
+		DependsOn: restoredFrom(sbx, pod),
 	}
 }
 
@@ -156,7 +167,7 @@ func (r *SnapshotReconciler) importAssignment(ctx context.Context, imp *sandlotv
 
 func applyAssignment(st *sandlotv1.SnapshotStatus, gen int64, a snapshotAssignment) {
 	st.Phase, st.NodeName = a.Phase, a.Node
-	st.SandboxID, st.Template, st.VM = a.SandboxID, a.Template, a.VM
+	st.SandboxID, st.Template, st.VM, st.DependsOn = a.SandboxID, a.Template, a.VM, a.DependsOn
 	scheduled := metav1.ConditionFalse
 	if a.Node != "" {
 		scheduled = metav1.ConditionTrue
@@ -201,22 +212,14 @@ func (r *SnapshotReconciler) release(ctx context.Context, snap *sandlotv1.Snapsh
 	if !controllerutil.ContainsFinalizer(snap, sandlotv1.FinalizerInUse) {
 		return nil
 	}
-	users := &sandlotv1.SandboxList{}
-	if err := r.List(ctx, users, client.InNamespace(snap.Namespace), client.MatchingFields{indexSandboxBySnapshot: snap.Name}); err != nil {
-		return fmt.Errorf("list sandboxes of snapshot %s: %w", snap.Name, err)
-	}
-	var names []string
-	for _, u := range users.Items {
-		// An ended sandbox's VM is gone: it no longer maps the data.
-		if !u.Status.Phase.Terminal() {
-			names = append(names, u.Name)
-		}
+	names, err := r.dependents(ctx, snap)
+	if err != nil {
+		return err
 	}
 	if len(names) > 0 {
-		sort.Strings(names)
 		orig := snap.DeepCopy()
 		setCondition(&snap.Status.Conditions, snap.Generation, sandlotv1.ConditionDeletionHeld, metav1.ConditionTrue,
-			sandlotv1.ReasonInUse, "deletion waits for the sandboxes restored from it: "+strings.Join(names, ", "))
+			sandlotv1.ReasonInUse, "deletion waits for what restores from or builds on it: "+strings.Join(names, ", "))
 		return client.IgnoreNotFound(patchStatus(ctx, r.Client, r.Recorder, orig, snap))
 	}
 	controllerutil.RemoveFinalizer(snap, sandlotv1.FinalizerInUse)
@@ -226,11 +229,14 @@ func (r *SnapshotReconciler) release(ctx context.Context, snap *sandlotv1.Snapsh
 	return nil
 }
 
-// SetupWithManager watches Snapshots and the Sandboxes they depend on.
+// SetupWithManager watches Snapshots, the Sandboxes they depend on, and
+// the Snapshots and PausedSandboxes that build on them.
 func (r *SnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandlotv1.Snapshot{}).
 		Watches(&sandlotv1.Sandbox{}, handler.EnqueueRequestsFromMapFunc(r.snapshotsOf)).
+		Watches(&sandlotv1.Snapshot{}, handler.EnqueueRequestsFromMapFunc(snapshotsDependedOn)).
+		Watches(&sandlotv1.PausedSandbox{}, handler.EnqueueRequestsFromMapFunc(snapshotsDependedOn)).
 		Named("snapshot").
 		Complete(r)
 }

@@ -43,6 +43,7 @@ type TemplateReconciler struct {
 // +kubebuilder:rbac:groups=sandlot.dev,resources=snapshots,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
 
 // buildPoll re-reads a build in progress (the probe's deadline passes
 // without an event).
@@ -76,13 +77,18 @@ func (r *TemplateReconciler) build(ctx context.Context, tpl *sandlotv1.Template)
 	if err := r.List(ctx, nodes, client.MatchingLabels{sandlotv1.LabelRuntime: "true"}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list nodes: %w", err)
 	}
+	class, err := runtimeClassTerms(ctx, r.Client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	cons := templateConstraints(tpl).and(class.Constraints)
 	current := map[string]sandlotv1.BaseSnapshot{}
 	var pools []sandlotv1.NodePool
 	eligible := 0
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		if ineligible(n) != "" {
-			continue
+		if ineligibleFor(n, cons) != "" {
+			continue // its tolerations and selector choose the nodes built on
 		}
 		eligible++
 		entry, err := r.buildNode(ctx, tpl, n.Name)

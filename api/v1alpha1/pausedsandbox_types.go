@@ -17,11 +17,25 @@ type PausedSandboxSpec struct {
 	PodName string `json:"podName"`
 	// VM is what the resume restores.
 	VM VMSpec `json:"vm"`
+	// DependsOn is the data the paused VM's memory builds on (what it was
+	// restored from); that data is held while this package exists.
+	// +optional
+	DependsOn *DataRef `json:"dependsOn,omitempty"`
+	// ExpireAfterSeconds deletes the package (discarding the paused state)
+	// that long after its creation; from the controller's default (the
+	// chart's controller.pausedExpirySeconds; none by default, as E2B keeps
+	// a paused sandbox until it is killed).
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	ExpireAfterSeconds *int64 `json:"expireAfterSeconds,omitempty"`
 }
 
 // PausedSandboxStatus reports the pause package.
 type PausedSandboxStatus struct {
 	DataStatus `json:",inline"`
+	// ExpiresAt is when the package is deleted, if it expires.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
 }
 
 // PausedSandbox is the pause package (memory, disk and device state) of

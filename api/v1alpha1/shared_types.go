@@ -118,6 +118,21 @@ type DataStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
+// DataRef names snapshot data another's builds on: a restored VM's
+// memory is its source's plus the pages it changed, so the source's data
+// must outlive it.
+type DataRef struct {
+	// Kind is Snapshot or PausedSandbox.
+	// +kubebuilder:validation:Enum=Snapshot;PausedSandbox
+	Kind string `json:"kind"`
+	// Name is the object's name, in the same namespace.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// UID is the object's UID, when known.
+	// +optional
+	UID string `json:"uid,omitempty"`
+}
+
 // VMSpec is what a VM was started from; a Snapshot or PausedSandbox
 // records it so a restore needs nothing else.
 type VMSpec struct {

@@ -31,6 +31,13 @@ type SnapshotImport struct {
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable"
 type SnapshotSpec struct {
 	Source SnapshotSource `json:"source"`
+	// ExpireAfterSeconds deletes the Snapshot (and its data) that long
+	// after its creation; unset: the controller's default (the chart's
+	// controller.snapshotExpirySeconds, none by default). Deletion still
+	// waits for what depends on it.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	ExpireAfterSeconds *int64 `json:"expireAfterSeconds,omitempty"`
 }
 
 // SnapshotStatus reports the data and where it may be restored.
@@ -45,6 +52,14 @@ type SnapshotStatus struct {
 	// VM is what a restore of this snapshot starts.
 	// +optional
 	VM VMSpec `json:"vm,omitempty"`
+	// DependsOn is the data this snapshot's memory builds on (what its
+	// sandbox's VM was restored from); that data is held while this
+	// snapshot exists.
+	// +optional
+	DependsOn *DataRef `json:"dependsOn,omitempty"`
+	// ExpiresAt is when the snapshot is deleted, if it expires.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
 }
 
 // Snapshot is the saved state (memory, devices, disk) of a sandbox; new

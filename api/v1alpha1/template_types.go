@@ -1,6 +1,9 @@
 package v1alpha1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 // TemplateSpec describes the VM every Sandbox of this template starts as.
 type TemplateSpec struct {
@@ -49,6 +52,25 @@ type TemplateSpec struct {
 	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	WarmPool int32 `json:"warmPool,omitempty"`
+
+	// Tolerations let this template's sandboxes, base snapshot builders and
+	// warm pool pods run on nodes with matching taints: the controller
+	// places them on no node with a NoSchedule or NoExecute taint that
+	// neither these nor the sandlot RuntimeClass's scheduling tolerations
+	// tolerate, and copies them into those pods. Clones of a snapshot of
+	// one of its sandboxes follow the template too.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// NodeSelector restricts this template's sandboxes, builders and pool
+	// pods to nodes with all these labels (besides sandlot.dev/runtime and
+	// the RuntimeClass's node selector); it is copied into their pods.
+	// +mapType=atomic
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
 	// TimeoutSeconds is the default lifetime of a sandbox of this template.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=2592000

@@ -53,6 +53,7 @@ func Transitions(old, cur []metav1.Condition) []Transition {
 }
 
 // Conditioned is an object with status conditions (every sandlot kind).
+// +kubebuilder:object:generate=false
 type Conditioned interface {
 	StatusConditions() []metav1.Condition
 }

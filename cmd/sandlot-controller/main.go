@@ -40,6 +40,8 @@ func run(ctx context.Context) error {
 	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader, so that replicas can stand by")
 	flag.StringVar(&leaderNamespace, "leader-election-namespace", "", "namespace of the leader lease (defaults to the pod's)")
 	flag.IntVar(&opts.SandboxWorkers, "sandbox-workers", controllers.DefaultSandboxWorkers, "Sandboxes reconciled concurrently")
+	flag.DurationVar(&opts.SnapshotExpiry, "snapshot-expiry", 0, "delete Snapshots without their own expiry this long after creation (0: never)")
+	flag.DurationVar(&opts.PausedExpiry, "paused-expiry", 0, "delete pause packages this long after creation (0: never)")
 	cpuPerVCPU := flag.String("cpu-per-vcpu", "1", "CPU a sandbox pod requests per vCPU (e.g. 250m overcommits the nodes' CPUs 4:1)")
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)

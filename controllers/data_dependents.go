@@ -1,0 +1,145 @@
+package controllers
+
+// Snapshot data is layered: a restored VM's memory is its source's plus
+// the pages it changed, so a Snapshot or pause package of a restored
+// sandbox needs its source's data for as long as it exists. The
+// controller records that edge (DependsOn) when it assigns the work, and
+// a Snapshot's in-use finalizer holds its deletion while a Sandbox
+// restores from it or another Snapshot or PausedSandbox depends on it —
+// whether the deletion is a user's, a Template rebuild's or an expiry's.
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// Field indexes of the dependency edges: "<kind>/<name>" of the data an
+// object builds on.
+const (
+	indexSnapshotByDependsOn = "status.dependsOn"
+	indexPausedByDependsOn   = "spec.dependsOn"
+)
+
+// restoredFrom is the data a sandbox's VM builds on now: the snapshot of
+// its last completed rollback, else what its pod restored (nil: a cold
+// boot, which builds on nothing).
+func restoredFrom(sbx *sandlotv1.Sandbox, pod *corev1.Pod) *sandlotv1.DataRef {
+	if rb := sbx.Spec.Rollback; rb != nil && rb.RequestID == sbx.Status.LastRollbackRequestID {
+		return &sandlotv1.DataRef{Kind: sandlotv1.RestoreKindSnapshot, Name: rb.Snapshot}
+	}
+	if pod == nil {
+		return nil
+	}
+	a, err := sandlotv1.DecodeVMAnnotations(pod.Annotations)
+	if err != nil || a.Restore == nil {
+		return nil
+	}
+	return &sandlotv1.DataRef{Kind: a.Restore.Kind, Name: a.Restore.Name, UID: a.Restore.UID}
+}
+
+func dependsOnKey(ref *sandlotv1.DataRef) []string {
+	if ref == nil || ref.Name == "" {
+		return nil
+	}
+	return []string{ref.Kind + "/" + ref.Name}
+}
+
+// dependents names what holds a Snapshot's deletion: the Sandboxes that
+// restore from it and have not ended, and every Snapshot and
+// PausedSandbox whose data builds on it (being deleted or not: their data
+// exists until the agent removes it).
+func (r *SnapshotReconciler) dependents(ctx context.Context, snap *sandlotv1.Snapshot) ([]string, error) {
+	ns, key := client.InNamespace(snap.Namespace), sandlotv1.RestoreKindSnapshot+"/"+snap.Name
+	users := &sandlotv1.SandboxList{}
+	if err := r.List(ctx, users, ns, client.MatchingFields{indexSandboxBySnapshot: snap.Name}); err != nil {
+		return nil, fmt.Errorf("list sandboxes of snapshot %s: %w", snap.Name, err)
+	}
+	var names []string
+	for _, u := range users.Items {
+		if !u.Status.Phase.Terminal() { // an ended sandbox's VM maps nothing
+			names = append(names, "sandbox "+u.Name)
+		}
+	}
+	snaps := &sandlotv1.SnapshotList{}
+	if err := r.List(ctx, snaps, ns, client.MatchingFields{indexSnapshotByDependsOn: key}); err != nil {
+		return nil, fmt.Errorf("list snapshots depending on %s: %w", snap.Name, err)
+	}
+	for _, s := range snaps.Items {
+		if refersTo(s.Status.DependsOn, snap) {
+			names = append(names, "snapshot "+s.Name)
+		}
+	}
+	pkgs := &sandlotv1.PausedSandboxList{}
+	if err := r.List(ctx, pkgs, ns, client.MatchingFields{indexPausedByDependsOn: key}); err != nil {
+		return nil, fmt.Errorf("list paused sandboxes depending on %s: %w", snap.Name, err)
+	}
+	for _, p := range pkgs.Items {
+		if refersTo(p.Spec.DependsOn, snap) {
+			names = append(names, "pausedsandbox "+p.Name)
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// refersTo: ref names snap (by UID when it has one: a later Snapshot of
+// the same name is another).
+func refersTo(ref *sandlotv1.DataRef, snap *sandlotv1.Snapshot) bool {
+	return ref != nil && ref.Name == snap.Name && (ref.UID == "" || types.UID(ref.UID) == snap.UID)
+}
+
+// snapshotsDependedOn maps a Snapshot or PausedSandbox to the Snapshot it
+// builds on, so a dependent's deletion wakes the deletion it held.
+func snapshotsDependedOn(_ context.Context, o client.Object) []reconcile.Request {
+	var ref *sandlotv1.DataRef
+	switch v := o.(type) {
+	case *sandlotv1.Snapshot:
+		ref = v.Status.DependsOn
+	case *sandlotv1.PausedSandbox:
+		ref = v.Spec.DependsOn
+	}
+	if ref == nil || ref.Kind != sandlotv1.RestoreKindSnapshot {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}}
+}
+
+// expiresAt is when data created at created expires after its own
+// seconds, else the default (0: never); nil when it does not expire.
+func expiresAt(created metav1.Time, own *int64, def time.Duration) *metav1.Time {
+	d := def
+	if own != nil {
+		d = time.Duration(*own) * time.Second
+	}
+	if d <= 0 {
+		return nil
+	}
+	t := metav1.NewTime(created.Add(d))
+	return &t
+}
+
+// deleteIfExpired deletes obj once at is past and otherwise says when
+// to look again.
+func deleteIfExpired(ctx context.Context, c client.Client, obj client.Object, at *metav1.Time, now time.Time) (time.Duration, error) {
+	if at == nil {
+		return 0, nil
+	}
+	if left := at.Sub(now); left > 0 {
+		return left, nil
+	}
+	uid := obj.GetUID()
+	if err := c.Delete(ctx, obj, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+		return 0, fmt.Errorf("delete expired %s: %w", obj.GetName(), err)
+	}
+	return 0, nil
+}
