@@ -283,7 +283,15 @@ func TestRestartConverges(t *testing.T) {
 	for i := range n {
 		h.create(newSandbox(fmt.Sprintf("r-%d", i), sandlotv1.SandboxSource{Template: "python"}))
 	}
-	time.Sleep(150 * time.Millisecond) // some reconciled, some not
+	// Stopped once the first is reconciled: mid-flight, the rest likely not.
+	h.eventually(10*time.Second, "a first sandbox reconciled", func() error {
+		for i := range n {
+			if h.sandbox(fmt.Sprintf("r-%d", i)).Status.Phase != "" {
+				return nil
+			}
+		}
+		return errorf("none reconciled yet")
+	})
 	stop()
 	startController(t)
 	for i := range n {
@@ -328,8 +336,13 @@ func TestResumeRestartsTimeout(t *testing.T) {
 	h.finishPause("sleeper")
 	h.waitPhase("sleeper", sandlotv1.SandboxPaused)
 	created := h.sandbox("sleeper").CreationTimestamp
-	time.Sleep(time.Until(created.Add(5 * time.Second)))
-	// still here past its timeout: paused sandboxes do not expire
+	// Still here past its timeout: paused sandboxes do not expire.
+	h.consistently(time.Until(created.Add(5*time.Second)), "paused past its timeout", func() error {
+		if p := h.sandbox("sleeper").Status.Phase; p != sandlotv1.SandboxPaused {
+			return errorf("phase %s", p)
+		}
+		return nil
+	})
 	h.editSpec("sleeper", func(spec *sandlotv1.SandboxSpec) { spec.Paused = false })
 	h.waitPhase("sleeper", sandlotv1.SandboxResuming)
 	h.setPod("sleeper", corev1.PodRunning, "10.88.4.2")

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"k8s.io/client-go/tools/events"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -39,7 +42,11 @@ func (r *PausedSandboxReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if pkg.DeletionTimestamp != nil {
-		return ctrl.Result{}, r.release(ctx, pkg)
+		if err := r.release(ctx, pkg); err != nil {
+			return ctrl.Result{}, err
+		}
+		after, err := handOffIfNodeGone(ctx, r.Client, r.Recorder, pkg, &pkg.Status.DataStatus)
+		return ctrl.Result{RequeueAfter: after}, err
 	}
 	orig := pkg.DeepCopy()
 	pkg.Status.DataStatus = pausedStatus(pkg)
@@ -93,6 +100,8 @@ func (r *PausedSandboxReconciler) release(ctx context.Context, pkg *sandlotv1.Pa
 func (r *PausedSandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&sandlotv1.PausedSandbox{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(dataOnNode(r.Client, func() client.ObjectList { return &sandlotv1.PausedSandboxList{} })),
+			builder.WithPredicates(nodeDeleted())).
 		Watches(&sandlotv1.Sandbox{}, handler.EnqueueRequestsFromMapFunc(
 			func(_ context.Context, o client.Object) []reconcile.Request {
 				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}}

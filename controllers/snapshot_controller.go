@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -47,7 +48,11 @@ func (r *SnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if snap.DeletionTimestamp != nil {
-		return ctrl.Result{}, r.release(ctx, snap)
+		if err := r.release(ctx, snap); err != nil {
+			return ctrl.Result{}, err
+		}
+		after, err := handOffIfNodeGone(ctx, r.Client, r.Recorder, snap, &snap.Status.DataStatus)
+		return ctrl.Result{RequeueAfter: after}, err
 	}
 	if controllerutil.AddFinalizer(snap, sandlotv1.FinalizerInUse) {
 		if err := r.Update(ctx, snap); err != nil {
@@ -237,6 +242,8 @@ func (r *SnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&sandlotv1.Sandbox{}, handler.EnqueueRequestsFromMapFunc(r.snapshotsOf)).
 		Watches(&sandlotv1.Snapshot{}, handler.EnqueueRequestsFromMapFunc(snapshotsDependedOn)).
 		Watches(&sandlotv1.PausedSandbox{}, handler.EnqueueRequestsFromMapFunc(snapshotsDependedOn)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(dataOnNode(r.Client, func() client.ObjectList { return &sandlotv1.SnapshotList{} })),
+			builder.WithPredicates(nodeDeleted())).
 		Named("snapshot").
 		Complete(r)
 }

@@ -32,6 +32,7 @@ import (
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/controllers"
 	"github.com/sandlot-dev/sandlot/test/kube"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 var (
@@ -139,31 +140,16 @@ func (h *harness) create(obj client.Object) {
 	}
 }
 
-// eventually polls f until it returns nil, failing the test with f's last
-// error after timeout.
+// eventually polls f until it returns nil (the repository's one poller).
 func (h *harness) eventually(timeout time.Duration, what string, f func() error) {
 	h.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Eventually(h.t, timeout, what, f)
 }
 
 // consistently checks f stays nil for d.
 func (h *harness) consistently(d time.Duration, what string, f func() error) {
 	h.t.Helper()
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		if err := f(); err != nil {
-			h.t.Fatalf("%s: %v", what, err)
-		}
-	}
+	poll.Consistently(h.t, d, what, f)
 }
 
 func (h *harness) sandbox(name string) *sandlotv1.Sandbox {

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // unknownID is a well-formed sandbox ID no sandbox has.
@@ -144,8 +145,11 @@ func TestCreateTimeout(t *testing.T) {
 	ch := f.createAsync(t, hs.URL, map[string]any{"templateID": "base", "metadata": map[string]string{"test": mark}})
 	sbx := f.created(t, mark)
 	receive(t, ch, 15*time.Second).wantError(t, http.StatusGatewayTimeout, "(the sandbox was deleted)")
-	eventually(t, "the Sandbox is gone", func() bool {
-		return apierrors.IsNotFound(f.c.Get(context.Background(), client.ObjectKeyFromObject(sbx), &sandlotv1.Sandbox{}))
+	poll.Eventually(t, 10*time.Second, "the Sandbox is gone", func() error {
+		if err := f.c.Get(context.Background(), client.ObjectKeyFromObject(sbx), &sandlotv1.Sandbox{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%v)", err)
+		}
+		return nil
 	})
 }
 

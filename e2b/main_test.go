@@ -31,6 +31,7 @@ import (
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/kube"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 const (
@@ -131,14 +132,9 @@ func newTestServer(k *Kube, cfg Config) (*Server, *httptest.Server) {
 }
 
 func waitCached(k *Kube, o client.Object) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for k.Get(context.Background(), client.ObjectKeyFromObject(o), o.DeepCopyObject().(client.Object)) != nil {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%T %s never reached the server's cache", o, o.GetName())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return nil
+	return poll.Within(10*time.Second, fmt.Sprintf("%T %s in the server's cache", o, o.GetName()), func() error {
+		return k.Get(context.Background(), client.ObjectKeyFromObject(o), o.DeepCopyObject().(client.Object))
+	})
 }
 
 // pods maps "podIP:port" to the address of the listener standing in for it.
@@ -164,18 +160,6 @@ func newPodIP(listener string, ports ...int) string {
 		pods.Store(fmt.Sprintf("%s:%d", ip, p), listener)
 	}
 	return ip
-}
-
-// eventually polls cond for up to 10s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // reply is an HTTP answer, read whole.
@@ -315,7 +299,7 @@ func (f *fixture) makeSandbox(t *testing.T, mutate func(*sandlotv1.Sandbox)) *sa
 func (f *fixture) created(t *testing.T, mark string) *sandlotv1.Sandbox {
 	t.Helper()
 	var found *sandlotv1.Sandbox
-	eventually(t, "the server creates the Sandbox", func() bool {
+	poll.Eventually(t, 10*time.Second, "the server creates the Sandbox", func() error {
 		list := &sandlotv1.SandboxList{}
 		if err := f.c.List(context.Background(), list, client.InNamespace(testNS)); err != nil {
 			t.Fatal(err)
@@ -325,7 +309,10 @@ func (f *fixture) created(t *testing.T, mark string) *sandlotv1.Sandbox {
 				found = &list.Items[i]
 			}
 		}
-		return found != nil
+		if found == nil {
+			return fmt.Errorf("none of the %d sandboxes has metadata test=%s", len(list.Items), mark)
+		}
+		return nil
 	})
 	return found
 }

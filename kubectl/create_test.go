@@ -1,6 +1,7 @@
 package kubectl
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 func TestCreateWritesTheSandbox(t *testing.T) {
@@ -47,7 +49,7 @@ func TestCreateWaitFollowsStatusUntilUsable(t *testing.T) {
 
 	cmd := f.start(ns, "create", "--template", "python", "box", "--wait")
 	sbx := &sandlotv1.Sandbox{}
-	eventually(t, "the sandbox exists", func() bool { return f.exists(t, ns, "box", sbx) })
+	f.waitExists(t, ns, "box", sbx)
 	setStatus(t, f, sbx, func(s *sandlotv1.Sandbox) {
 		s.Status.Phase, s.Status.NodeName = sandlotv1.SandboxStarting, "node-1"
 		s.Status.Reason, s.Status.Message = sandlotv1.ReasonPodPending, "waiting for the pod"
@@ -83,7 +85,7 @@ func TestCreateWaitFailsOnTimeoutAndOnFailure(t *testing.T) {
 
 	cmd := f.start(ns, "create", "--template", "python", "doomed", "--wait")
 	sbx := &sandlotv1.Sandbox{}
-	eventually(t, "the sandbox exists", func() bool { return f.exists(t, ns, "doomed", sbx) })
+	f.waitExists(t, ns, "doomed", sbx)
 	setStatus(t, f, sbx, func(s *sandlotv1.Sandbox) {
 		s.Status.Phase, s.Status.Reason, s.Status.Message = sandlotv1.SandboxFailed, sandlotv1.ReasonPodFailed, "the VM did not start"
 	})
@@ -96,7 +98,7 @@ func TestSnapshotWaitShowsRemoteStatus(t *testing.T) {
 
 	cmd := f.start(ns, "snapshot", "box", "--name", "s1", "--wait", "--wait-remote")
 	snap := &sandlotv1.Snapshot{}
-	eventually(t, "the snapshot exists", func() bool { return f.exists(t, ns, "s1", snap) })
+	f.waitExists(t, ns, "s1", snap)
 	if snap.Spec.Source.Sandbox != "box" {
 		t.Errorf("snapshot source %+v", snap.Spec.Source)
 	}
@@ -145,7 +147,7 @@ func TestSnapshotFailuresAndRefusals(t *testing.T) {
 
 	cmd := f.start(ns, "snapshot", "box", "--name", "bad", "--wait")
 	snap := &sandlotv1.Snapshot{}
-	eventually(t, "the snapshot exists", func() bool { return f.exists(t, ns, "bad", snap) })
+	f.waitExists(t, ns, "bad", snap)
 	setStatus(t, f, snap, func(s *sandlotv1.Snapshot) {
 		s.Status.Phase = sandlotv1.DataFailed
 		meta.SetStatusCondition(&s.Status.Conditions, metav1.Condition{Type: sandlotv1.ConditionReady,
@@ -203,7 +205,7 @@ func TestCloneFromSandboxSnapshotsFirstAndWaits(t *testing.T) {
 		s.Status.Phase, s.Status.NodeName, s.Status.RemoteStatus = sandlotv1.DataReady, "node-1", sandlotv1.RemoteNotApplicable
 	})
 	var clones []sandlotv1.Sandbox
-	eventually(t, "two clones exist", func() bool {
+	poll.Eventually(t, waitTimeout, "two clones exist", func() error {
 		list := &sandlotv1.SandboxList{}
 		f.list(t, ns, list)
 		clones = clones[:0]
@@ -212,7 +214,10 @@ func TestCloneFromSandboxSnapshotsFirstAndWaits(t *testing.T) {
 				clones = append(clones, s)
 			}
 		}
-		return len(clones) == 2
+		if len(clones) != 2 {
+			return fmt.Errorf("%d clones", len(clones))
+		}
+		return nil
 	})
 	f.running(t, &clones[0], "node-1", "10.0.1.1")
 	cmd.shows(t, "sandbox/"+clones[0].Name+": phase Running")

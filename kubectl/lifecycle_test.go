@@ -17,7 +17,7 @@ func TestPauseWaitReportsThePausedSandbox(t *testing.T) {
 	f.running(t, sbx, "node-1", "10.0.0.2")
 
 	cmd := f.start(ns, "pause", "box", "--wait")
-	eventually(t, "spec.paused is true", func() bool { f.get(t, ns, "box", sbx); return sbx.Spec.Paused })
+	f.waitSpec(t, ns, "box", sbx, "spec.paused is true", func(s sandlotv1.SandboxSpec) bool { return s.Paused })
 	setStatus(t, f, sbx, func(s *sandlotv1.Sandbox) {
 		s.Status.Phase, s.Status.Reason, s.Status.Message = sandlotv1.SandboxPausing, sandlotv1.ReasonPausing, "waiting for the node agent to save the VM"
 	})
@@ -50,7 +50,7 @@ func TestPauseWaitFailsWithTheControllersReason(t *testing.T) {
 	})
 
 	cmd := f.start(ns, "pause", "box", "--wait")
-	eventually(t, "spec.paused is true", func() bool { f.get(t, ns, "box", sbx); return sbx.Spec.Paused })
+	f.waitSpec(t, ns, "box", sbx, "spec.paused is true", func(s sandlotv1.SandboxSpec) bool { return s.Paused })
 	cmd.pending(t, 200*time.Millisecond, "the controller reports on this pause")
 	setStatus(t, f, sbx, func(s *sandlotv1.Sandbox) {
 		s.Status.ObservedGeneration = s.Generation
@@ -70,7 +70,7 @@ func TestResumeWaitNeedsVMReadyOfTheNewGeneration(t *testing.T) {
 	oldGen := sbx.Generation
 
 	cmd := f.start(ns, "resume", "box", "--wait")
-	eventually(t, "spec.paused is false", func() bool { f.get(t, ns, "box", sbx); return !sbx.Spec.Paused })
+	f.waitSpec(t, ns, "box", sbx, "spec.paused is false", func(s sandlotv1.SandboxSpec) bool { return !s.Paused })
 	if sbx.Generation <= oldGen {
 		t.Fatalf("generation %d after resume, want > %d", sbx.Generation, oldGen)
 	}
@@ -102,7 +102,7 @@ func TestRollbackWaitsForItsRequest(t *testing.T) {
 	snapshotOf(t, f, ns, "s1", "box")
 
 	cmd := f.start(ns, "rollback", "box", "--to", "s1", "--wait")
-	eventually(t, "spec.rollback is set", func() bool { f.get(t, ns, "box", sbx); return sbx.Spec.Rollback != nil })
+	f.waitSpec(t, ns, "box", sbx, "spec.rollback is set", func(s sandlotv1.SandboxSpec) bool { return s.Rollback != nil })
 	if sbx.Spec.Rollback.Snapshot != "s1" || !strings.HasPrefix(sbx.Spec.Rollback.RequestID, "kubectl-") {
 		t.Errorf("spec.rollback %+v", sbx.Spec.Rollback)
 	}
@@ -140,7 +140,7 @@ func TestRollbackRefusedIsTheConditionsMessage(t *testing.T) {
 	})
 
 	cmd := f.start(ns, "rollback", "box", "--to", "other", "--wait")
-	eventually(t, "spec.rollback is set", func() bool { f.get(t, ns, "box", sbx); return sbx.Spec.Rollback != nil })
+	f.waitSpec(t, ns, "box", sbx, "spec.rollback is set", func(s sandlotv1.SandboxSpec) bool { return s.Rollback != nil })
 	cmd.pending(t, 200*time.Millisecond, "the agent answers this request")
 	refusal := `snapshot other was taken of sandbox "elsewhere" (ID x), not of this one (ID y): a rollback restores one of the sandbox's own snapshots`
 	setStatus(t, f, sbx, func(s *sandlotv1.Sandbox) {

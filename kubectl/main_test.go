@@ -30,6 +30,7 @@ import (
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/kube"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 type fixture struct {
@@ -210,24 +211,18 @@ func contains(t *testing.T, what, got string, want ...string) {
 	}
 }
 
-// eventually waits up to 10s for cond (the test's side only: the
-// commands themselves watch).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// waitTimeout is how long the test's side waits for what a command under way
+// does (the commands themselves watch).
+const waitTimeout = 10 * time.Second
 
 // shows waits until the command's stderr shows s.
 func (r *running) shows(t *testing.T, s string) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("stderr shows %q (stderr so far:\n%s)", s, r.errOut), func() bool {
-		return strings.Contains(r.errOut.String(), s)
+	poll.Eventually(t, waitTimeout, fmt.Sprintf("stderr shows %q", s), func() error {
+		if out := r.errOut.String(); !strings.Contains(out, s) {
+			return fmt.Errorf("stderr so far:\n%s", out)
+		}
+		return nil
 	})
 }
 
@@ -321,13 +316,14 @@ func (f *fixture) list(t *testing.T, ns string, list client.ObjectList) {
 func (f *fixture) onlySnapshot(t *testing.T, ns, what string) *sandlotv1.Snapshot {
 	t.Helper()
 	var snap *sandlotv1.Snapshot
-	eventually(t, what, func() bool {
+	poll.Eventually(t, waitTimeout, what, func() error {
 		list := &sandlotv1.SnapshotList{}
 		f.list(t, ns, list)
-		if len(list.Items) == 1 {
-			snap = &list.Items[0]
+		if len(list.Items) != 1 {
+			return fmt.Errorf("%d snapshots", len(list.Items))
 		}
-		return snap != nil
+		snap = &list.Items[0]
+		return nil
 	})
 	return snap
 }
@@ -340,4 +336,28 @@ func (f *fixture) exists(t *testing.T, ns, name string, obj client.Object) bool 
 		t.Fatal(err)
 	}
 	return err == nil
+}
+
+// waitExists waits until a command under way made the named object and
+// reads it into obj.
+func (f *fixture) waitExists(t *testing.T, ns, name string, obj client.Object) {
+	t.Helper()
+	poll.Eventually(t, waitTimeout, fmt.Sprintf("%T %s exists", obj, name), func() error {
+		if !f.exists(t, ns, name, obj) {
+			return fmt.Errorf("not found")
+		}
+		return nil
+	})
+}
+
+// waitSpec waits until a command under way wrote the named sandbox's spec
+// as ok wants and reads it into sbx.
+func (f *fixture) waitSpec(t *testing.T, ns, name string, sbx *sandlotv1.Sandbox, what string, ok func(sandlotv1.SandboxSpec) bool) {
+	t.Helper()
+	poll.Eventually(t, waitTimeout, what, func() error {
+		if f.get(t, ns, name, sbx); !ok(sbx.Spec) {
+			return fmt.Errorf("spec %+v", sbx.Spec)
+		}
+		return nil
+	})
 }

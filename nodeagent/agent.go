@@ -11,13 +11,13 @@ import (
 	"maps"
 	"time"
 
-	"github.com/sandlot-dev/sandlot/api/node"
-
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -46,36 +46,41 @@ func CacheOptions(node string) cache.Options {
 // agent takes at once.
 const dataWorkers = 4
 
-// Setup registers the agent's reconcilers.
+// Setup registers the agent's reconcilers. They record Events as
+// EventSource.
 func Setup(mgr ctrl.Manager, n Node) error {
 	l := &layout{store: n.Store, shared: n.SharedStore}
+	c, rec := mgr.GetClient(), mgr.GetEventRecorder(EventSource)
 	// Snapshots of different VMs are taken side by side (the shim
 	// serializes those of one VM).
 	opts := controller.Options{MaxConcurrentReconciles: dataWorkers}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("snapshot").For(&sandlotv1.Snapshot{}).WithOptions(opts).
-		Complete(&DataReconciler{Client: mgr.GetClient(), Node: n, layout: l,
+		Complete(&DataReconciler{Client: c, Recorder: rec, Node: n, layout: l,
 			New: func() dataObject { return snapshotObject{&sandlotv1.Snapshot{}} }}); err != nil {
-		return err
+		return fmt.Errorf("snapshot reconciler: %w", err)
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("pausedsandbox").For(&sandlotv1.PausedSandbox{}).WithOptions(opts).
-		Complete(&DataReconciler{Client: mgr.GetClient(), Node: n, layout: l,
+		Complete(&DataReconciler{Client: c, Recorder: rec, Node: n, layout: l,
 			New: func() dataObject { return pausedObject{&sandlotv1.PausedSandbox{}} }}); err != nil {
-		return err
+		return fmt.Errorf("pausedsandbox reconciler: %w", err)
 	}
 	if n.StageSocket != "" {
 		srv := newStageServer(l)
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return srv.Serve(ctx, n.StageSocket) })); err != nil {
-			return err
+			return fmt.Errorf("stage server: %w", err)
 		}
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("rollback").For(&sandlotv1.Sandbox{}).
-		Complete(&RollbackReconciler{Client: mgr.GetClient(), Node: n, layout: l}); err != nil {
-		return err
+		Complete(&RollbackReconciler{Client: c, Recorder: rec, Node: n, layout: l}); err != nil {
+		return fmt.Errorf("rollback reconciler: %w", err)
 	}
 	// Pods are probed (and claimed warm pool VMs activated) side by side:
 	// one at a time, fifty claims wait on each other.
-	return ctrl.NewControllerManagedBy(mgr).Named("vmready").For(&corev1.Pod{}).WithOptions(opts).
-		Complete(&VMReadyReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Node: n})
+	if err := ctrl.NewControllerManagedBy(mgr).Named("vmready").For(&corev1.Pod{}).WithOptions(opts).
+		Complete(&VMReadyReconciler{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n}); err != nil {
+		return fmt.Errorf("vmready reconciler: %w", err)
+	}
+	return nil
 }
 
 // VMReadyReconciler sets VMReady on the Sandbox of each sandlot pod on
@@ -85,6 +90,9 @@ type VMReadyReconciler struct {
 	// Reader reads what the agent does not cache (a sandbox's token
 	// Secret at a warm pool claim).
 	Reader client.Reader
+	// Recorder tells each Sandbox's story (VMReady, claims); nil records
+	// no Events.
+	Recorder events.EventRecorder
 	Node
 }
 
@@ -96,23 +104,35 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.Get(ctx, req.NamespacedName, pod); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	sbx := pod.Labels[sandlotv1.LabelSandbox]
-	if sbx == "" || pod.DeletionTimestamp != nil {
+	name := pod.Labels[sandlotv1.LabelSandbox]
+	if name == "" || pod.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil
 	}
 	status, reason, msg := r.probe(ctx, pod)
+	claimed := false
 	if claim := pod.Annotations[sandlotv1.AnnotationClaim]; claim != "" && pod.Annotations[sandlotv1.AnnotationClaimActivated] != claim &&
 		(reason == "VMPaused" || reason == "VMRunning") {
 		// A claimed warm pool pod: resume it with its sandbox's identity.
 		began := time.Now()
 		if err := r.activate(ctx, pod, reason == "VMPaused"); err != nil {
-			status, reason, msg = metav1.ConditionFalse, "ClaimFailed", err.Error()
+			status, reason, msg = metav1.ConditionFalse, sandlotv1.ReasonClaimFailed, err.Error()
 		} else {
+			claimed = true
 			observeRestore("claim", time.Since(began))
 			status, reason, msg = r.probe(ctx, pod)
 		}
 	}
-	changed, err := r.applyVMReady(ctx, pod.Namespace, sbx, status, reason, msg)
+	sbx := &sandlotv1.Sandbox{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: name}, sbx); apierrors.IsNotFound(err) {
+		return ctrl.Result{RequeueAfter: vmReadyPoll}, nil // the cache may not hold a new sandbox yet
+	} else if err != nil {
+		return ctrl.Result{}, fmt.Errorf("sandbox %s of pod %s: %w", name, pod.Name, err)
+	}
+	if claimed {
+		event(r.Recorder, sbx, pod, false, ReasonClaimActivated, actionClaim,
+			fmt.Sprintf("warm pool pod %s on %s resumed with the identity of sandbox %s", pod.Name, r.Name, sbx.Name))
+	}
+	changed, err := r.applyVMReady(ctx, sbx, pod, status, reason, msg)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -132,7 +152,7 @@ func (r *VMReadyReconciler) probe(ctx context.Context, pod *corev1.Pod) (metav1.
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	c, err := controlapi.Dial(ctx, node.Layout{Root: r.SandlotRoot}.ControlSocket(string(pod.UID)))
+	c, err := r.dial(ctx, string(pod.UID))
 	if err != nil {
 		return metav1.ConditionFalse, "ShimUnreachable", err.Error()
 	}
@@ -170,9 +190,9 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, pause
 		env = map[string]string{}
 	}
 	env[sandlotv1.EnvSandboxID], env[sandlotv1.EnvAccessToken] = claim.SandboxID, token
-	c, err := controlapi.Dial(ctx, node.Layout{Root: r.SandlotRoot}.ControlSocket(string(pod.UID)))
+	c, err := r.dial(ctx, string(pod.UID))
 	if err != nil {
-		return err
+		return fmt.Errorf("shim of pod %s: %w", pod.Name, err)
 	}
 	defer c.Close()
 	// Resumed first: the guest answers its control channel only when it
@@ -197,17 +217,20 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, pause
 
 // applyVMReady writes only the agent's condition, by server-side apply:
 // the controller owns every other field of the status. changed: the
-// condition's status is new (not only its generation).
-func (r *VMReadyReconciler) applyVMReady(ctx context.Context, ns, name string, status metav1.ConditionStatus, reason, msg string) (bool, error) {
-	sbx := &sandlotv1.Sandbox{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sbx); err != nil {
-		return false, client.IgnoreNotFound(err)
-	}
+// condition's status is new (not only its generation). A new status or
+// reason is an Event on the Sandbox.
+func (r *VMReadyReconciler) applyVMReady(ctx context.Context, sbx *sandlotv1.Sandbox, pod *corev1.Pod,
+	status metav1.ConditionStatus, reason, msg string) (bool, error) {
 	c := meta.FindStatusCondition(sbx.Status.Conditions, sandlotv1.ConditionVMReady)
 	if c != nil && c.Status == status && c.Reason == reason && c.ObservedGeneration == sbx.Generation {
 		return false, nil
 	}
 	changed := c == nil || c.Status != status
-	return changed, applySandboxStatus(ctx, r.Client, ns, name, FieldManager,
-		map[string]any{"conditions": []any{conditionFields(sandlotv1.ConditionVMReady, status, reason, msg, sbx.Generation)}})
+	if err := applySandboxStatus(ctx, r.Client, sbx.Namespace, sbx.Name, FieldManager,
+		map[string]any{"conditions": []any{conditionFields(sandlotv1.ConditionVMReady, status, reason, msg, sbx.Generation)}}); err != nil {
+		return false, fmt.Errorf("apply VMReady of sandbox %s: %w", sbx.Name, err)
+	}
+	conditionEvents(r.Recorder, sbx, pod, actionProbe, sbx.Status.Conditions,
+		metav1.Condition{Type: sandlotv1.ConditionVMReady, Status: status, Reason: reason, Message: msg}, false)
+	return changed, nil
 }

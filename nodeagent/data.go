@@ -8,12 +8,11 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/sandlot-dev/sandlot/api/node"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -34,6 +33,9 @@ type DataReconciler struct {
 	client.Client
 	Node
 	layout *layout
+	// Recorder tells each object's story (ready, failed, remote status);
+	// nil records no Events.
+	Recorder events.EventRecorder
 	// New makes an empty object of the kind reconciled.
 	New func() dataObject
 }
@@ -76,6 +78,8 @@ type Node struct {
 	// StageSocket is where the shims ask for data to restore
 	// (package stageapi); "" serves none.
 	StageSocket string
+	// Dialer reaches a pod's shim; nil dials its socket under SandlotRoot.
+	Dialer ControlDialer
 }
 
 // snapshotTimeout bounds the shim's Snapshot (it pauses the VM for
@@ -109,7 +113,26 @@ func (r *DataReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, errors.Join(err, fmt.Errorf("status of %s %s: %w", snap.Kind(), req, perr))
 	}
 	observeData(snap.Kind(), snap.GetCreationTimestamp(), before, *snap.Data())
+	r.dataEvents(snap, before.Conditions)
 	return res, err
+}
+
+// dataEvents tells the data's story on its object, after the status write:
+// ready, failed (with the reason), and a remote status that became Ready
+// or Failed (not each step of an upload).
+func (r *DataReconciler) dataEvents(snap dataObject, old []metav1.Condition) {
+	for _, c := range snap.Data().Conditions {
+		switch {
+		case c.Type == sandlotv1.ConditionReady:
+		case c.Type == sandlotv1.ConditionRemoteReady &&
+			(c.Reason == string(sandlotv1.RemoteReady) || c.Reason == string(sandlotv1.RemoteFailed)):
+		default:
+			continue
+		}
+		// Every Ready=False the agent writes is a failure (setFailed), and
+		// so is a RemoteReady=False that got here.
+		conditionEvents(r.Recorder, snap.Obj(), nil, actionData, old, c, c.Status != metav1.ConditionTrue)
+	}
 }
 
 // patchStatus writes the status changes since *orig, guarded by its
@@ -174,7 +197,7 @@ func (r *DataReconciler) waitForShim(ctx context.Context, snap dataObject) error
 	if err != nil {
 		return nil
 	}
-	c, err := controlapi.Dial(ctx, node.Layout{Root: r.SandlotRoot}.ControlSocket(string(pod.UID)))
+	c, err := r.dial(ctx, string(pod.UID))
 	if err != nil {
 		return nil
 	}
@@ -213,7 +236,7 @@ func (r *DataReconciler) take(ctx context.Context, snap dataObject, orig *client
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return err
 	}
-	c, err := controlapi.Dial(ctx, node.Layout{Root: r.SandlotRoot}.ControlSocket(string(pod.UID)))
+	c, err := r.dial(ctx, string(pod.UID))
 	if err != nil {
 		setFailed(st, snap.GetGeneration(), "ShimUnreachable", err.Error())
 		return nil

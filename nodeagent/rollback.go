@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sandlot-dev/sandlot/api/node"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -33,6 +32,8 @@ const rollbackPoll = time.Second
 // asks with a request ID not yet done: same sandbox ID, pod and node.
 type RollbackReconciler struct {
 	client.Client
+	// Recorder tells each rollback's outcome; nil records no Events.
+	Recorder events.EventRecorder
 	Node
 	layout *layout
 }
@@ -111,9 +112,9 @@ func (r *RollbackReconciler) restore(ctx context.Context, sbx *sandlotv1.Sandbox
 		return 0, fmt.Errorf("open snapshot %s: %w", snap.Name, err)
 	}
 	defer release()
-	c, err := controlapi.Dial(ctx, node.Layout{Root: r.SandlotRoot}.ControlSocket(podObj))
+	c, err := r.dial(ctx, podObj)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("shim of pod %s: %w", pod, err)
 	}
 	defer c.Close()
 	resp, err := c.Restore(ctx, &controlapi.RestoreRequest{Dir: dir})
@@ -133,6 +134,7 @@ func (r *RollbackReconciler) podOf(ctx context.Context, ns, name string) (string
 }
 
 // record applies the rollback's outcome; requestID is set only when done.
+// Each request's outcome is an Event on the Sandbox, once.
 func (r *RollbackReconciler) record(ctx context.Context, sbx *sandlotv1.Sandbox, requestID string, status metav1.ConditionStatus, reason, msg string) error {
 	st := map[string]any{"conditions": []any{conditionFields(sandlotv1.ConditionRolledBack, status, reason, msg, sbx.Generation)}}
 	if requestID != "" {
@@ -140,7 +142,18 @@ func (r *RollbackReconciler) record(ctx context.Context, sbx *sandlotv1.Sandbox,
 	} else if sbx.Status.LastRollbackRequestID != "" {
 		st["lastRollbackRequestID"] = sbx.Status.LastRollbackRequestID // keep what this manager applied before
 	}
-	return applySandboxStatus(ctx, r.Client, sbx.Namespace, sbx.Name, RollbackFieldManager, st)
+	if err := applySandboxStatus(ctx, r.Client, sbx.Namespace, sbx.Name, RollbackFieldManager, st); err != nil {
+		return fmt.Errorf("record the rollback of sandbox %s: %w", sbx.Name, err)
+	}
+	// The condition of an earlier request (an older generation) counts as
+	// none: a second rollback that succeeds as the first did is news too.
+	old := sbx.Status.Conditions
+	if c := meta.FindStatusCondition(old, sandlotv1.ConditionRolledBack); c != nil && c.ObservedGeneration != sbx.Generation {
+		old = nil
+	}
+	conditionEvents(r.Recorder, sbx, nil, actionRollback, old,
+		metav1.Condition{Type: sandlotv1.ConditionRolledBack, Status: status, Reason: reason, Message: msg}, false)
+	return nil
 }
 
 // applySandboxStatus server-side-applies fields of a Sandbox's status as

@@ -40,7 +40,7 @@ const (
 )
 
 // DataPhase is the lifecycle of a Snapshot or PausedSandbox.
-// +kubebuilder:validation:Enum=Pending;Creating;Ready;Failed
+// +kubebuilder:validation:Enum=Pending;Creating;Ready;Failed;Lost
 type DataPhase string
 
 const (
@@ -48,6 +48,8 @@ const (
 	DataCreating DataPhase = "Creating"
 	DataReady    DataPhase = "Ready"
 	DataFailed   DataPhase = "Failed"
+	// DataLost: the data's node is gone and no remote copy existed.
+	DataLost DataPhase = "Lost"
 )
 
 // Fingerprint is what a node must match to restore a VM's state.

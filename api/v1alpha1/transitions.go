@@ -12,6 +12,11 @@ const (
 	ReasonClaimFailed = "ClaimFailed"
 	// ReasonPlacementFailed: placement could not read what it decides on.
 	ReasonPlacementFailed = "PlacementFailed"
+	// ReasonDataHandedOff: the data's node is gone; another node's agent
+	// deletes its remote copy.
+	ReasonDataHandedOff = "DataHandedOff"
+	// ReasonDataLost: the data's node is gone and nothing remote existed.
+	ReasonDataLost = "DataLost"
 )
 
 // failureReasons are the reasons an Event reports as a Warning.
@@ -19,7 +24,7 @@ var failureReasons = []string{
 	ReasonNoEligibleNode, ReasonInsufficientCapacity, ReasonSourceNotFound, ReasonSourceFailed, ReasonTemplateNotAccepted,
 	ReasonPodFailed, ReasonPodLost, ReasonPodRejected, ReasonPodCreateFailed, ReasonPauseFailed, ReasonPausedStateDiscarded,
 	ReasonInvalidSpec, ReasonClaimFailed, ReasonPlacementFailed, ReasonInvalidImage, ReasonImageMissing, ReasonProbeTimeout,
-	ReasonBuildFailed, ReasonRollbackRefused, ReasonRollbackFailed, ReasonExpired, "Failed",
+	ReasonBuildFailed, ReasonRollbackRefused, ReasonRollbackFailed, ReasonExpired, ReasonDataLost, "Failed",
 }
 
 // Transition is one change of a condition, worded as its Event.

@@ -2,12 +2,16 @@ package pid1
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // The test process becomes a subreaper so orphans come to it, as they
@@ -127,13 +131,12 @@ func TestReaperReapsOrphans(t *testing.T) {
 	if ws := recv(t, ch); ws.ExitStatus() != 0 {
 		t.Fatalf("status %#x", ws)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for r.Orphans() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("orphans reaped: %d, want 2", r.Orphans())
+	poll.Eventually(t, 10*time.Second, "two orphans reaped", func() error {
+		if n := r.Orphans(); n < 2 {
+			return fmt.Errorf("%d reaped", n)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // A pid registered after the reaper collected it still gets its status.
@@ -144,13 +147,12 @@ func TestReaperRegisterAfterExit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for r.Reap() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("child never reaped")
+	poll.Eventually(t, 10*time.Second, "the child reaped", func() error {
+		if r.Reap() == 0 {
+			return errors.New("Reap found no exited child")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	ws := recv(t, r.Register(pid))
 	if ws.ExitStatus() != 5 {
 		t.Fatalf("status %#x, want exit 5", ws)

@@ -38,7 +38,7 @@ var envSeq atomic.Int32
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates netns, veth, bridge and tc filters")
+		t.Fatal("needs root (it creates a netns, veth, bridge and tc filters): run as root, e.g. go test -exec sudo ./shim/podnet/")
 	}
 	i, pid := envSeq.Add(1), os.Getpid()
 	e := &env{
@@ -416,10 +416,10 @@ func TestAttachRollback(t *testing.T) {
 }
 
 func TestRun(t *testing.T) {
-	e := newEnv(t)
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("iproute2 not installed")
+		t.Fatalf("needs ip: install iproute2 (apt-get install iproute2): %v", err)
 	}
+	e := newEnv(t)
 	var out []byte
 	must(t, "Run", Run(e.ns, func() (err error) {
 		out, err = exec.Command("ip", "-o", "link", "show").Output()

@@ -17,8 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandlot-dev/sandlot/api/node"
+	"github.com/sandlot-dev/sandlot/api/node/controlapi"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/cluster"
+	"github.com/sandlot-dev/sandlot/test/poll"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
@@ -27,8 +30,7 @@ import (
 func remoteSequence(t *testing.T, k client.Client, o client.Object, timeout time.Duration) []sandlotv1.RemoteStatus {
 	t.Helper()
 	var seen []sandlotv1.RemoteStatus
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	poll.Eventually(t, timeout, o.GetName()+": remote status final", func() error {
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(o), o); err != nil {
 			t.Fatal(err)
 		}
@@ -36,16 +38,16 @@ func remoteSequence(t *testing.T, k client.Client, o client.Object, timeout time
 		if st.Phase == sandlotv1.DataFailed {
 			t.Fatalf("%s failed: %+v", o.GetName(), st.Conditions)
 		}
-		if r := st.RemoteStatus; r != "" && (len(seen) == 0 || seen[len(seen)-1] != r) {
+		r := st.RemoteStatus
+		if r != "" && (len(seen) == 0 || seen[len(seen)-1] != r) {
 			seen = append(seen, r)
 		}
-		if r := st.RemoteStatus; r == sandlotv1.RemoteReady || r == sandlotv1.RemoteFailed {
-			return seen
+		if r != sandlotv1.RemoteReady && r != sandlotv1.RemoteFailed {
+			return fmt.Errorf("seen %v", seen)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: remote status not final after %v (seen %v)", o.GetName(), timeout, seen)
-	return nil
+		return nil
+	})
+	return seen
 }
 
 // objects are the store's objects of a data key in MinIO.
@@ -132,7 +134,7 @@ func pause(t *testing.T, k client.Client, name string) *sandlotv1.PausedSandbox 
 	t.Helper()
 	sbxtest.SetPaused(t, k, name, true)
 	key := client.ObjectKey{Namespace: "default", Name: name}
-	sbxtest.Eventually(t, 2*time.Minute, name+" Paused, pod gone", func() error {
+	poll.Eventually(t, 2*time.Minute, name+" Paused, pod gone", func() error {
 		var s sandlotv1.Sandbox
 		if err := k.Get(context.Background(), key, &s); err != nil {
 			return err
@@ -152,7 +154,7 @@ func pause(t *testing.T, k client.Client, name string) *sandlotv1.PausedSandbox 
 
 func waitGone(t *testing.T, k client.Client, o client.Object) {
 	t.Helper()
-	sbxtest.Eventually(t, time.Minute, o.GetName()+" released", func() error {
+	poll.Eventually(t, time.Minute, o.GetName()+" released", func() error {
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("still there (%v)", err)
 		}
@@ -269,21 +271,44 @@ func setFingerprint(t *testing.T, k client.Client, node, value string) string {
 func stayUnplaced(t *testing.T, k client.Client, name string, d time.Duration, why string) {
 	t.Helper()
 	key := client.ObjectKey{Namespace: "default", Name: name}
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+	poll.Consistently(t, d, name+" unplaced as "+why, func() error {
 		var s sandlotv1.Sandbox
 		if err := k.Get(context.Background(), key, &s); err != nil {
 			t.Fatal(err)
 		}
 		if s.Status.NodeName != "" {
-			t.Fatalf("sandbox placed on %s although %s (%s)", s.Status.NodeName, why, s.Status.Message)
+			return fmt.Errorf("placed on %s (%s)", s.Status.NodeName, s.Status.Message)
 		}
 		if err := k.Get(context.Background(), key, &corev1.Pod{}); !apierrors.IsNotFound(err) {
-			t.Fatalf("a pod exists although %s (%v)", why, err)
+			return fmt.Errorf("a pod exists (%v)", err)
 		}
-	}
+		return nil
+	})
 	var s sandlotv1.Sandbox
 	_ = k.Get(context.Background(), key, &s)
 	t.Logf("unplaced for %v as %s: %s: %s", d, why, s.Status.Reason, s.Status.Message)
+}
+
+// waitShimIdle waits, as the restarted agent does, until a sandbox's shim
+// has no snapshot under way (it completes one whose caller died): Stats
+// waits for the VM's lock, which a snapshot holds to its end.
+func waitShimIdle(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox) {
+	t.Helper()
+	var pod corev1.Pod
+	if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &pod); err != nil {
+		t.Fatal(err)
+	}
+	socket := node.Layout{Root: nodeNamed(sbx.Status.NodeName).SandlotRoot}.ControlSocket(string(pod.UID))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := controlapi.Dial(ctx, socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Stats(ctx, &controlapi.StatsRequest{}); err != nil {
+		t.Fatalf("shim of %s: Stats (the end of its snapshot under way): %v", sbx.Name, err)
+	}
 }
 
 // TestAgentKilledDuringSnapshots: the agent dies while five snapshots of
@@ -317,7 +342,7 @@ func TestAgentKilledDuringSnapshots(t *testing.T) {
 	if err := c.KillAgent(node); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	waitShimIdle(t, k, src) // the restarted agent then finds the snapshot the shim completed
 	if err := c.RestartAgent(node); err != nil {
 		t.Fatal(err)
 	}
@@ -416,16 +441,21 @@ func TestDeleteHeldWhileRestoring(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(3 * time.Second)
-	if err := k.Get(ctx, client.ObjectKeyFromObject(snap), snap); err != nil {
-		t.Fatalf("snapshot gone while a sandbox restores from it: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(snap.Status.Location, "manifest.json")); err != nil || len(objects(t, key)) == 0 {
-		t.Fatalf("data removed while a sandbox restores from it: %v, MinIO %v", err, objects(t, key))
-	}
+	poll.Consistently(t, 3*time.Second, "snapshot and data kept while a sandbox restores from it", func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(snap), &sandlotv1.Snapshot{}); err != nil {
+			return fmt.Errorf("snapshot gone: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(snap.Status.Location, "manifest.json")); err != nil {
+			return fmt.Errorf("local data removed: %v", err)
+		}
+		if o := objects(t, key); len(o) == 0 {
+			return fmt.Errorf("MinIO has nothing of it")
+		}
+		return nil
+	})
 	sbxtest.Delete(t, k, "user")
 	waitGone(t, k, snap)
-	sbxtest.Eventually(t, 30*time.Second, "data gone", func() error {
+	poll.Eventually(t, 30*time.Second, "data gone", func() error {
 		if _, err := os.Stat(snap.Status.Location); !os.IsNotExist(err) {
 			return fmt.Errorf("local data: %v", err)
 		}

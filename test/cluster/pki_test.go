@@ -20,6 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 func testPKIConfig(t *testing.T) PKIConfig {
@@ -499,21 +501,17 @@ func startTestProcess(t *testing.T, name, bin string, args ...string) *testProce
 
 func (p *testProcess) waitFor(t *testing.T, timeout time.Duration, what string, ok func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	poll.Eventually(t, timeout, p.name+": "+what, func() error {
 		err := ok()
 		if err == nil {
-			return
+			return nil
 		}
 		select {
 		case werr := <-p.done:
 			p.done <- werr // for the cleanup
-			t.Fatalf("%s exited (%v) before %s", p.name, werr, what)
+			return poll.Stop(fmt.Errorf("%s exited (%v) before %s", p.name, werr, what))
 		default:
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no %s after %v: %v", p.name, what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	})
 }

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // proc is one cluster process (etcd, an API server, a kubelet, ...): its
@@ -96,16 +96,15 @@ func (p *proc) tail() string {
 
 // waitFor polls ok until it returns nil, the process exits, or timeout.
 func (p *proc) waitFor(timeout time.Duration, what string, ok func() error) error {
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
-		if last = ok(); last == nil {
-			return nil
+	err := poll.Within(timeout, p.name+": "+what, func() error {
+		err := ok()
+		if err != nil && p.exited() {
+			return poll.Stop(fmt.Errorf("%s exited (%v) before %s", p.name, p.err, what))
 		}
-		if p.exited() {
-			return fmt.Errorf("%s exited (%v) before %s; its log ends:\n%s", p.name, p.err, what, p.tail())
-		}
-		time.Sleep(100 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%w; its log ends:\n%s", err, p.tail())
 	}
-	return errors.Join(fmt.Errorf("%s: no %s after %v; its log ends:\n%s", p.name, what, timeout, p.tail()), last)
+	return nil
 }

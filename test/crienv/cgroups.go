@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // removeCgroups removes CgroupParent in every hierarchy. runc removes the
@@ -83,18 +85,16 @@ func rmdirTree(root string) error {
 // cgroup whose last process just exited is released by the kernel a
 // moment later.
 func rmdirCgroup(dir string) error {
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	return poll.Within(15*time.Second, "rmdir "+dir, func() error {
 		err := unix.Rmdir(dir)
 		switch {
 		case err == nil || errors.Is(err, unix.ENOENT):
 			return nil
-		case !errors.Is(err, unix.EBUSY) || time.Now().After(deadline):
-			return fmt.Errorf("%w (processes in it: %v)", err, killCgroupProcs(dir))
+		case !errors.Is(err, unix.EBUSY):
+			return poll.Stop(fmt.Errorf("%w (processes in it: %v)", err, killCgroupProcs(dir)))
 		}
-		killCgroupProcs(dir)
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("%w (processes in it: %v)", err, killCgroupProcs(dir))
+	})
 }
 
 // killCgroupProcs SIGKILLs the processes in a cgroup and returns them.

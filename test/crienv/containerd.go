@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // pathDirs is containerd's PATH: it resolves runtime_type
@@ -92,19 +94,18 @@ func (e *Env) startContainerd(t T) {
 // (the CNI config loaded) are ready.
 func (e *Env) waitReady(t T) {
 	t.Helper()
-	deadline := time.Now().Add(readyTimeout)
-	var last error
-	for time.Now().Before(deadline) {
-		if last = e.ready(); last == nil {
-			return
-		}
+	err := poll.Within(readyTimeout, "crienv: CRI ready", func() error {
+		err := e.ready()
 		select {
 		case <-e.exited:
-			t.Fatalf("crienv: containerd exited during start: %v (its log follows)", e.cmd.ProcessState)
-		case <-time.After(pollInterval):
+			return poll.Stop(fmt.Errorf("crienv: containerd exited during start: %v", e.cmd.ProcessState))
+		default:
+			return err
 		}
+	})
+	if err != nil {
+		t.Fatalf("%v (containerd's log follows)", err)
 	}
-	t.Fatalf("crienv: CRI not ready after %v: %v (containerd's log follows)", readyTimeout, last)
 }
 
 func (e *Env) ready() error {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 const testImage = "sandlot.test/busybox:1"
@@ -107,14 +109,12 @@ func checkRepoDigest(t *testing.T, e *Env, digest string) {
 
 func waitLog(t *testing.T, path, want string) {
 	t.Helper()
-	var b []byte
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(pollInterval) {
-		b, _ = os.ReadFile(path)
-		if strings.Contains(string(b), want) {
-			return
+	poll.Eventually(t, 5*time.Second, fmt.Sprintf("log %s containing %q", path, want), func() error {
+		if b, _ := os.ReadFile(path); !strings.Contains(string(b), want) {
+			return fmt.Errorf("the log is %q", b)
 		}
-	}
-	t.Fatalf("log %s: %q does not contain %q", path, b, want)
+		return nil
+	})
 }
 
 func checkExec(t *testing.T, e *Env, ctrID string) {
@@ -201,18 +201,18 @@ func alive(pid int) bool {
 // (netns, overlay, shm), no veth on the bridge and no IPAM lease remain.
 func checkPodGone(t *testing.T, e *Env) {
 	t.Helper()
-	var pids []int
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(pollInterval) {
-		var err error
-		if pids, err = e.Processes(); err != nil {
+	err := poll.Within(5*time.Second, "no process left after RemovePod", func() error {
+		pids, err := e.Processes()
+		if err != nil {
 			t.Fatal(err)
 		}
-		if len(pids) == 0 {
-			break
+		if len(pids) != 0 {
+			return fmt.Errorf("processes %v", pids)
 		}
-	}
-	if len(pids) != 0 {
-		t.Errorf("processes left after RemovePod: %v", pids)
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 	mounts, err := mountsUnder(e.Dir)
 	if err != nil || len(mounts) != 0 {

@@ -11,11 +11,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/sandlot-dev/sandlot/test/oci"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // ImportImage writes img as an OCI archive under Dir/images, imports it
@@ -125,15 +125,11 @@ func checkRef(ref string) error {
 // waitImage waits for CRI's image store, which learns about new image names
 // from containerd's events, to know ref and list repoDigest.
 func (e *Env) waitImage(ctx context.Context, ref, repoDigest string) error {
-	for {
+	return poll.Until(ctx, "CRI lists "+ref+" with "+repoDigest, func() error {
 		st, err := e.Images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
 		if err == nil && st.Image != nil && slices.Contains(st.Image.RepoDigests, repoDigest) {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("CRI does not list %s with %s (status %v, error %v): %w", ref, repoDigest, st.GetImage(), err, ctx.Err())
-		case <-time.After(pollInterval):
-		}
-	}
+		return fmt.Errorf("status %v, error %v", st.GetImage(), err)
+	})
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // PodConfig is the config RunPod uses: a fresh UID, namespace "default",
@@ -185,20 +187,16 @@ var directHTTP = &http.Client{Timeout: time.Second, Transport: &http.Transport{P
 // WaitHTTP polls GET url every 20 ms until any HTTP answer arrives. It
 // ignores HTTP(S)_PROXY.
 func WaitHTTP(ctx context.Context, url string) error {
-	for {
+	return poll.Every(ctx, pollInterval, "GET "+url+": an answer", func() error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return poll.Stop(err)
+		}
+		resp, err := directHTTP.Do(req)
 		if err != nil {
 			return err
 		}
-		resp, err := directHTTP.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("GET %s: no answer: %w (last: %v)", url, ctx.Err(), err)
-		case <-time.After(pollInterval):
-		}
-	}
+		resp.Body.Close()
+		return nil
+	})
 }

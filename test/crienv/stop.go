@@ -14,6 +14,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // Stop removes the pods still present, kills containerd, and undoes the
@@ -143,18 +145,17 @@ func isZombie(stat []byte) bool {
 // killLeftovers SIGKILLs what the pods' removal did not end (a failed test,
 // a wedged shim) and waits for it to go.
 func (e *Env) killLeftovers() error {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	return poll.Within(5*time.Second, "leftover processes gone", func() error {
 		pids, err := e.Processes()
-		if err != nil || len(pids) == 0 {
-			return err
+		if err != nil {
+			return poll.Stop(err)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("processes still alive after SIGKILL: %v", pids)
+		if len(pids) == 0 {
+			return nil
 		}
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		time.Sleep(pollInterval)
-	}
+		return fmt.Errorf("processes still alive after SIGKILL: %v", pids)
+	})
 }

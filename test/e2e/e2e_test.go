@@ -22,6 +22,7 @@ import (
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/cluster"
+	"github.com/sandlot-dev/sandlot/test/poll"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
@@ -57,7 +58,7 @@ func TestQuickstart(t *testing.T) {
 	// restored its base snapshot); what the app writes after the restore
 	// reaches the pod's log: the image's `sleep` holds its stdout.
 	sbxtest.EnvdRun(t, k, sbx, `for p in /proc/[0-9]*; do [ "$(cat $p/comm)" = sleep ] && echo written-after-restore > $p/fd/1 && break; done`)
-	sbxtest.Eventually(t, 30*time.Second, "kubectl logs", func() error {
+	poll.Eventually(t, 30*time.Second, "kubectl logs", func() error {
 		out, err := c.Kubectl(ctx, "logs", "hello")
 		if err == nil && !strings.Contains(out, "written-after-restore") {
 			err = fmt.Errorf("logs %q", out)
@@ -71,7 +72,7 @@ func TestQuickstart(t *testing.T) {
 	uid := podUID(t, k, "hello")
 	sbxtest.Delete(t, k, "hello")
 	node := nodeOf(t, sbx.Status.NodeName)
-	sbxtest.Eventually(t, 30*time.Second, "VM, netns and files gone", func() error { return vmGone(node, uid) })
+	poll.Eventually(t, 30*time.Second, "VM, netns and files gone", func() error { return vmGone(node, uid) })
 }
 
 func podUID(t *testing.T, k client.Client, name string) string {
@@ -148,7 +149,7 @@ func TestKubeletDeath(t *testing.T) {
 			t.Errorf("restart the kubelet of %s: %v", node, err)
 		}
 	})
-	sbxtest.Eventually(t, 30*time.Second, "sandbox not Ready after its kubelet died", func() error {
+	poll.Eventually(t, 30*time.Second, "sandbox not Ready after its kubelet died", func() error {
 		var s sandlotv1.Sandbox
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &s); err != nil {
 			return err
@@ -178,7 +179,7 @@ print(json.load(urllib.request.urlopen(req, context=ctx, timeout=10))["gitVersio
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k.Delete(context.Background(), pod) })
-	sbxtest.Eventually(t, 2*time.Minute, "apicheck pod done", func() error {
+	poll.Eventually(t, 2*time.Minute, "apicheck pod done", func() error {
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(pod), pod); err != nil {
 			return err
 		}
@@ -226,7 +227,7 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Fatalf("restored sandbox has %q", got)
 	}
 	for _, name := range []string{"parent", "child"} {
-		sbxtest.Eventually(t, 30*time.Second, name+" VMReady", func() error {
+		poll.Eventually(t, 30*time.Second, name+" VMReady", func() error {
 			var s sandlotv1.Sandbox
 			if err := k.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &s); err != nil {
 				return err
@@ -249,7 +250,7 @@ func TestPauseResume(t *testing.T) {
 	sbx := sbxtest.Create(t, k, "small", "napper")["napper"]
 	sbxtest.EnvdRun(t, k, sbx, sbxtest.WriteState)
 	sbxtest.SetPaused(t, k, "napper", true)
-	sbxtest.Eventually(t, 2*time.Minute, "Paused, pod gone", func() error {
+	poll.Eventually(t, 2*time.Minute, "Paused, pod gone", func() error {
 		var s sandlotv1.Sandbox
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &s); err != nil {
 			return err
@@ -270,7 +271,7 @@ func TestPauseResume(t *testing.T) {
 	if got := sbxtest.EnvdRun(t, k, resumed, sbxtest.ReadState); got != sbxtest.WantState {
 		t.Fatalf("resumed sandbox has %q", got)
 	}
-	sbxtest.Eventually(t, time.Minute, "pause package released", func() error {
+	poll.Eventually(t, time.Minute, "pause package released", func() error {
 		err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &sandlotv1.PausedSandbox{})
 		if apierrors.IsNotFound(err) {
 			return nil

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandlot-dev/sandlot/test/kube"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // Dir is this Node package's directory.
@@ -73,7 +74,7 @@ func StartAgent(bin, dir string) (*Agent, error) {
 		return nil, fmt.Errorf("start agent: %w", err)
 	}
 	for _, url := range []string{"http://127.0.0.1:49983/health", "http://127.0.0.1:49999/health"} {
-		if err := waitHTTP(url, 20*time.Second); err != nil {
+		if err := poll.Within(20*time.Second, url+" answering", func() error { return answers(url) }); err != nil {
 			a.Stop()
 			return nil, err
 		}
@@ -87,22 +88,17 @@ func (a *Agent) Stop() {
 	_ = a.cmd.Wait()
 }
 
-func waitHTTP(url string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode < 300 {
-				return nil
-			}
-			err = fmt.Errorf("status %s", resp.Status)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not answer within %v: %w", url, timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+// answers is nil once GET url succeeds.
+func answers(url string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
 	}
+	resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("status %s", resp.Status)
+	}
+	return nil
 }
 
 // Run runs a command in this package's directory with extra env.

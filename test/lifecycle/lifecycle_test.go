@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/test/poll"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
@@ -39,7 +40,7 @@ var interpreterProbe = &sandlotv1.ReadinessProbe{HTTPGet: &sandlotv1.HTTPGetProb
 func waitBase(t *testing.T, k client.Client, tpl *sandlotv1.Template, status metav1.ConditionStatus, reason string, timeout time.Duration) *metav1.Condition {
 	t.Helper()
 	var cond *metav1.Condition
-	sbxtest.Eventually(t, timeout, tpl.Name+" BaseSnapshotReady "+string(status)+" "+reason, func() error {
+	poll.Eventually(t, timeout, tpl.Name+" BaseSnapshotReady "+string(status)+" "+reason, func() error {
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(tpl), tpl); err != nil {
 			return err
 		}
@@ -152,7 +153,7 @@ func TestRollback(t *testing.T) {
 		t.Fatalf("after the rollback %s/%s/%s, before %s/%s/%s", s.Status.SandboxID, s.Status.PodName, s.Status.NodeName,
 			sbx.Status.SandboxID, sbx.Status.PodName, sbx.Status.NodeName)
 	}
-	sbxtest.Eventually(t, 30*time.Second, "state back", func() error {
+	poll.Eventually(t, 30*time.Second, "state back", func() error {
 		if got := sbxtest.EnvdRun(t, k, s, sbxtest.ReadState); got != sbxtest.WantState {
 			return fmt.Errorf("sandbox has %q", got)
 		}
@@ -180,7 +181,7 @@ func rollback(t *testing.T, k client.Client, name, snapshot, id string) {
 func waitRolledBack(t *testing.T, k client.Client, name string, check func(*sandlotv1.Sandbox, *metav1.Condition) error) *sandlotv1.Sandbox {
 	t.Helper()
 	s := &sandlotv1.Sandbox{}
-	sbxtest.Eventually(t, time.Minute, name+" RolledBack", func() error {
+	poll.Eventually(t, time.Minute, name+" RolledBack", func() error {
 		if err := k.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, s); err != nil {
 			return err
 		}
@@ -213,7 +214,7 @@ func TestTimeouts(t *testing.T) {
 	short("napper", sandlotv1.TimeoutPause)
 	sleeper := sbxtest.WaitRunning(t, k, "napper")
 	sbxtest.EnvdRun(t, k, sleeper, sbxtest.WriteState)
-	sbxtest.Eventually(t, 90*time.Second, "ephemeral deleted, napper paused", func() error {
+	poll.Eventually(t, 90*time.Second, "ephemeral deleted, napper paused", func() error {
 		err := k.Get(ctx, client.ObjectKey{Namespace: "default", Name: "ephemeral"}, &sandlotv1.Sandbox{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("ephemeral still there (%v)", err)
@@ -305,7 +306,7 @@ func setPool(t *testing.T, k client.Client, tpl *sandlotv1.Template, patch strin
 func waitPool(t *testing.T, k client.Client, tpl *sandlotv1.Template, want int) map[types.UID]bool {
 	t.Helper()
 	uids := map[types.UID]bool{}
-	sbxtest.Eventually(t, 4*time.Minute, fmt.Sprintf("warm pool of %d per node", want), func() error {
+	poll.Eventually(t, 4*time.Minute, fmt.Sprintf("warm pool of %d per node", want), func() error {
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(tpl), tpl); err != nil {
 			return err
 		}
@@ -336,7 +337,7 @@ func waitPool(t *testing.T, k client.Client, tpl *sandlotv1.Template, want int) 
 
 func waitVMReady(t *testing.T, k client.Client, name string) {
 	t.Helper()
-	sbxtest.Eventually(t, time.Minute, name+" VMReady", func() error {
+	poll.Eventually(t, time.Minute, name+" VMReady", func() error {
 		var s sandlotv1.Sandbox
 		if err := k.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &s); err != nil {
 			return err

@@ -23,6 +23,8 @@ import (
 
 	s3 "github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // Version is the MinIO module version hack/minio-bins.sh builds.
@@ -144,23 +146,25 @@ func (s *Server) start() {
 func (s *Server) waitReady(done chan struct{}) {
 	s.t.Helper()
 	url := "http://" + s.Endpoint + "/minio/health/ready"
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	err := poll.Within(60*time.Second, "minio: ready at "+url, func() error {
 		select {
 		case <-done:
-			s.t.Fatalf("minio: exited before ready:\n%s", s.logTail())
+			return poll.Stop(fmt.Errorf("minio: exited before ready"))
 		default:
 		}
 		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return err
 		}
-		time.Sleep(50 * time.Millisecond)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %s", resp.Status)
+		}
+		return nil
+	})
+	if err != nil {
+		s.t.Fatalf("%v:\n%s", err, s.logTail())
 	}
-	s.t.Fatalf("minio: not ready at %s after 60 s:\n%s", url, s.logTail())
 }
 
 func (s *Server) logTail() string {

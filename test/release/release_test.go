@@ -19,7 +19,7 @@ import (
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/cluster"
-	"github.com/sandlot-dev/sandlot/test/sbxtest"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 const ns = "default"
@@ -38,6 +38,7 @@ func TestRelease(t *testing.T) {
 		{"rollback", rollback},
 		{"E2B SDK through the API Service", e2bSmoke},
 		{"create histogram counts the creates", func(t *testing.T) { checkCreateCounts(t, before) }},
+		{"warm pool claims through kubectl and E2B", warmPoolClaims},
 		{"restarts lose nothing", restarts},
 		{"helm upgrade keeps sandboxes", helmUpgrade},
 		{"helm uninstall", helmUninstall},
@@ -96,7 +97,7 @@ func snapshotAndClone(t *testing.T) {
 func pauseResumeElsewhere(t *testing.T) {
 	id, node := sandboxOf(t, "hello").Status.SandboxID, sandboxOf(t, "hello").Status.NodeName
 	plugin(t, "pause", "hello", "--wait")
-	sbxtest.Eventually(t, 3*time.Minute, "PausedSandbox hello remote Ready", func() error {
+	poll.Eventually(t, 3*time.Minute, "PausedSandbox hello remote Ready", func() error {
 		out := kubectl(t, "get", "psbx", "hello", "-o", "jsonpath={.status.remoteStatus}")
 		if out != string(sandlotv1.RemoteReady) {
 			return fmt.Errorf("remoteStatus %q", out)
@@ -256,7 +257,7 @@ func helmUninstall(t *testing.T) {
 	if _, err := un.Run(cluster.ReleaseName); err != nil {
 		t.Fatalf("helm uninstall: %v", err)
 	}
-	sbxtest.Eventually(t, 2*time.Minute, "the release's pods gone", func() error {
+	poll.Eventually(t, 2*time.Minute, "the release's pods gone", func() error {
 		pods := &corev1.PodList{}
 		if err := e.k.List(context.Background(), pods, client.InNamespace(cluster.ReleaseNamespace)); err != nil {
 			return err
@@ -312,7 +313,7 @@ func sandboxOf(t *testing.T, name string) *sandlotv1.Sandbox {
 
 func running(t *testing.T, name string) {
 	t.Helper()
-	sbxtest.Eventually(t, 5*time.Minute, "sandbox "+name+" usable", func() error {
+	poll.Eventually(t, 5*time.Minute, "sandbox "+name+" usable", func() error {
 		s := sandboxOf(t, name)
 		if s.Status.Phase.Terminal() {
 			t.Fatalf("sandbox %s %s: %s", name, s.Status.Phase, s.Status.Message)
@@ -376,7 +377,7 @@ func createCounts(t *testing.T) map[string]float64 {
 	t.Helper()
 	url := serviceURL(t, cluster.ReleaseNamespace, "sandlot-controller-metrics") + "/metrics"
 	var out map[string]float64
-	sbxtest.Eventually(t, time.Minute, "the controller's metrics", func() error {
+	poll.Eventually(t, time.Minute, "the controller's metrics", func() error {
 		resp, err := http.Get(url)
 		if err != nil {
 			return err

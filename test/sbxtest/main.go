@@ -1,6 +1,7 @@
 package sbxtest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // Main runs a test binary's tests on a two-node cluster of its own
@@ -59,16 +61,16 @@ func Logf(format string, args ...any) {
 
 // checkClean fails when the cluster left anything on the host.
 func checkClean(t crienv.T, before cluster.HostState) {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		diff := before.Diff(cluster.SnapshotHost())
-		if len(diff) == 0 {
-			return
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Every second: a snapshot of the host runs ip and iptables-save.
+	err := poll.Every(ctx, time.Second, "the host clean after the cluster", func() error {
+		if diff := before.Diff(cluster.SnapshotHost()); len(diff) > 0 {
+			return fmt.Errorf("the cluster left on the host:\n%s", strings.Join(diff, "\n"))
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("the cluster left on the host:\n%s", strings.Join(diff, "\n"))
-			return
-		}
-		time.Sleep(time.Second)
+		return nil
+	})
+	if err != nil {
+		t.Errorf("%v", err)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/sandlot-dev/sandlot/guest/envdpb/processpb"
 	"github.com/sandlot-dev/sandlot/guest/envdpb/processpb/processpbconnect"
 	"github.com/sandlot-dev/sandlot/test/cluster"
+	"github.com/sandlot-dev/sandlot/test/poll"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 )
 
@@ -115,7 +116,7 @@ func Create(t *testing.T, k client.Client, tpl string, names ...string) map[stri
 func WaitRunning(t *testing.T, k client.Client, name string) *sandlotv1.Sandbox {
 	t.Helper()
 	var s sandlotv1.Sandbox
-	Eventually(t, 3*time.Minute, "sandbox "+name+" Running", func() error {
+	poll.Eventually(t, 3*time.Minute, "sandbox "+name+" Running", func() error {
 		if err := k.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &s); err != nil {
 			return err
 		}
@@ -136,7 +137,7 @@ func Delete(t *testing.T, k client.Client, name string) {
 	if err := k.Delete(context.Background(), sbx); err != nil && !apierrors.IsNotFound(err) {
 		t.Errorf("delete sandbox %s: %v", name, err)
 	}
-	Eventually(t, 2*time.Minute, "sandbox "+name+" and its pod gone", func() error {
+	poll.Eventually(t, 2*time.Minute, "sandbox "+name+" and its pod gone", func() error {
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), sbx); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("sandbox still there (%v)", err)
 		}
@@ -145,21 +146,6 @@ func Delete(t *testing.T, k client.Client, name string) {
 		}
 		return nil
 	})
-}
-
-func Eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v: %v", what, timeout, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
 }
 
 // EnvdRun runs a command in a sandbox through its envd API on the pod IP.
@@ -214,7 +200,7 @@ func DataOf(o client.Object) *sandlotv1.DataStatus {
 // WaitData re-reads o until check accepts its data status.
 func WaitData(t *testing.T, k client.Client, o client.Object, timeout time.Duration, what string, check func(*sandlotv1.DataStatus) error) {
 	t.Helper()
-	Eventually(t, timeout, o.GetName()+" "+what, func() error {
+	poll.Eventually(t, timeout, o.GetName()+" "+what, func() error {
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(o), o); err != nil {
 			return err
 		}
@@ -266,11 +252,12 @@ func FromSnapshot(t *testing.T, k client.Client, name, snapshot string) *sandlot
 // revision is Ready on nodes nodes (benchmarks measure restores, not
 // the build).
 func WaitBases(ctx context.Context, k client.Client, key client.ObjectKey, nodes int, timeout time.Duration) error {
+	wait, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	tpl := &sandlotv1.Template{}
-	deadline := time.Now().Add(timeout)
-	for {
+	err := poll.Until(wait, fmt.Sprintf("template %s: base snapshot Ready on %d nodes", key.Name, nodes), func() error {
 		if err := k.Get(ctx, key, tpl); err != nil {
-			return err
+			return poll.Stop(err)
 		}
 		ready := 0
 		for _, b := range tpl.Status.BaseSnapshots {
@@ -278,15 +265,15 @@ func WaitBases(ctx context.Context, k client.Client, key client.ObjectKey, nodes
 				ready++
 			}
 		}
-		if ready >= nodes {
-			return nil
+		if ready < nodes {
+			return fmt.Errorf("Ready on %d: %+v; bases %+v", ready, tpl.Status.Conditions, tpl.Status.BaseSnapshots)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("template %s: base snapshot Ready on %d of %d nodes after %v: %+v; bases %+v; nodes: %s",
-				key.Name, ready, nodes, timeout, tpl.Status.Conditions, tpl.Status.BaseSnapshots, nodeSummary(ctx, k))
-		}
-		time.Sleep(500 * time.Millisecond)
+		return nil
+	})
+	if err != nil && wait.Err() != nil {
+		return fmt.Errorf("%w; nodes: %s", err, nodeSummary(ctx, k))
 	}
+	return err
 }
 
 // nodeSummary says, per node, what makes it (in)eligible for sandboxes:

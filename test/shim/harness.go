@@ -18,6 +18,7 @@ import (
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/test/poll"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 )
 
@@ -147,17 +148,12 @@ func (e *Env) WaitVMsGone(t crienv.T) { e.waitClean(t, e.vmLeftovers) }
 
 func (e *Env) waitClean(t crienv.T, list func() []string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		left := list()
-		if len(left) == 0 {
-			return
+	poll.Eventually(t, 10*time.Second, "nothing left behind", func() error {
+		if left := list(); len(left) > 0 {
+			return fmt.Errorf("left behind:\n%s", strings.Join(left, "\n"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("left behind:\n%s", strings.Join(left, "\n"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // HealthURL is envd's health endpoint at a pod IP.

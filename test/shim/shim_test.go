@@ -2,6 +2,7 @@ package shimtest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
 	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // busybox is the image the VMs run: the app prints a line and waits.
@@ -71,17 +73,12 @@ func TestPodIsAVM(t *testing.T) {
 
 func waitLog(t *testing.T, path, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		b, _ := os.ReadFile(path)
-		if strings.Contains(string(b), want) {
-			return
+	poll.Eventually(t, 10*time.Second, fmt.Sprintf("container log %s containing %q", path, want), func() error {
+		if b, _ := os.ReadFile(path); !strings.Contains(string(b), want) {
+			return fmt.Errorf("the log is %q", b)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("container log %s: no %q in %q", path, want, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // running starts a sandlot pod with the busybox image and waits for envd
@@ -251,13 +248,12 @@ func TestKilledShim(t *testing.T) {
 // waitExited waits for a container to be reported exited.
 func (e *Env) waitExited(t *testing.T, ctr string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for e.ContainerState(t, ctr) != runtimeapi.ContainerState_CONTAINER_EXITED {
-		if time.Now().After(deadline) {
-			t.Fatalf("container state %v, want exited", e.ContainerState(t, ctr))
+	poll.Eventually(t, 15*time.Second, "container "+ctr+" exited", func() error {
+		if st := e.ContainerState(t, ctr); st != runtimeapi.ContainerState_CONTAINER_EXITED {
+			return fmt.Errorf("state %v", st)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // shimOf finds the shim process serving a pod (its -id is the pod's

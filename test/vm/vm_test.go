@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/test/poll"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 	"github.com/sandlot-dev/sandlot/vm"
 )
@@ -254,7 +255,12 @@ func TestPauseResume(t *testing.T) {
 		fmt.Sscan(run(t, ctx, g, "wc -l < /tmp/ticks"), &n)
 		return n
 	}
-	time.Sleep(500 * time.Millisecond)
+	poll.Eventually(t, 10*time.Second, "the guest ticking", func() error {
+		if out, err := g.Run(ctx, "wc -l < /tmp/ticks"); err != nil || strings.TrimSpace(out) == "0" {
+			return fmt.Errorf("%q, %v", out, err)
+		}
+		return nil
+	})
 	before := count()
 	if err := v.Pause(ctx); err != nil {
 		t.Fatal(err)

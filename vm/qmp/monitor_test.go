@@ -342,10 +342,20 @@ func TestEOFMidCommand(t *testing.T) {
 }
 
 func TestCloseFailsPendingCalls(t *testing.T) {
-	m := dialFake(t, func(c *fakeConn) { c.drain() })
+	sent := make(chan struct{})
+	m := dialFake(t, func(c *fakeConn) {
+		if _, ok := c.expect("never-answered"); ok {
+			close(sent) // written, so registered as pending before
+		}
+		c.drain()
+	})
 	errc := make(chan error, 1)
 	go func() { errc <- m.Execute(context.Background(), "never-answered", nil, nil) }()
-	time.Sleep(20 * time.Millisecond)
+	select {
+	case <-sent:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call never reached the fake")
+	}
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}

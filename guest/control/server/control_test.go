@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandlot-dev/sandlot/guest/control"
 	"github.com/sandlot-dev/sandlot/guest/identity"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 func TestPing(t *testing.T) {
@@ -264,7 +265,7 @@ func TestSignalGroup(t *testing.T) {
 	}
 	// Signal once sh has forked both sleeps, so the group signal has
 	// them to reach.
-	waitFor(t, "sh and its two sleeps in one process group", func() error {
+	poll.Eventually(t, 10*time.Second, "sh and its two sleeps in one process group", func() error {
 		if n := groupSize(p.PID); n < 3 {
 			return fmt.Errorf("%d in group %d", n, p.PID)
 		}

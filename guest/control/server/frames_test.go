@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandlot-dev/sandlot/guest/control"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // malformedInput holds frames that are each wrong in their own way,
@@ -68,7 +69,7 @@ func rawPipeConn(t *testing.T, h *Handler) net.Conn {
 func rawSocketConn(t *testing.T, h *Handler) net.Conn {
 	path := serveSocketT(t, h)
 	var conn net.Conn
-	waitFor(t, "the control socket to accept", func() (err error) {
+	poll.Eventually(t, 10*time.Second, "the control socket to accept", func() (err error) {
 		conn, err = net.Dial("unix", path)
 		return err
 	})

@@ -88,25 +88,6 @@ func pipeClient(t *testing.T, h *Handler) *control.Client {
 	return c
 }
 
-// waitFor polls cond until it returns nil, failing the test after 10s:
-// for conditions nothing signals, such as another process's state.
-func waitFor(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		<-tick.C
-	}
-}
-
 // groupSize counts the processes in process group pgid (from /proc).
 func groupSize(pgid int) int {
 	dirs, _ := os.ReadDir("/proc")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandlot-dev/sandlot/guest/envd/files"
 	pb "github.com/sandlot-dev/sandlot/guest/envdpb/filesystempb"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // watchStream opens WatchDir and forwards its messages to a channel once
@@ -174,11 +175,7 @@ func TestPolledWatcher(t *testing.T) {
 	write(t, filepath.Join(home, "one"), "1")
 	write(t, filepath.Join(home, "two"), "2")
 	seen := map[string]bool{}
-	deadline := time.Now().Add(5 * time.Second)
-	for !seen["CREATE one"] || !seen["CREATE two"] {
-		if time.Now().After(deadline) {
-			t.Fatalf("events so far: %v", seen)
-		}
+	poll.Eventually(t, 5*time.Second, "CREATE events of one and two", func() error {
 		got, err := e.client.GetWatcherEvents(ctx, connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: id}))
 		must(t, err)
 		for _, ev := range got.Msg.GetEvents() {
@@ -188,8 +185,11 @@ func TestPolledWatcher(t *testing.T) {
 			}
 			seen[key] = true
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		if !seen["CREATE one"] || !seen["CREATE two"] {
+			return fmt.Errorf("events so far: %v", seen)
+		}
+		return nil
+	})
 	_, err = e.client.RemoveWatcher(ctx, connect.NewRequest(&pb.RemoveWatcherRequest{WatcherId: id}))
 	must(t, err)
 	_, err = e.client.GetWatcherEvents(ctx, connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: id}))

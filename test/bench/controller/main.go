@@ -32,6 +32,7 @@ import (
 	"github.com/sandlot-dev/sandlot/controllers"
 	"github.com/sandlot-dev/sandlot/test/bench/host"
 	"github.com/sandlot-dev/sandlot/test/kube"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 func main() {
@@ -113,9 +114,11 @@ func (b *bench) setup(ctx context.Context) error {
 	if err := b.c.Create(ctx, tpl); err != nil {
 		return err
 	}
-	return wait(10*time.Second, func() bool {
-		_ = b.c.Get(ctx, client.ObjectKeyFromObject(tpl), tpl)
-		return len(tpl.Status.Conditions) > 0
+	return poll.Within(10*time.Second, "template "+tpl.Name+" has conditions", func() error {
+		if err := b.c.Get(ctx, client.ObjectKeyFromObject(tpl), tpl); err != nil || len(tpl.Status.Conditions) == 0 {
+			return fmt.Errorf("status %+v (%v)", tpl.Status, err)
+		}
+		return nil
 	})
 }
 
@@ -304,13 +307,4 @@ func parseLevels(s string) []int {
 		}
 	}
 	return out
-}
-
-func wait(d time.Duration, ok func() bool) error {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if ok() {
-			return nil
-		}
-	}
-	return fmt.Errorf("timed out after %v", d)
 }

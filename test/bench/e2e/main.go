@@ -29,6 +29,7 @@ import (
 	"github.com/sandlot-dev/sandlot/test/bench/stats"
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/test/poll"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 	"github.com/sandlot-dev/sandlot/vm"
@@ -231,10 +232,10 @@ func (b *bench) deleteAndWait(obj client.Object) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_ = b.k.Delete(ctx, obj)
-	for ctx.Err() == nil {
-		if err := b.k.Get(ctx, client.ObjectKeyFromObject(obj), obj); apierrors.IsNotFound(err) {
-			return
+	_ = poll.Until(ctx, obj.GetName()+" gone", func() error {
+		if err := b.k.Get(ctx, client.ObjectKeyFromObject(obj), obj); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%v)", err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -18,10 +18,12 @@ import (
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/cluster"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
-// poll is the period of the few waits that poll (objects and pods gone).
-const poll = 50 * time.Millisecond
+// pollPeriod is the period of the few waits that poll (objects and pods
+// gone): fixed, as a pause's row times its pod gone.
+const pollPeriod = 50 * time.Millisecond
 
 // ZeroOverhead drops the RuntimeClass's per-pod overhead (100m CPU, 96 MiB)
 // in a benchmark's cluster: it is placement accounting only (QEMU runs
@@ -83,38 +85,29 @@ func Remove(ctx context.Context, k client.Client, objs ...client.Object) error {
 
 // Gone polls until the object is not found.
 func Gone(ctx context.Context, k client.Client, o client.Object) error {
-	for {
-		err := k.Get(ctx, client.ObjectKeyFromObject(o), o)
-		if apierrors.IsNotFound(err) {
-			return nil
+	return poll.Every(ctx, pollPeriod, fmt.Sprintf("%T %s gone", o, o.GetName()), func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%v)", err)
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%T %s still there (%v): %w", o, o.GetName(), err, ctx.Err())
-		case <-time.After(poll):
-		}
-	}
+		return nil
+	})
 }
 
 // NoPods polls until no sandlot pod is left: every sandbox's and pool
 // pod carries the sandbox label (a pool pod's empty until claimed).
 func NoPods(ctx context.Context, k client.Client) error {
-	for {
+	return poll.Every(ctx, pollPeriod, "no sandlot pod left", func() error {
 		pods := &corev1.PodList{}
 		err := k.List(ctx, pods, client.InNamespace("default"), client.HasLabels{sandlotv1.LabelSandbox})
 		if err == nil && len(pods.Items) == 0 {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			var left []string
-			for _, p := range pods.Items {
-				left = append(left, p.Name)
-			}
-			return fmt.Errorf("pods %v still there (%v): %w", left, err, ctx.Err())
-		case <-time.After(poll):
+		var left []string
+		for _, p := range pods.Items {
+			left = append(left, p.Name)
 		}
-	}
+		return fmt.Errorf("pods %v still there (%v)", left, err)
+	})
 }
 
 // FloorRow is the bare QEMU restore's row in bench-vm's table.
