@@ -13,7 +13,6 @@ import (
 	"github.com/containerd/ttrpc"
 
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
-	"github.com/sandlot-dev/sandlot/vm"
 )
 
 // controlServer serves the VM control API on the pod's control socket.
@@ -150,5 +149,5 @@ func (a *controlAPI) SetIdentity(ctx context.Context, r *controlapi.SetIdentityR
 
 // withVM runs fn with the pod's VM present and the pod locked.
 func (a *controlAPI) withVM(fn func() error) error {
-	return a.pod.withVM(func(*vm.VM) error { return fn() })
+	return a.pod.withVM(func(machine) error { return fn() })
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
-	"github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -71,7 +70,7 @@ func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec
 	}
 	vs := vmSpec{VCPU: req.VCPU, MemoryMiB: req.MemoryMiB, LayerMiB: req.LayerMiB, ImageName: ann[annImageName],
 		Env: envMap(spec.Process.Env), Pool: req.Pool}
-	if vs.ImageDigest, err = imageDigest(ctx, s.address, namespace(ctx), vs.ImageName); err != nil {
+	if vs.ImageDigest, err = s.host.digest(ctx, vs.ImageName); err != nil {
 		return vmSpec{}, 0, fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
 	}
 	if req.Restore != nil {
@@ -81,7 +80,7 @@ func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec
 				return vs, 0, err
 			}
 		}
-		adopt, err := restoreSource(loc, vs.ImageDigest, cfg)
+		adopt, err := s.restoreSource(loc, vs.ImageDigest, cfg)
 		vs.Restore = loc
 		return vs, adopt, err
 	}
@@ -143,7 +142,7 @@ func agentAbsent(err error) bool {
 // restoreSource checks a snapshot can start this container: it exists
 // here, and was taken from the same image. It returns the guest PID of
 // the snapshot's app process.
-func restoreSource(dir, digest string, cfg node.Config) (int, error) {
+func (s *service) restoreSource(dir, digest string, cfg node.Config) (int, error) {
 	if !filepath.IsAbs(dir) {
 		return 0, fmt.Errorf("%w: snapshot location %q is not a directory on this node", errdefs.ErrInvalidArgument, dir)
 	}
@@ -154,7 +153,7 @@ func restoreSource(dir, digest string, cfg node.Config) (int, error) {
 		}
 		return 0, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
-	if err := compatible(m, cfg); err != nil {
+	if err := s.host.vms.Compatible(m, cfg); err != nil {
 		return 0, fmt.Errorf("%w: snapshot %s: %w", errdefs.ErrFailedPrecondition, dir, err)
 	}
 	if got := m.Labels[labelImageDigest]; got != digest {
@@ -163,22 +162,6 @@ func restoreSource(dir, digest string, cfg node.Config) (int, error) {
 	}
 	pid, _ := strconv.Atoi(m.Labels[labelInitPID])
 	return pid, nil
-}
-
-// compatible checks this node's QEMU, accel and CPU can restore m.
-func compatible(m *vm.Manifest, cfg node.Config) error {
-	accel := cfg.Accel
-	if accel == "" {
-		var err error
-		if accel, err = vm.DetectAccel(); err != nil {
-			return err
-		}
-	}
-	qv, err := vm.QEMUVersion(cfg.QEMU)
-	if err != nil {
-		return err
-	}
-	return m.Compatible(accel, qv, vm.CPUFingerprint())
 }
 
 func envMap(env []string) map[string]string {
@@ -191,25 +174,33 @@ func envMap(env []string) map[string]string {
 }
 
 // start runs a process: nothing for the pause container; in the VM for
-// the app container (its init adopts a restored VM's process).
+// the app container (its init adopts a restored VM's process). A failed
+// start leaves the process created, to be started again.
 func (s *service) start(ctx context.Context, c *container, p *process) error {
-	if c.sandbox {
-		if p.id != "" {
-			return fmt.Errorf("%w: exec in a pause container", errdefs.ErrNotImplemented)
-		}
-		p.mu.Lock()
-		p.status = task.Status_RUNNING
-		p.mu.Unlock()
-		return nil
+	if c.sandbox && p.id != "" {
+		return fmt.Errorf("%w: exec in a pause container", errdefs.ErrNotImplemented)
 	}
+	if err := p.beginStart(); err != nil {
+		return err
+	}
+	if c.sandbox {
+		return p.runNothing()
+	}
+	err := s.startInVM(ctx, c, p)
+	if err != nil {
+		p.abortStart()
+	}
+	return err
+}
+
+func (s *service) startInVM(ctx context.Context, c *container, p *process) error {
 	g, err := c.pod.guest()
 	if err != nil {
 		return fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
 	}
 	if p.id == "" && c.adoptPID > 0 {
 		c.pod.setLabel(labelInitPID, strconv.Itoa(c.adoptPID))
-		sub := g.Subscribe(c.adoptPID)
-		return p.run(ctx, g, sub.C, sub.Close, c.adoptPID)
+		return p.run(ctx, g, g.Follow(c.adoptPID))
 	}
 	spec := c.spec.Process
 	if p.id != "" {
@@ -219,14 +210,20 @@ func (s *service) start(ctx context.Context, c *container, p *process) error {
 	if err != nil {
 		return err
 	}
-	proc, err := g.Start(ctx, params)
+	gp, err := g.Start(ctx, params)
 	if err != nil {
 		return fmt.Errorf("start %v in the VM: %w", params.Args, err)
 	}
 	if p.id == "" {
-		c.pod.setLabel(labelInitPID, strconv.Itoa(proc.PID))
+		c.pod.setLabel(labelInitPID, strconv.Itoa(gp.PID))
 	}
-	return p.run(ctx, g, proc.Events(), proc.Close, proc.PID)
+	if err := p.run(ctx, g, gp); err != nil {
+		// Killed while starting, or its FIFOs failed: nobody follows it,
+		// so it must not run on unseen.
+		_ = g.SignalGroup(context.WithoutCancel(ctx), gp.PID, int(syscall.SIGKILL))
+		return err
+	}
+	return nil
 }
 
 func startParams(spec *specs.Process, terminal bool) (control.StartParams, error) {
@@ -244,11 +241,11 @@ func startParams(spec *specs.Process, terminal bool) (control.StartParams, error
 // kill signals a process. The pause container's (which runs nothing)
 // exits at once.
 func (s *service) kill(ctx context.Context, c *container, p *process, sig int) error {
-	pid, status, _, _ := p.snapshot()
+	pid, st, _, _ := p.snapshot()
 	switch {
-	case status == task.Status_STOPPED:
+	case st == procStopped:
 		return fmt.Errorf("process already finished: %w", errdefs.ErrNotFound)
-	case c.sandbox || status == task.Status_CREATED:
+	case c.sandbox || st == procCreated || st == procStarting:
 		p.exited(128 + uint32(sig))
 		return nil
 	}
@@ -318,22 +315,18 @@ func (s *service) delete(ctx context.Context, c *container, p *process) error {
 	return nil
 }
 
-// guestClient is what ResizePty and CloseIO need of the guest.
-type guestClient interface {
-	Resize(ctx context.Context, pid int, cols, rows uint16) error
-	CloseStdin(ctx context.Context, pid int) error
-}
-
-func (s *service) guestCall(c *container, p *process, fn func(context.Context, int, guestClient) error) error {
-	pid, status, _, _ := p.snapshot()
-	if c.sandbox || status != task.Status_RUNNING {
+// guestCall runs fn on a running app process's guest PID; a process that
+// does not run (or the pause container's) has nothing to act on.
+func (s *service) guestCall(c *container, p *process, fn func(pid int, g guest) error) error {
+	pid, st, _, _ := p.snapshot()
+	if c.sandbox || !st.live() {
 		return nil
 	}
 	g, err := c.pod.guest()
 	if err != nil {
 		return err
 	}
-	return fn(context.Background(), pid, g)
+	return fn(pid, g)
 }
 
 // restoreInPlace replaces a pod's VM with a restore of one of the pod's
@@ -344,7 +337,7 @@ func (s *service) restoreInPlace(ctx context.Context, p *pod, dir string) error 
 	if c == nil {
 		return fmt.Errorf("%w: the pod has no app container", errdefs.ErrFailedPrecondition)
 	}
-	adopt, err := restoreSource(dir, p.label(labelImageDigest), p.cfg)
+	adopt, err := s.restoreSource(dir, p.label(labelImageDigest), p.cfg)
 	if err != nil {
 		return err
 	}
@@ -354,8 +347,7 @@ func (s *service) restoreInPlace(ctx context.Context, p *pod, dir string) error 
 	}
 	g, err := p.replace(ctx, dir)
 	if err == nil && adopt > 0 {
-		sub := g.Subscribe(adopt)
-		err = c.init.run(ctx, g, sub.C, sub.Close, adopt)
+		err = c.init.run(ctx, g, g.Follow(adopt))
 	}
 	if err != nil || adopt == 0 {
 		c.init.exited(exitVMGone)

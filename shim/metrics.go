@@ -16,7 +16,7 @@ import (
 // snapshot pages split among them) and its CPU time.
 func (p *pod) metrics() (*anypb.Any, error) {
 	var st vm.Stats
-	err := p.withVM(func(v *vm.VM) (err error) {
+	err := p.withVM(func(v machine) (err error) {
 		st, err = v.Stats()
 		return err
 	})

@@ -12,7 +12,6 @@ import (
 	"github.com/sandlot-dev/sandlot/api/node"
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
-	"github.com/sandlot-dev/sandlot/guest/control"
 	"github.com/sandlot-dev/sandlot/guest/identity"
 	"github.com/sandlot-dev/sandlot/shim/podnet"
 	"github.com/sandlot-dev/sandlot/vm"
@@ -36,9 +35,11 @@ type pod struct {
 	netns    string
 	hostname string
 
+	host host // QEMU and the netns, through the service
+
 	mu       sync.Mutex
 	cfg      node.Config
-	vm       *vm.VM
+	vm       machine
 	net      podnet.Pod
 	attached bool // the tap and filters are in place
 	identity identity.Identity
@@ -91,9 +92,9 @@ func (p *pod) start(ctx context.Context, s vmSpec, api controlapi.VMControlServi
 	cfg := p.vmConfig(s)
 	trace := time.Now()
 	if s.Restore != "" {
-		p.vm, err = vm.Restore(ctx, p.cfg.QEMU, cfg, s.Restore, p.identity)
+		p.vm, err = p.host.vms.Restore(ctx, p.cfg.QEMU, cfg, s.Restore, p.identity)
 	} else {
-		p.vm, err = vm.Boot(ctx, p.assets(), cfg, p.identity)
+		p.vm, err = p.host.vms.Boot(ctx, p.assets(), cfg, p.identity)
 	}
 	if err != nil {
 		return err
@@ -125,7 +126,7 @@ func (p *pod) vmConfig(s vmSpec) vm.Config {
 		RunDir: p.cfg.Layout().VMDir(p.uid), MemoryDir: p.cfg.MemoryDir,
 		BaseDisk: s.BaseDisk, LayerMiB: s.LayerMiB,
 		Net:     vm.NetSpec{MAC: p.net.MAC, Tap: tapName},
-		StartIn: func(start func() error) error { return podnet.Run(p.netns, start) },
+		StartIn: func(start func() error) error { return p.host.network.Run(p.netns, start) },
 		Labels:  maps.Clone(p.labels),
 	}
 }
@@ -136,13 +137,13 @@ func (p *pod) attachNetwork() error {
 	if p.netns == "" {
 		return errors.New("the pod has no network namespace (host-network pods cannot run in a VM)")
 	}
-	n, err := podnet.Inspect(p.netns, "")
+	n, err := p.host.network.Inspect(p.netns)
 	if err != nil {
-		return err
+		return fmt.Errorf("inspect the pod's network: %w", err)
 	}
 	p.net = n
-	if err := podnet.Attach(p.netns, n, tapName); err != nil {
-		return err
+	if err := p.host.network.Attach(p.netns, n, tapName); err != nil {
+		return fmt.Errorf("attach the VM to the pod's network: %w", err)
 	}
 	p.attached = true
 	return nil
@@ -151,8 +152,8 @@ func (p *pod) attachNetwork() error {
 // openNetwork opens the gate once the guest has the pod's identity and
 // announces it.
 func (p *pod) openNetwork(ctx context.Context) error {
-	if err := podnet.OpenGate(p.netns, p.net, tapName); err != nil {
-		return err
+	if err := p.host.network.OpenGate(p.netns, p.net, tapName); err != nil {
+		return fmt.Errorf("open the pod's network to the VM: %w", err)
 	}
 	return p.vm.Announce(ctx)
 }
@@ -168,14 +169,14 @@ func (p *pod) newIdentity(env map[string]string) identity.Identity {
 	}
 }
 
-// guest is the control client of the running VM, or an error.
-func (p *pod) guest() (*control.Client, error) {
+// guest is the agent of the running VM, or an error.
+func (p *pod) guest() (guest, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.vm == nil {
 		return nil, errors.New("the pod's VM is not running")
 	}
-	return p.vm.Control(), nil
+	return p.vm.Guest(), nil
 }
 
 // qemuPID is the VM's host process, 0 without one.
@@ -206,7 +207,7 @@ func (p *pod) teardownLocked() error {
 		p.vm = nil
 	}
 	if p.attached {
-		errs = append(errs, podnet.Detach(p.netns, p.net, tapName))
+		errs = append(errs, p.host.network.Detach(p.netns, p.net, tapName))
 		p.attached = false
 	}
 	errs = append(errs, os.RemoveAll(p.dir()))
@@ -231,7 +232,7 @@ func (p *pod) setLabel(key, value string) {
 
 // replace stops the VM and restores the snapshot in dir in its place,
 // with the pod's network identity; it returns the new guest's client.
-func (p *pod) replace(ctx context.Context, dir string) (*control.Client, error) {
+func (p *pod) replace(ctx context.Context, dir string) (guest, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.vm == nil {
@@ -245,7 +246,7 @@ func (p *pod) replace(ctx context.Context, dir string) (*control.Client, error) 
 	s := p.vmSpec
 	s.Restore = dir
 	p.identity.UnixNano = time.Now().UnixNano()
-	v, err := vm.Restore(ctx, p.cfg.QEMU, p.vmConfig(s), dir, p.identity)
+	v, err := p.host.vms.Restore(ctx, p.cfg.QEMU, p.vmConfig(s), dir, p.identity)
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +254,7 @@ func (p *pod) replace(ctx context.Context, dir string) (*control.Client, error) 
 	if err := v.Announce(ctx); err != nil {
 		return nil, err
 	}
-	return v.Control(), nil
+	return v.Guest(), nil
 }
 
 // paused reports whether the VM's vCPUs are stopped.
@@ -264,14 +265,14 @@ func (p *pod) paused() bool {
 }
 
 func (p *pod) pause(ctx context.Context) error {
-	return p.withVM(func(v *vm.VM) error { return v.Pause(ctx) })
+	return p.withVM(func(v machine) error { return v.Pause(ctx) })
 }
 
 func (p *pod) resume(ctx context.Context) error {
-	return p.withVM(func(v *vm.VM) error { return v.Resume(ctx) })
+	return p.withVM(func(v machine) error { return v.Resume(ctx) })
 }
 
-func (p *pod) withVM(fn func(*vm.VM) error) error {
+func (p *pod) withVM(fn func(machine) error) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.vm == nil {

@@ -8,7 +8,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/fifo"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -30,7 +29,7 @@ type process struct {
 
 	mu       sync.Mutex
 	guestPID int
-	status   task.Status
+	state    procState
 	exit     uint32
 	exitedAt time.Time
 	done     chan struct{}
@@ -44,35 +43,78 @@ type process struct {
 }
 
 func newProcess(id string, io stdio, onExit func(*process)) *process {
-	return &process{id: id, stdio: io, status: task.Status_CREATED, done: make(chan struct{}), onExit: onExit}
+	return &process{id: id, stdio: io, state: procCreated, done: make(chan struct{}), onExit: onExit}
 }
 
-// run attaches to guest process pid: its output goes to the FIFOs, its
-// stdin comes from one, and its exit is recorded.
-func (p *process) run(ctx context.Context, c *control.Client, events <-chan control.Event, closeEvents func(), pid int) error {
+// move changes the state as procTransitions allow (p.mu is held).
+func (p *process) move(to procState) error {
+	next, err := nextProc(p.state, to)
+	p.state = next
+	return err
+}
+
+// beginStart claims the process for a Start: a second Start, or one of
+// an exited process, is refused.
+func (p *process) beginStart() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	first := p.stdout == nil
-	if first {
-		if err := p.openOutput(ctx); err != nil {
-			closeEvents()
-			return err
-		}
-	}
-	p.gen++
-	p.guestPID, p.status = pid, task.Status_RUNNING
-	go p.pump(p.gen, events, closeEvents)
-	if first && p.stdio.Stdin != "" {
-		go p.feed(c, pid)
+	if err := p.move(procStarting); err != nil {
+		return fmt.Errorf("start: %w", err)
 	}
 	return nil
 }
 
-// detach stops following the guest process (its VM is being replaced).
+// abortStart gives a failed Start's process back, to be started again
+// (unless it was killed meanwhile).
+func (p *process) abortStart() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state == procStarting {
+		p.state = procCreated
+	}
+}
+
+// runNothing marks the pause container's process running: it has none.
+func (p *process) runNothing() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.move(procRunning)
+}
+
+// run attaches to a guest process: its output goes to the FIFOs, its
+// stdin comes from one, and its exit is recorded.
+func (p *process) run(ctx context.Context, g guest, gp guestProcess) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, err := nextProc(p.state, procRunning); err != nil {
+		gp.Close()
+		return fmt.Errorf("attach to guest process %d: %w", gp.PID, err)
+	}
+	first := p.stdout == nil
+	if first {
+		if err := p.openOutput(ctx); err != nil {
+			gp.Close()
+			return err
+		}
+	}
+	p.gen++
+	p.guestPID, p.state = gp.PID, procRunning
+	go p.pump(p.gen, gp.Events, gp.Close)
+	if first && p.stdio.Stdin != "" {
+		go p.feed(g, gp.PID)
+	}
+	return nil
+}
+
+// detach stops following the guest process (its VM is being replaced):
+// the pump of the old VM ends without recording an exit.
 func (p *process) detach() {
 	p.mu.Lock()
-	p.gen++
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	if p.state == procRunning {
+		p.gen++
+		p.state = procDetached
+	}
 }
 
 // openOutput opens the FIFOs containerd reads (or discards output when
@@ -131,7 +173,7 @@ loop:
 const exitVMGone = 128 + uint32(syscall.SIGKILL)
 
 // feed copies the stdin FIFO to the guest; EOF closes the guest's stdin.
-func (p *process) feed(c *control.Client, pid int) {
+func (p *process) feed(g guest, pid int) {
 	f, err := fifo.OpenFifo(context.Background(), p.stdio.Stdin, syscall.O_RDONLY, 0)
 	if err != nil {
 		return
@@ -140,11 +182,11 @@ func (p *process) feed(c *control.Client, pid int) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := f.Read(buf)
-		if n > 0 && c.WriteStdin(context.Background(), pid, buf[:n]) != nil {
+		if n > 0 && g.WriteStdin(context.Background(), pid, buf[:n]) != nil {
 			return
 		}
 		if err != nil {
-			_ = c.CloseStdin(context.Background(), pid)
+			_ = g.CloseStdin(context.Background(), pid)
 			return
 		}
 	}
@@ -153,11 +195,11 @@ func (p *process) feed(c *control.Client, pid int) {
 // exited records the exit once.
 func (p *process) exited(status uint32) {
 	p.mu.Lock()
-	if p.status == task.Status_STOPPED {
+	if p.move(procStopped) != nil {
 		p.mu.Unlock()
-		return
+		return // it had exited already
 	}
-	p.status, p.exit, p.exitedAt = task.Status_STOPPED, status, time.Now()
+	p.exit, p.exitedAt = status, time.Now()
 	for _, w := range []io.WriteCloser{p.stdout, p.stderr} {
 		if w != nil {
 			w.Close()
@@ -181,13 +223,13 @@ func (p *process) wait(ctx context.Context) error {
 }
 
 // snapshot is the process's state, consistent.
-func (p *process) snapshot() (pid int, status task.Status, exit uint32, exitedAt time.Time) {
+func (p *process) snapshot() (pid int, state procState, exit uint32, exitedAt time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.guestPID, p.status, p.exit, p.exitedAt
+	return p.guestPID, p.state, p.exit, p.exitedAt
 }
 
 func (p *process) running() bool {
 	_, st, _, _ := p.snapshot()
-	return st == task.Status_RUNNING
+	return st.live()
 }

@@ -39,7 +39,7 @@ var empty = &emptypb.Empty{}
 // container is the VM and its processes run inside it.
 type service struct {
 	shutdown shutdown.Service
-	address  string // containerd's gRPC address (to look images up)
+	host     host
 	events   chan any
 
 	mu         sync.Mutex
@@ -62,12 +62,20 @@ type container struct {
 }
 
 // NewTaskService is the task API of a shim process.
+// address is containerd's gRPC address (to look images up).
 func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.Service, address string) (taskAPI.TTRPCTaskService, error) {
-	s := &service{shutdown: sd, address: address, events: make(chan any, 128),
-		containers: map[string]*container{}, pods: map[string]*pod{}}
+	s := newService(sd, realHost(address))
 	go s.forward(ctx, publisher)
-	sd.RegisterCallback(func(context.Context) error { s.stopAll(); return nil })
 	return s, nil
+}
+
+// newService is the task service on h; its events wait on s.events for
+// forward (or a test) to take them.
+func newService(sd shutdown.Service, h host) *service {
+	s := &service{shutdown: sd, host: h, events: make(chan any, 128),
+		containers: map[string]*container{}, pods: map[string]*pod{}}
+	sd.RegisterCallback(func(context.Context) error { s.stopAll(); return nil })
+	return s
 }
 
 // RegisterTTRPC registers the task API with the shim's ttrpc server.
@@ -142,7 +150,7 @@ func (s *service) createPause(r *taskAPI.CreateTaskRequest, spec *specs.Spec, st
 	if uid == "" || filepath.Base(uid) != uid {
 		return nil, fmt.Errorf("%w: pod sandbox %s has no usable %s annotation", errdefs.ErrInvalidArgument, r.ID, annSandboxUID)
 	}
-	p := &pod{id: r.ID, uid: uid, netns: netnsPath(spec), hostname: spec.Hostname, cfg: cfg}
+	p := &pod{id: r.ID, uid: uid, netns: netnsPath(spec), hostname: spec.Hostname, cfg: cfg, host: s.host}
 	c := &container{id: r.ID, bundle: r.Bundle, sandbox: true, pod: p, spec: spec, execs: map[string]*process{}}
 	c.init = newProcess("", std, s.exitHandler(c))
 	s.mu.Lock()
@@ -241,7 +249,8 @@ func (s *service) State(ctx context.Context, r *taskAPI.StateRequest) (*taskAPI.
 	if err != nil {
 		return nil, errgrpc.ToGRPC(err)
 	}
-	_, status, exit, at := p.snapshot()
+	_, st, exit, at := p.snapshot()
+	status := st.taskStatus()
 	if status == task.Status_RUNNING && !c.sandbox && c.pod.paused() {
 		status = task.Status_PAUSED
 	}
@@ -388,7 +397,7 @@ func (s *service) ResizePty(ctx context.Context, r *taskAPI.ResizePtyRequest) (*
 	if err != nil {
 		return nil, errgrpc.ToGRPC(err)
 	}
-	return empty, errgrpc.ToGRPC(s.guestCall(c, p, func(ctx2 context.Context, pid int, g guestClient) error {
+	return empty, errgrpc.ToGRPC(s.guestCall(c, p, func(pid int, g guest) error {
 		return g.Resize(ctx, pid, uint16(r.Width), uint16(r.Height))
 	}))
 }
@@ -401,7 +410,7 @@ func (s *service) CloseIO(ctx context.Context, r *taskAPI.CloseIORequest) (*empt
 	if !r.Stdin {
 		return empty, nil
 	}
-	return empty, errgrpc.ToGRPC(s.guestCall(c, p, func(_ context.Context, pid int, g guestClient) error {
+	return empty, errgrpc.ToGRPC(s.guestCall(c, p, func(pid int, g guest) error {
 		return g.CloseStdin(ctx, pid)
 	}))
 }
