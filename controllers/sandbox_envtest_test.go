@@ -19,6 +19,7 @@ import (
 // TestSandboxFromTemplateBecomesPod: the Pod carries the runtime class,
 // node, resources, env (token from the Secret), annotations and owner;
 // a running pod with an IP makes the Sandbox Running.
+// Longer than 60 lines: one scenario, read in order.
 func TestSandboxFromTemplateBecomesPod(t *testing.T) {
 	h := newHarness(t)
 	startController(t)

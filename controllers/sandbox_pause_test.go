@@ -9,6 +9,7 @@ import (
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
+// Longer than 60 lines: a table, one row per case.
 func TestDecidePause(t *testing.T) {
 	now := metav1.Now()
 	running := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}

@@ -60,6 +60,7 @@ func TestAuth(t *testing.T) {
 // TestCreate: a create blocks until the sandbox is usable (VM ready and
 // token Secret), then answers 201 with its ID and token; the Sandbox
 // carries what the request asked.
+// Longer than 60 lines: one request per step of a scenario, read in order.
 func TestCreate(t *testing.T) {
 	f := setup(t)
 	t.Parallel()
@@ -213,6 +214,7 @@ func sdkMetadata(m map[string]string) string {
 
 // TestList: GET /v2/sandboxes (and the v1 list) filter by metadata and
 // state, and page by X-Next-Token.
+// Longer than 60 lines: one request per step of a scenario, read in order.
 func TestList(t *testing.T) {
 	f := setup(t)
 	t.Parallel()

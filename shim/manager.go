@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,20 +48,9 @@ func (Manager) Start(ctx context.Context, params *bootapi.BootstrapParams) (_ *b
 		return nil, err
 	}
 	result := &bootapi.BootstrapResult{Version: 3, Protocol: "ttrpc", Address: address}
-	ln, err := shim.NewSocket(address)
-	if err != nil {
-		if !shim.SocketEaddrinuse(err) {
-			return nil, fmt.Errorf("shim socket: %w", err)
-		}
-		if shim.CanConnect(address) {
-			return result, nil // the pod's shim runs already
-		}
-		if err := shim.RemoveSocket(address); err != nil {
-			return nil, fmt.Errorf("remove stale shim socket: %w", err)
-		}
-		if ln, err = shim.NewSocket(address); err != nil {
-			return nil, fmt.Errorf("shim socket: %w", err)
-		}
+	ln, running, err := listenShim(address)
+	if err != nil || running {
+		return result, err
 	}
 	defer func() {
 		if retErr != nil {
@@ -90,6 +80,29 @@ func (Manager) Start(ctx context.Context, params *bootapi.BootstrapParams) (_ *b
 		return nil, fmt.Errorf("adjust the shim's OOM score: %w", err)
 	}
 	return result, nil
+}
+
+// listenShim binds the pod's shim socket; running reports that the pod's
+// shim answers on it already (nothing to start). A stale socket is
+// replaced.
+func listenShim(address string) (ln *net.UnixListener, running bool, err error) {
+	ln, err = shim.NewSocket(address)
+	if err == nil {
+		return ln, false, nil
+	}
+	if !shim.SocketEaddrinuse(err) {
+		return nil, false, fmt.Errorf("shim socket: %w", err)
+	}
+	if shim.CanConnect(address) {
+		return nil, true, nil
+	}
+	if err := shim.RemoveSocket(address); err != nil {
+		return nil, false, fmt.Errorf("remove stale shim socket: %w", err)
+	}
+	if ln, err = shim.NewSocket(address); err != nil {
+		return nil, false, fmt.Errorf("shim socket: %w", err)
+	}
+	return ln, false, nil
 }
 
 func shimCommand(ctx context.Context, id string, params *bootapi.BootstrapParams) (*exec.Cmd, error) {

@@ -134,6 +134,16 @@ func run(ctx context.Context) error {
 	if c, ok := node.Store.(io.Closer); ok {
 		defer c.Close()
 	}
+	fp, err := nodeagent.Fingerprint(*hostRoot, *qemu)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, node, fp, metricsAddr, probeAddr)
+}
+
+// serve runs the agent's manager for node, once its fingerprint is
+// published on the Node.
+func serve(ctx context.Context, node nodeagent.Node, fp sandlotv1.Fingerprint, metricsAddr, probeAddr string) error {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, sandlotv1.AddToScheme} {
 		if err := add(scheme); err != nil {
@@ -150,10 +160,6 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 	if err := nodeagent.Setup(mgr, node); err != nil {
-		return err
-	}
-	fp, err := nodeagent.Fingerprint(*hostRoot, *qemu)
-	if err != nil {
 		return err
 	}
 	// The manager's client is not readable before Start: a direct client.

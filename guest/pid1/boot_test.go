@@ -21,6 +21,7 @@ const bootHelperEnv = "SANDLOT_PID1_BOOT_HELPER"
 // (loop devices) and switches into it — in a child process with a
 // private mount namespace, so the host's mounts are untouched. Only
 // power-off is left out.
+// Longer than 60 lines: one boot, checked step by step.
 func TestBootInMountNamespace(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("run as root: the test mounts loop devices in a private mount namespace")

@@ -116,6 +116,7 @@ func bootCalls(t *testing.T, cfg Config) []string {
 	return out
 }
 
+// Longer than 60 lines: one boot, checked step by step.
 func TestRunBootsServesAndShutsDown(t *testing.T) {
 	for _, tc := range []struct {
 		name     string

@@ -1,5 +1,7 @@
 package cluster
 
+// Longer than 500 lines: the cluster's whole PKI in one place: the CA, every leaf and kubeconfig, and their checks, so one file shows who may do what.
+
 import (
 	"bytes"
 	"crypto"

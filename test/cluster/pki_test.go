@@ -1,5 +1,7 @@
 package cluster
 
+// Longer than 500 lines: the PKI's checks against a real API server, one per identity, beside each other.
+
 import (
 	"bytes"
 	"context"

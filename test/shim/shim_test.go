@@ -110,6 +110,7 @@ func (e *Env) sh(t *testing.T, ctr, cmd string) string {
 // new pod annotated with the snapshot comes up from it with its own IP and
 // the file and in-memory value from before; pause stops the VM, resume
 // continues it, and a restore in place rolls a pod back.
+// Longer than 60 lines: one scenario, read in order.
 func TestSnapshotRestoreControl(t *testing.T) {
 	e, img := startBusybox(t)
 	podA, ctrA, ipA, cfgA := e.running(t, "origin", img, nil)

@@ -191,6 +191,7 @@ func (b *bench) warmUp(w int) {
 }
 
 // level runs n requests on c workers and records the batch.
+// Longer than 60 lines: the rows of one table, in the seed report's order.
 func (b *bench) level(mode string, pool bool, c, n, poolMax int) {
 	name := fmt.Sprintf("%s, %s warm pool, c=%d", mode, map[bool]string{false: "without", true: "with"}[pool], c)
 	size := 0
