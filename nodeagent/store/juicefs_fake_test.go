@@ -8,8 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // fakeJFS stands in for one node's JuiceFS client (JuiceFS cannot be
@@ -32,6 +35,7 @@ type fakeJFS struct {
 	next    int
 	missing bool // serve metrics without the staging gauge
 	uploads sync.WaitGroup
+	scrapes atomic.Int64 // metrics requests served
 }
 
 const blockSize = 4 << 20 // JuiceFS's default block size
@@ -49,6 +53,7 @@ func newFakeJFS(t *testing.T, delay time.Duration) *fakeJFS {
 }
 
 func (f *fakeJFS) metrics(w http.ResponseWriter, _ *http.Request) {
+	defer f.scrapes.Add(1)
 	n, bytes := f.count()
 	f.mu.Lock()
 	missing := f.missing
@@ -139,4 +144,17 @@ func (f *fakeJFS) drain(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(f.staging, "chunks")); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitChecks waits until the store has read the metrics n more times
+// (a check of staging per read): the check before the last has ended.
+func (f *fakeJFS) waitChecks(t *testing.T, n int64) {
+	t.Helper()
+	want := f.scrapes.Load() + n
+	poll.Eventually(t, 10*time.Second, fmt.Sprintf("%d more metrics reads", n), func() error {
+		if got := f.scrapes.Load(); got < want {
+			return fmt.Errorf("%d of %d", got, want)
+		}
+		return nil
+	})
 }

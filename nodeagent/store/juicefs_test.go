@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/nodeagent/store/storetest"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // TestJuiceFS runs the conformance suite on a shared directory standing
@@ -125,20 +127,18 @@ var ctx = context.Background()
 // waitMessage polls Status until its message contains want.
 func waitMessage(t *testing.T, s store.Store, key, want string) store.Status {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, err := s.Status(ctx, key)
-		if err != nil {
+	var st store.Status
+	poll.Eventually(t, 10*time.Second, fmt.Sprintf("%s: a message with %q", key, want), func() error {
+		var err error
+		if st, err = s.Status(ctx, key); err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(st.Message, want) {
-			return st
+		if !strings.Contains(st.Message, want) {
+			return fmt.Errorf("Status %+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Status %s = %+v, want a message with %q", key, st, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return st
 }
 
 // TestJuiceFSNoGauge: an endpoint without juicefs_staging_blocks (an
@@ -154,7 +154,7 @@ func TestJuiceFSNoGauge(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := waitMessage(t, a, key, "no juicefs_staging_blocks")
-	time.Sleep(100 * time.Millisecond)
+	fa.waitChecks(t, 2) // a check after the one that set the message ended too
 	if st, _ = a.Status(ctx, key); st.Remote != api.RemoteInProgress {
 		t.Fatalf("Status without the gauge = %+v, want InProgress", st)
 	}
@@ -203,7 +203,9 @@ func TestJuiceFSResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	storetest.WaitReady(t, a2, "snapshots/resume-a", 10*time.Second)
-	time.Sleep(100 * time.Millisecond) // a2's empty staging must not make b's key Ready
+	// a2's empty staging must not make b's key Ready: Close waits for the
+	// check that made a's key Ready (and would have made b's) to end.
+	a2.Close()
 	if st, err := a2.Status(ctx, "snapshots/resume-b"); err != nil || st.Remote != api.RemoteInProgress || !strings.Contains(st.Message, "node-b") {
 		t.Fatalf("other node's key = %+v, %v; want InProgress waiting for node-b", st, err)
 	}

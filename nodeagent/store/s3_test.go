@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/nodeagent/store/storetest"
 	miniotest "github.com/sandlot-dev/sandlot/test/minio"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // TestS3 runs the conformance suite against a real MinIO; each subtest
@@ -177,16 +179,16 @@ func TestS3UploadFault(t *testing.T) {
 // while the upload was still InProgress.
 func waitFailed(t *testing.T, s store.Store, key string) (store.Status, string) {
 	t.Helper()
+	var st store.Status
 	var retrying string
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		st, err := s.Status(context.Background(), key)
-		if err != nil {
+	poll.Eventually(t, time.Minute, key+" Failed", func() error {
+		var err error
+		if st, err = s.Status(context.Background(), key); err != nil {
 			t.Fatalf("Status: %v", err)
 		}
 		switch st.Remote {
 		case api.RemoteFailed:
-			return st, retrying
+			return nil
 		case api.RemoteReady:
 			t.Fatalf("Ready although MinIO is down")
 		case api.RemoteInProgress:
@@ -194,10 +196,9 @@ func waitFailed(t *testing.T, s store.Store, key string) (store.Status, string) 
 				retrying = st.Message
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s not Failed after a minute", key)
-	return store.Status{}, ""
+		return fmt.Errorf("%+v", st)
+	})
+	return st, retrying
 }
 
 // TestS3OpenRefusesWithoutMarker: objects without the completion marker

@@ -12,7 +12,8 @@
 //     (RemoteNotApplicable).
 //   - S3: written locally, uploaded in the background to any S3-compatible
 //     store, each object verified, and a completion marker written last;
-//     other nodes download into their cache on Open. Tested against a real
+//     other nodes download into their cache on Open, bounded by
+//     CacheMaxBytes with LRU eviction (s3cache.go). Tested against a real
 //     MinIO (test/minio).
 //   - JuiceFS: a directory on a JuiceFS CSI mount written with --writeback;
 //     Ready once this node's JuiceFS client has no staged blocks left after
@@ -141,6 +142,27 @@ func (l *keyLocks) lock(key string) (unlock func()) {
 	k.n++
 	l.mu.Unlock()
 	k.mu.Lock()
+	return l.unlocker(key, k)
+}
+
+// tryLock takes key's lock only if nobody holds or awaits it: cache
+// eviction skips busy keys rather than wait on the Open that started it.
+func (l *keyLocks) tryLock(key string) (unlock func(), ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m[key] != nil {
+		return nil, false
+	}
+	if l.m == nil {
+		l.m = map[string]*keyLock{}
+	}
+	k := &keyLock{n: 1}
+	k.mu.Lock() // new, so it cannot block
+	l.m[key] = k
+	return l.unlocker(key, k), true
+}
+
+func (l *keyLocks) unlocker(key string, k *keyLock) func() {
 	return func() {
 		k.mu.Unlock()
 		l.mu.Lock()

@@ -18,6 +18,7 @@ import (
 
 	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // Pair is two nodes of one backend sharing its remote; for a backend
@@ -449,8 +450,7 @@ func countFiles(t *testing.T, root string) int {
 func WaitReady(t *testing.T, s store.Store, key string, timeout time.Duration) []api.RemoteStatus {
 	t.Helper()
 	var seen []api.RemoteStatus
-	deadline := time.Now().Add(timeout)
-	for {
+	poll.Eventually(t, timeout, key+" Ready", func() error {
 		st, err := s.Status(ctx, key)
 		if err != nil {
 			t.Fatalf("Status %s: %v", key, err)
@@ -458,32 +458,29 @@ func WaitReady(t *testing.T, s store.Store, key string, timeout time.Duration) [
 		if len(seen) == 0 || seen[len(seen)-1] != st.Remote {
 			seen = append(seen, st.Remote)
 		}
-		switch {
-		case st.Remote == api.RemoteReady:
-			return seen
-		case st.Remote == api.RemoteFailed:
+		switch st.Remote {
+		case api.RemoteReady:
+			return nil
+		case api.RemoteFailed:
 			t.Fatalf("%s Failed: %s", key, st.Message)
-		case time.Now().After(deadline):
-			t.Fatalf("%s not Ready after %s: %+v (seen %v)", key, timeout, st, seen)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("%+v (seen %v)", st, seen)
+	})
+	return seen
 }
 
 // WaitReadyQuiet is WaitReady for a node that may not know the key yet.
 func WaitReadyQuiet(t *testing.T, s store.Store, key string, timeout time.Duration) store.Status {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		st, err := s.Status(ctx, key)
-		if err == nil && st.Remote == api.RemoteReady {
-			return st
+	var st store.Status
+	poll.Eventually(t, timeout, key+" Ready", func() error {
+		var err error
+		if st, err = s.Status(ctx, key); err == nil && st.Remote != api.RemoteReady {
+			err = fmt.Errorf("%+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not Ready after %s: %+v, %v", key, timeout, st, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err
+	})
+	return st
 }
 
 // TinyDisk mounts a tmpfs of size (e.g. "1m") on a temp dir for the test.
@@ -492,7 +489,7 @@ func TinyDisk(t *testing.T, size string) string {
 	dir := t.TempDir()
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0700"); err != nil {
 		if errors.Is(err, unix.EPERM) {
-			t.Skipf("mount tmpfs: %v (needs root)", err)
+			t.Fatalf("mount tmpfs on %s: %v: mounting a tmpfs needs root (CAP_SYS_ADMIN): run the store tests as root, e.g. go test -exec sudo ./nodeagent/store/", dir, err)
 		}
 		t.Fatalf("mount tmpfs on %s: %v", dir, err)
 	}
