@@ -99,7 +99,12 @@ func (e *Env) ComponentConfig(component string) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("add envtest user %s: %w", component, err)
 	}
-	return user.Config(), nil
+	cfg := user.Config()
+	// As the binaries' ctrl.GetConfig() sets it: no client-side rate limit
+	// (the API server's fairness rules). An unset QPS is client-go's 5/s,
+	// which would throttle the component under test.
+	cfg.QPS = -1
+	return cfg, nil
 }
 
 // ServiceAccountUser is the user name the API server gives a component's
