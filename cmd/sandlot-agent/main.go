@@ -68,6 +68,8 @@ func (f *storeFlags) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&f.s3.Insecure, "s3-insecure", false, "s3: plain HTTP to a host:port endpoint")
 	fs.DurationVar(&f.s3.Deadline, "s3-upload-deadline", time.Hour, "s3: an upload that has not succeeded by then is Failed (nothing is deleted)")
 	fs.DurationVar(&f.s3.MaxBackoff, "s3-max-backoff", time.Minute, "s3: longest wait between upload attempts")
+	fs.Int64Var(&f.s3.CacheMaxBytes, "s3-cache-max-bytes", 0, "s3: cap on this node's copies of data complete in the bucket (downloads, and its own once uploaded); the least recently used unopened ones are evicted and downloaded again when needed (0: --s3-cache-max-disk-percent)")
+	fs.IntVar(&f.s3.CacheMaxDiskPercent, "s3-cache-max-disk-percent", 50, "s3: with --s3-cache-max-bytes=0, the cap as a percentage of --store-dir's filesystem (0: unbounded)")
 	fs.StringVar(&f.juicefs.MountDir, "juicefs-dir", "", "juicefs: the JuiceFS CSI mount shared by the nodes (a glob matching one directory, such as the kubelet's mount of the agent pod's PVC, is resolved at start)")
 	fs.StringVar(&f.juicefs.MetricsURL, "juicefs-metrics-url", "", "juicefs: the client's metrics endpoint (juicefs_staging_blocks)")
 	fs.StringVar(&f.juicefs.StagingDir, "juicefs-staging-dir", "", "juicefs: the client's <cache-dir>/<UUID>/rawstaging")

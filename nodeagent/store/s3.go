@@ -35,6 +35,12 @@ type S3Config struct {
 	// (CacheRoot/<key>) and the upload state. Give it the same path on
 	// every node: snapshot manifests refer to files by absolute path.
 	CacheRoot string
+	// CacheMaxBytes caps the local copies whose remote copy is complete;
+	// the least recently used unopened ones are evicted (s3cache.go). 0:
+	// CacheMaxDiskPercent of CacheRoot's filesystem, or unbounded if that
+	// is 0 too.
+	CacheMaxBytes       int64
+	CacheMaxDiskPercent int
 
 	// MaxRetries bounds the upload attempts of a key (0: retry until
 	// Deadline).
@@ -101,6 +107,7 @@ type S3 struct {
 	root   string
 	locks  keyLocks
 	pins   pins
+	cache  cacheIndex
 
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
@@ -175,8 +182,16 @@ func NewS3(cfg S3Config) (*S3, error) {
 			return nil, fmt.Errorf("store: s3 cache: %w", err)
 		}
 	}
+	if err := cfg.cacheCap(); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &S3{cfg: cfg, client: client, root: filepath.Clean(cfg.CacheRoot), ctx: ctx, cancel: cancel, jobs: map[string]*upload{}}, nil
+	s := &S3{cfg: cfg, client: client, root: filepath.Clean(cfg.CacheRoot), ctx: ctx, cancel: cancel, jobs: map[string]*upload{}}
+	if err := s.loadCache(); err != nil {
+		cancel()
+		return nil, err
+	}
+	return s, nil
 }
 
 func newS3Client(cfg S3Config) (*minio.Client, error) {
@@ -329,7 +344,7 @@ func (s *S3) Open(ctx context.Context, key string) (string, func(), error) {
 			return "", nil, err
 		}
 	}
-	return dir, s.pins.pin(key), nil
+	return dir, s.use(key), nil
 }
 
 // Status implements Store: this node's state for keys it wrote or
@@ -404,6 +419,7 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 			return fmt.Errorf("store: delete %s: %w", key, err)
 		}
 	}
+	s.cache.forget(key)
 	if !remote && !local {
 		return fmt.Errorf("store: delete %s: %w", key, ErrNotFound)
 	}

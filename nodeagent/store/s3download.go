@@ -93,6 +93,7 @@ func (s *S3) fetch(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("store: open %s: %w", key, err)
 	}
+	s.trim(ctx, storedBytes(m)) // room first: the cap is meant to keep the disk from filling
 	tmp, err := os.MkdirTemp(filepath.Join(s.root, metaDir, "tmp"), escapeKey(key)+"-")
 	if err != nil {
 		return s.fetchErr(key, m, err)
@@ -115,6 +116,7 @@ func (s *S3) fetch(ctx context.Context, key string) error {
 	installed = true
 	el := time.Since(start)
 	s.cfg.Logf("store: downloaded %s: %d bytes in %s (%.1f MB/s)", key, m.Bytes, el.Round(time.Millisecond), float64(m.Bytes)/1e6/el.Seconds())
+	s.cached(ctx, key) // key's own lock is held: the trim skips it
 	return nil
 }
 

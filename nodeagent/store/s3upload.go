@@ -94,6 +94,7 @@ func (u *upload) run(ctx context.Context) {
 		err := u.attempt(dctx)
 		if err == nil {
 			u.ready(start)
+			u.s.cached(ctx, u.st.Key) // no longer the only copy: evictable
 			return
 		}
 		if ctx.Err() != nil {

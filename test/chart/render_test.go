@@ -200,7 +200,8 @@ func TestRenderS3(t *testing.T) {
 	var ds appsv1.DaemonSet
 	objs.into(t, "DaemonSet", "sandlot-agent", &ds)
 	agent := ds.Spec.Template.Spec.Containers[0]
-	for _, a := range []string{"--s3-endpoint=minio.storage:9000", "--s3-bucket=sandlot", "--s3-region=us-east-1", "--s3-insecure", "--s3-upload-deadline=1h"} {
+	for _, a := range []string{"--s3-endpoint=minio.storage:9000", "--s3-bucket=sandlot", "--s3-region=us-east-1", "--s3-insecure", "--s3-upload-deadline=1h",
+		"--s3-cache-max-bytes=0", "--s3-cache-max-disk-percent=50"} {
 		hasArg(t, agent.Args, a)
 	}
 	for _, name := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} {
@@ -224,6 +225,12 @@ func TestRenderS3(t *testing.T) {
 	if e := env(ds.Spec.Template.Spec.Containers[0], "AWS_ACCESS_KEY_ID"); e == nil || e.ValueFrom.SecretKeyRef.Name != "minio-creds" {
 		t.Errorf("AWS_ACCESS_KEY_ID: %+v, want from minio-creds", e)
 	}
+	// A cap in bytes, large enough that a float would print as 1e+11.
+	objs = render(t, merge(modes["s3"], map[string]any{"storage": map[string]any{"s3": map[string]any{
+		"cacheMaxBytes": 107374182400, "cacheMaxDiskPercent": 0}}}))
+	objs.into(t, "DaemonSet", "sandlot-agent", &ds)
+	hasArg(t, ds.Spec.Template.Spec.Containers[0].Args, "--s3-cache-max-bytes=107374182400")
+	hasArg(t, ds.Spec.Template.Spec.Containers[0].Args, "--s3-cache-max-disk-percent=0")
 }
 
 // TestRenderPerNodePaths: $(NODE_NAME) in node paths (the local cluster,
@@ -373,6 +380,8 @@ func TestSchemaRejects(t *testing.T) {
 		"s3 without endpoint": {"storage": map[string]any{"mode": "s3", "s3": map[string]any{"bucket": "b",
 			"accessKeyID": "a", "secretAccessKey": "s"}}},
 		"s3 without credentials":               {"storage": map[string]any{"mode": "s3", "s3": map[string]any{"endpoint": "e:9000", "bucket": "b"}}},
+		"s3 cache over the whole disk":         {"storage": map[string]any{"s3": map[string]any{"cacheMaxDiskPercent": 150}}},
+		"negative s3 cache cap":                {"storage": map[string]any{"s3": map[string]any{"cacheMaxBytes": -1}}},
 		"juicefs without a way to see staging": {"storage": map[string]any{"mode": "juicefs"}},
 		"relative node path":                   {"node": map[string]any{"dataDir": "var/lib/sandlot"}},
 		"misspelt value":                       {"agent": map[string]any{"registerRuntim": true}},

@@ -139,6 +139,9 @@ uninstall removes what install wrote), restart command excluded.
 - {{ printf "--s3-endpoint=%v" ($s.s3.endpoint) | quote }}
 - {{ printf "--s3-bucket=%v" ($s.s3.bucket) | quote }}
 - {{ printf "--s3-upload-deadline=%v" ($s.s3.uploadDeadline) | quote }}
+{{- /* int64: a large YAML number is a float64 and %v would print 1e+11 */}}
+- {{ printf "--s3-cache-max-bytes=%d" (int64 ($s.s3.cacheMaxBytes | default 0)) | quote }}
+- {{ printf "--s3-cache-max-disk-percent=%d" (int64 $s.s3.cacheMaxDiskPercent) | quote }}
 {{- with $s.s3.prefix }}
 - {{ printf "--s3-prefix=%v" (.) | quote }}
 {{- end }}
