@@ -191,7 +191,6 @@ func (b *bench) warmUp(w int) {
 }
 
 // level runs n requests on c workers and records the batch.
-// Longer than 60 lines: the rows of one table, in the seed report's order.
 func (b *bench) level(mode string, pool bool, c, n, poolMax int) {
 	name := fmt.Sprintf("%s, %s warm pool, c=%d", mode, map[bool]string{false: "without", true: "with"}[pool], c)
 	size := 0
@@ -199,20 +198,52 @@ func (b *bench) level(mode string, pool bool, c, n, poolMax int) {
 		size = min(n, poolMax)
 		b.setPool(size)
 	}
+	began := time.Now()
+	r := b.runWorkers(mode, c, n)
+	wall := time.Since(began)
+	note := ""
+	if size > 0 {
+		note = fmt.Sprintf("pool of %d, full at the start", size)
+	}
+	if r.firstErr != nil {
+		note = strings.TrimPrefix(note+"; first error: "+r.firstErr.Error(), "; ")
+	}
+	b.record(name, r.creates, n, r.failed, wall, note)
+	if len(r.deletes) > 0 {
+		b.table.Add(name+": delete", "ms", r.deletes, "")
+	}
+	for _, id := range r.ids {
+		if _, err := b.kill(id); err != nil {
+			b.t.Fatalf("cleanup: %v", err)
+		}
+	}
+	if pool {
+		b.setPool(0)
+	}
+	b.settle()
+}
+
+// levelResult is what one level's workers measured.
+type levelResult struct {
+	creates, deletes []float64
+	ids              []string // created and not deleted: cleaned up after the level
+	failed           int
+	firstErr         error
+}
+
+// runWorkers runs n creates (each followed by its delete in
+// create-delete mode) on c workers.
+func (b *bench) runWorkers(mode string, c, n int) levelResult {
 	jobs := make(chan int, n)
 	for i := range n {
 		jobs <- i
 	}
 	close(jobs)
 	var (
-		mu               sync.Mutex
-		creates, deletes []float64
-		ids              []string
-		failed           int
-		firstErr         error
-		wg               sync.WaitGroup
+		mu sync.Mutex
+		r  levelResult
+		wg sync.WaitGroup
 	)
-	began := time.Now()
 	for range c {
 		wg.Go(func() {
 			for range jobs {
@@ -223,44 +254,28 @@ func (b *bench) level(mode string, pool bool, c, n, poolMax int) {
 					id = ""
 				}
 				mu.Lock()
-				if err != nil {
-					failed++
-					firstErr = cmpErr(firstErr, err)
-				} else {
-					creates = append(creates, stats.MS(d))
-					if kd > 0 {
-						deletes = append(deletes, stats.MS(kd))
-					}
-				}
-				if id != "" {
-					ids = append(ids, id)
-				}
+				r.add(id, d, kd, err)
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	wall := time.Since(began)
-	note := ""
-	if size > 0 {
-		note = fmt.Sprintf("pool of %d, full at the start", size)
-	}
-	if firstErr != nil {
-		note = strings.TrimPrefix(note+"; first error: "+firstErr.Error(), "; ")
-	}
-	b.record(name, creates, n, failed, wall, note)
-	if len(deletes) > 0 {
-		b.table.Add(name+": delete", "ms", deletes, "")
-	}
-	for _, id := range ids {
-		if _, err := b.kill(id); err != nil {
-			b.t.Fatalf("cleanup: %v", err)
+	return r
+}
+
+func (r *levelResult) add(id string, create, kill time.Duration, err error) {
+	if err != nil {
+		r.failed++
+		r.firstErr = cmpErr(r.firstErr, err)
+	} else {
+		r.creates = append(r.creates, stats.MS(create))
+		if kill > 0 {
+			r.deletes = append(r.deletes, stats.MS(kill))
 		}
 	}
-	if pool {
-		b.setPool(0)
+	if id != "" {
+		r.ids = append(r.ids, id)
 	}
-	b.settle()
 }
 
 func cmpErr(first, err error) error {
