@@ -192,7 +192,9 @@ func vmSpecOfPod(pod *corev1.Pod, res *sandlotv1.Resources) sandlotv1.VMSpec {
 	if res != nil {
 		vm.Resources = *res
 	}
-	fmt.Sscan(pod.Annotations[sandlotv1.AnnotationWritableLayerMiB], &vm.WritableLayerMiB)
+	if a, err := sandlotv1.DecodeVMAnnotations(pod.Annotations); err == nil {
+		vm.WritableLayerMiB = a.WritableLayerMiB // through the codec the pod was written with
+	}
 	return vm
 }
 
