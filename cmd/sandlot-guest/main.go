@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandlot-dev/sandlot/guest/control/server"
 	"github.com/sandlot-dev/sandlot/guest/envd"
+	"github.com/sandlot-dev/sandlot/guest/httpserve"
 	"github.com/sandlot-dev/sandlot/guest/envd/files"
 	"github.com/sandlot-dev/sandlot/guest/envd/filesystem"
 	"github.com/sandlot-dev/sandlot/guest/envd/process"
@@ -85,14 +86,14 @@ func run(ctx context.Context, opts options) error {
 			}
 		}()
 	}
-	servers := []*http.Server{{Addr: opts.envdAddr, Handler: api}}
+	servers := []*http.Server{httpserve.New(opts.envdAddr, api)}
 	if opts.interpAddr != "" {
 		interp, err := startInterpreter(root, ids)
 		if err != nil {
 			slog.Warn("code interpreter disabled", "err", err)
 		} else {
 			defer interp.Close()
-			servers = append(servers, &http.Server{Addr: opts.interpAddr, Handler: envd.RequireToken(ids, interp.Handler())})
+			servers = append(servers, httpserve.New(opts.interpAddr, envd.RequireToken(ids, interp.Handler())))
 		}
 	}
 	return serve(ctx, servers)

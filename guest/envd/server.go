@@ -1,7 +1,8 @@
 // Package envd composes the envd-compatible API the E2B SDK talks to on
 // port 49983: the Connect process and filesystem services, /files,
 // /health, /envs and /metrics, behind the access-token check and user
-// resolution.
+// resolution. Serve it with httpserve.New, whose bounds leave its streams
+// alone.
 package envd
 
 import (
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sandlot-dev/sandlot/guest/envdpb/filesystempb/filesystempbconnect"
 	"github.com/sandlot-dev/sandlot/guest/envdpb/processpb/processpbconnect"
+	"github.com/sandlot-dev/sandlot/guest/httpserve"
 	"github.com/sandlot-dev/sandlot/guest/identity"
 	"github.com/sandlot-dev/sandlot/guest/sandboxfs"
 )
@@ -38,14 +40,18 @@ func NewHandler(cfg Config) http.Handler {
 	mux.Handle(path, h)
 	path, h = filesystempbconnect.NewFilesystemHandler(cfg.Filesystem)
 	mux.Handle(path, h)
+	// /files and the Connect services stream (transfers, process output,
+	// watches) as long as the caller wants: no deadline on them.
 	mux.Handle("/files", cfg.Files)
-	mux.HandleFunc("GET /envs", func(w http.ResponseWriter, _ *http.Request) {
+	// The small JSON routes are bounded whole.
+	short := func(h http.Handler) http.Handler { return httpserve.Deadline(httpserve.ShortRequestTimeout, h) }
+	mux.Handle("GET /envs", short(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, cfg.Identity.Env())
-	})
-	mux.Handle("GET /metrics", &metricsSource{})
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+	})))
+	mux.Handle("GET /metrics", short(&metricsSource{}))
+	mux.Handle("GET /health", short(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
-	})
+	})))
 	return &guard{cfg: cfg, next: mux}
 }
 
@@ -61,7 +67,8 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// /files checks the token itself: signed upload/download URLs carry a
-	// signature instead of the header.
+	// signature instead of the header. It refuses as this check does
+	// while there is no token and the identity is not open.
 	if r.URL.Path != "/files" && !g.cfg.Identity.CheckToken(r.Header.Get("X-Access-Token")) {
 		fail(w, r, http.StatusUnauthorized, "unauthenticated", "invalid or missing X-Access-Token")
 		return
@@ -87,6 +94,7 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func RequireToken(ids *identity.Store, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/health" && !ids.CheckToken(r.Header.Get("X-Access-Token")) {
+			httpserve.Refuse(w)
 			writeJSON(w, http.StatusUnauthorized, map[string]any{"code": http.StatusUnauthorized,
 				"message": "invalid or missing X-Access-Token"})
 			return
@@ -117,9 +125,11 @@ func requestUser(r *http.Request, def string) (string, error) {
 	return user, nil
 }
 
-// fail writes an error the way the caller's protocol expects: a Connect
-// error body for the RPC services, `{code, message}` for plain HTTP.
+// fail refuses a request, answering the way the caller's protocol
+// expects: a Connect error body for the RPC services, `{code, message}`
+// for plain HTTP. The connection closes after it (see httpserve.Refuse).
 func fail(w http.ResponseWriter, r *http.Request, status int, connectCode, msg string) {
+	httpserve.Refuse(w)
 	if strings.HasPrefix(r.URL.Path, "/"+processpbconnect.ProcessName+"/") ||
 		strings.HasPrefix(r.URL.Path, "/"+filesystempbconnect.FilesystemName+"/") {
 		writeJSON(w, status, map[string]string{"code": connectCode, "message": msg})

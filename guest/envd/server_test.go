@@ -21,6 +21,18 @@ import (
 // exercised without the services' own logic.
 func newTestServer(t *testing.T, token string) *httptest.Server {
 	t.Helper()
+	ids := &identity.Store{}
+	ids.Set(identity.Identity{AccessToken: token, Env: map[string]string{"A": "1"}})
+	files := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, _ := sandboxfs.UserFrom(r.Context())
+		_, _ = io.WriteString(w, "user="+u.Name)
+	})
+	return serveEnvd(t, testRoot(t), ids, files)
+}
+
+// testRoot is a sandbox root with root and "user" accounts.
+func testRoot(t *testing.T) sandboxfs.Root {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "etc"), 0o755); err != nil {
 		t.Fatal(err)
@@ -29,13 +41,15 @@ func newTestServer(t *testing.T, token string) *httptest.Server {
 	if err := os.WriteFile(filepath.Join(dir, "etc", "passwd"), []byte(passwd), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ids := &identity.Store{}
-	ids.Set(identity.Identity{AccessToken: token, Env: map[string]string{"A": "1"}})
-	root, _ := sandboxfs.New(dir)
-	files := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u, _ := sandboxfs.UserFrom(r.Context())
-		_, _ = io.WriteString(w, "user="+u.Name)
-	})
+	root, err := sandboxfs.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func serveEnvd(t *testing.T, root sandboxfs.Root, ids *identity.Store, files http.Handler) *httptest.Server {
+	t.Helper()
 	srv := httptest.NewServer(NewHandler(Config{Root: root, Identity: ids, DefaultUser: "root",
 		Process: processpbconnect.UnimplementedProcessHandler{}, Filesystem: filesystempbconnect.UnimplementedFilesystemHandler{},
 		Files: files}))
@@ -85,35 +99,36 @@ func TestGuard(t *testing.T) {
 	}
 }
 
-// TestRequireToken guards the interpreter's API with the same token.
+// TestRequireToken guards the interpreter's API with the same token and
+// the same fail-closed rule: nothing but /health before an identity with
+// a token (or an open one) is pushed.
 func TestRequireToken(t *testing.T) {
 	ids := &identity.Store{}
-	ids.Set(identity.Identity{AccessToken: "s3cret"})
 	h := RequireToken(ids, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) }))
 	for _, tc := range []struct {
+		id          *identity.Identity // nil: keep the previous one
 		path, token string
 		want        int
-	}{{"/health", "", 200}, {"/execute", "", 401}, {"/execute", "bad", 401}, {"/execute", "s3cret", 200}} {
+	}{
+		{nil, "/health", "", 200}, {nil, "/execute", "", 401}, {nil, "/execute", "guess", 401},
+		{&identity.Identity{SandboxID: "s"}, "/execute", "", 401}, {nil, "/health", "", 200},
+		{&identity.Identity{AccessToken: "s3cret"}, "/health", "", 200}, {nil, "/execute", "", 401},
+		{nil, "/execute", "bad", 401}, {nil, "/execute", "s3cret", 200},
+		{&identity.Identity{Open: true}, "/execute", "", 200},
+	} {
+		if tc.id != nil {
+			ids.Set(*tc.id)
+		}
 		req := httptest.NewRequest("POST", tc.path, nil)
 		req.Header.Set("X-Access-Token", tc.token)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		if rec.Code != tc.want {
-			t.Errorf("%s with token %q: %d, want %d", tc.path, tc.token, rec.Code, tc.want)
+			t.Errorf("%+v: %s with token %q: %d, want %d", ids.Get(), tc.path, tc.token, rec.Code, tc.want)
 		}
-	}
-}
-
-// TestNoTokenOpensAll: with no token pushed (E2B secure=false), requests pass.
-func TestNoTokenOpensAll(t *testing.T) {
-	srv := newTestServer(t, "")
-	resp, err := http.Get(srv.URL + "/files?path=/x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("status %d", resp.StatusCode)
+		if rec.Code == 401 && (rec.Header().Get("Connection") != "close" || !strings.Contains(rec.Body.String(), `"code":401`)) {
+			t.Errorf("refusal %v %q: want Connection: close and the {code, message} body", rec.Header(), rec.Body)
+		}
 	}
 }
 

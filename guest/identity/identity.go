@@ -1,6 +1,11 @@
 // Package identity holds who the sandbox is: its ID, access token and
 // environment. The host sets it over the control channel (at start and
 // after every restore); the envd API reads it on each request.
+//
+// Access fails closed: until the host has pushed an identity, and while
+// the pushed one carries no token, every call is refused — unless that
+// identity explicitly says the sandbox is open (Open, E2B's secure=false).
+// An identity the host forgot to fill in must not leave the API open.
 package identity
 
 import (
@@ -11,10 +16,18 @@ import (
 
 // Identity is what the host pushes to a (re)started sandbox.
 type Identity struct {
-	SandboxID   string            `json:"sandboxID,omitempty"`
-	AccessToken string            `json:"accessToken,omitempty"`
-	Env         map[string]string `json:"env,omitempty"`
-	Hostname    string            `json:"hostname,omitempty"`
+	SandboxID string `json:"sandboxID,omitempty"`
+	// AccessToken is what callers must send as X-Access-Token (and what
+	// /files signatures are made with). When set, it is required even if
+	// Open is true: a token always wins.
+	AccessToken string `json:"accessToken,omitempty"`
+	// Open admits every caller when AccessToken is empty: E2B's
+	// secure=false sandbox. It must be said explicitly: an empty token
+	// without Open refuses every call, so an identity pushed without its
+	// token (a warm pool VM before its claim, a host bug) stays closed.
+	Open     bool              `json:"open,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Hostname string            `json:"hostname,omitempty"`
 	// Network is applied by the control channel; it is kept here only so
 	// the current identity can be read back.
 	Network *Network `json:"network,omitempty"`
@@ -31,16 +44,18 @@ type Network struct {
 }
 
 // Store is the current identity, safe for concurrent use.
+// Its zero value holds no identity: it refuses every token until Set.
 type Store struct {
 	mu  sync.RWMutex
 	cur Identity
+	set bool // the host has pushed an identity
 }
 
 // Set replaces the identity.
 func (s *Store) Set(id Identity) {
 	id.Env = maps.Clone(id.Env)
 	s.mu.Lock()
-	s.cur = id
+	s.cur, s.set = id, true
 	s.mu.Unlock()
 }
 
@@ -56,14 +71,29 @@ func (s *Store) Get() Identity {
 // Env returns a copy of the sandbox's environment variables.
 func (s *Store) Env() map[string]string { return s.Get().Env }
 
-// CheckToken reports whether token opens the sandbox: any token when none
-// is set (E2B's secure=false), else the same token, compared in constant time.
-func (s *Store) CheckToken(token string) bool {
+// Access is the current access token and whether the sandbox is open to
+// any caller (only with no token: a token always wins). Both are zero
+// while no identity is set, which refuses everything.
+func (s *Store) Access() (token string, open bool) {
 	s.mu.RLock()
-	want := s.cur.AccessToken
-	s.mu.RUnlock()
-	if want == "" {
+	defer s.mu.RUnlock()
+	if !s.set {
+		return "", false
+	}
+	return s.cur.AccessToken, s.cur.AccessToken == "" && s.cur.Open
+}
+
+// CheckToken reports whether token opens the sandbox: the identity's
+// token, compared in constant time; any token when the identity has none
+// and says Open (E2B's secure=false); nothing before an identity is set
+// or when it has neither a token nor Open.
+func (s *Store) CheckToken(token string) bool {
+	want, open := s.Access()
+	if open {
 		return true
+	}
+	if want == "" {
+		return false // fail closed: no identity yet, or one without a token
 	}
 	return subtle.ConstantTimeCompare([]byte(token), []byte(want)) == 1
 }

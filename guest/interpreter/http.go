@@ -5,30 +5,43 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
+
+	"github.com/sandlot-dev/sandlot/guest/httpserve"
 )
 
 // Handler returns the code-interpreter HTTP API. It does no access-token
-// check; the caller wraps it like the envd API.
+// check; the caller wraps it like the envd API (envd.RequireToken) and
+// serves it with httpserve.New.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+	// Everything but /execute answers at once or after a kernel (re)start:
+	// each is bounded whole. /execute streams a cell's output for as long
+	// as the cell runs, so it gets no deadline.
+	short := func(h http.HandlerFunc) http.Handler { return httpserve.Deadline(httpserve.ShortRequestTimeout, h) }
+	mux.Handle("GET /health", short(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `"OK"`)
-	})
+	}))
 	mux.HandleFunc("POST /execute", s.handleExecute)
-	mux.HandleFunc("POST /contexts", s.handleCreateContext)
-	mux.HandleFunc("GET /contexts", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("POST /contexts", short(s.handleCreateContext))
+	mux.Handle("GET /contexts", short(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, s.list())
-	})
-	mux.HandleFunc("DELETE /contexts/{id}", s.handleDeleteContext)
-	mux.HandleFunc("POST /contexts/{id}/restart", s.handleRestartContext)
+	}))
+	mux.Handle("DELETE /contexts/{id}", short(s.handleDeleteContext))
+	mux.Handle("POST /contexts/{id}/restart", short(s.handleRestartContext))
 	return mux
 }
 
 // handleExecute runs a cell and streams its output as newline-delimited
 // JSON, each line flushed as it is produced, ending with end_of_execution.
 func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
+	// The request itself is small JSON: bound its arrival, then lift the
+	// bound for the stream, which lasts as long as the cell runs.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(httpserve.ShortRequestTimeout))
 	req, err := decodeExecuteRequest(http.MaxBytesReader(w, r.Body, maxRequestBody))
+	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
 		httpError(w, http.StatusBadRequest, err.Error())
 		return

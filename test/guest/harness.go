@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/guest/control"
+	"github.com/sandlot-dev/sandlot/guest/identity"
 	"github.com/sandlot-dev/sandlot/test/kube"
 	"github.com/sandlot-dev/sandlot/test/poll"
 )
@@ -79,7 +81,29 @@ func StartAgent(bin, dir string) (*Agent, error) {
 			return nil, err
 		}
 	}
+	if err := a.open(); err != nil {
+		a.Stop()
+		return nil, err
+	}
 	return a, nil
+}
+
+// open pushes an identity without a token that says so (E2B's
+// secure=false): a guest with no identity refuses every call, and these
+// tests drive it as the SDK does in debug mode, without a token.
+func (a *Agent) open() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := control.Dial(ctx, a.Control)
+	if err != nil {
+		return fmt.Errorf("control channel: %w", err)
+	}
+	defer c.Close()
+	res, err := c.SetIdentity(ctx, identity.Identity{Open: true}, make([]byte, 64))
+	if err != nil {
+		return fmt.Errorf("open the guest: %w", err)
+	}
+	return res.Err()
 }
 
 // Stop ends the agent (and with it the mount namespace).

@@ -28,21 +28,28 @@ func Signature(filePath, op, username, token string, expiration *int64) string {
 	return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
 }
 
-// authorize admits a request as envd does for /files: anything when the
-// sandbox has no access token; else a matching X-Access-Token, or else a
-// valid, unexpired signature. /files must stay reachable without the
-// header (signed URLs carry none), so this check is not left to the
-// server's token middleware alone.
+// authorize admits a request as envd does for /files: a matching
+// X-Access-Token, or else a valid, unexpired signature; anything when the
+// identity has no token and says it is open (E2B secure=false). With no
+// identity yet, or one with neither a token nor Open, nothing passes: a
+// signature cannot be checked against no token. /files must stay
+// reachable without the header (signed URLs carry none), so this check
+// is not left to the server's token middleware alone.
 func (h *handler) authorize(r *http.Request, op string) error {
 	if h.cfg.Identity == nil {
+		return statusf(http.StatusUnauthorized, "the sandbox has no identity to check access against")
+	}
+	token, open := h.cfg.Identity.Access()
+	if open {
 		return nil
 	}
-	token := h.cfg.Identity.Get().AccessToken
 	if token == "" {
-		return nil
+		return statusf(http.StatusUnauthorized, "the sandbox has no access token yet: access refused")
 	}
 	if got := r.Header.Get("X-Access-Token"); got != "" {
-		if h.cfg.Identity.CheckToken(got) {
+		// Against the token read above: one snapshot of the identity
+		// decides the whole request.
+		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {
 			return nil
 		}
 		return statusf(http.StatusUnauthorized, "access token present in header but does not match")

@@ -15,6 +15,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/sandlot-dev/sandlot/guest/httpserve"
 	"github.com/sandlot-dev/sandlot/guest/identity"
 	"github.com/sandlot-dev/sandlot/guest/sandboxfs"
 )
@@ -25,8 +26,9 @@ type Config struct {
 	Root sandboxfs.Root
 	// DefaultUser acts for requests that name no user; empty means root.
 	DefaultUser string
-	// Identity holds the access token signed URLs are checked against;
-	// nil or an empty token means the sandbox is open (E2B secure=false).
+	// Identity holds the access token signed URLs are checked against.
+	// Only an identity with no token that says Open admits anyone (E2B
+	// secure=false); nil, not yet set, or no token without Open refuse.
 	Identity *identity.Store
 	// MaxUpload bounds a POST body in bytes, before and after gzip
 	// decoding; 0 means unlimited.
@@ -54,6 +56,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err = statusf(http.StatusMethodNotAllowed, "method %s is not allowed on /files", r.Method)
 	}
 	if err != nil {
+		var he *httpError
+		if errors.As(err, &he) && he.code == http.StatusUnauthorized {
+			// A refused caller must not hold the connection with a slow
+			// body (signed URLs reach here without the token check).
+			httpserve.Refuse(w)
+		}
 		writeError(w, err)
 	}
 }

@@ -22,7 +22,8 @@ import (
 const passwd = "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n"
 
 // env is a sandbox root with root and "user" (1000) accounts and /files
-// served over it.
+// served over it, open to anyone (an identity with no token and Open)
+// unless a test sets another identity.
 type env struct {
 	dir string
 	id  *identity.Store
@@ -38,6 +39,7 @@ func newEnv(t testing.TB, maxUpload int64) *env {
 	root, err := sandboxfs.New(dir)
 	must(t, err)
 	id := &identity.Store{}
+	id.Set(identity.Identity{Open: true})
 	h := New(Config{Root: root, DefaultUser: "user", Identity: id, MaxUpload: maxUpload})
 	srv := httptest.NewServer(withBasicUser(root, h))
 	t.Cleanup(srv.Close)

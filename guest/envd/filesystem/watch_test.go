@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandlot-dev/sandlot/guest/envd/files"
 	pb "github.com/sandlot-dev/sandlot/guest/envdpb/filesystempb"
+	"github.com/sandlot-dev/sandlot/guest/identity"
 	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
@@ -205,7 +206,9 @@ func TestWatchSeesUploads(t *testing.T) {
 	e := newEnv(t)
 	write(t, filepath.Join(e.dir, "home/user/w.txt"), "old")
 	ch := watchStream(t, e, connect.NewRequest(&pb.WatchDirRequest{Path: "/home/user"}))
-	h := files.New(files.Config{Root: e.svc.cfg.Root, DefaultUser: "user"})
+	open := &identity.Store{}
+	open.Set(identity.Identity{Open: true}) // /files refuses without an identity
+	h := files.New(files.Config{Root: e.svc.cfg.Root, DefaultUser: "user", Identity: open})
 	req := httptest.NewRequest("POST", "/files?path=w.txt", strings.NewReader("new"))
 	req.Header.Set("Content-Type", "application/octet-stream")
 	rec := httptest.NewRecorder()
