@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
@@ -78,9 +79,13 @@ func newProxy(s *Server) *proxy {
 	rp := &httputil.ReverseProxy{
 		Transport:     transport,
 		FlushInterval: -1, // Connect streams and NDJSON: every write at once
+		// Before Rewrite, httputil drops the hop-by-hop headers (those
+		// Connection names, Proxy-Authorization, ...) and X-Forwarded-For,
+		// -Host and -Proto; none is set again.
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(pr.In.Context().Value(targetKey{}).(*url.URL))
 			pr.Out.Host = pr.In.Host
+			stripCredentials(pr.Out.Header)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, errorf(http.StatusBadGateway, "sandbox unreachable: %v", err))
@@ -91,8 +96,10 @@ func newProxy(s *Server) *proxy {
 }
 
 // serve checks the access token, resumes a paused sandbox that asked for
-// it (a paused one else answers 502, as E2B's does) and forwards.
+// it when the request may wake it (a paused one else answers 502, as
+// E2B's does) and forwards.
 func (p *proxy) serve(w http.ResponseWriter, r *http.Request, t target) {
+	clearDeadlines(w)
 	sbx, err := p.s.sandbox(r.Context(), t.id, false)
 	if err != nil {
 		p.refuse(w, "unavailable", errorf(http.StatusBadGateway, "sandbox %q not found", t.id))
@@ -103,7 +110,7 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request, t target) {
 		return
 	}
 	if paused(sbx) {
-		if sbx.Annotations[AnnotationAutoResume] != "true" {
+		if sbx.Annotations[AnnotationAutoResume] != "true" || !p.s.mayResume(r, sbx) {
 			p.refuse(w, "unavailable", errorf(http.StatusBadGateway, "sandbox %q is paused: connect to it to resume it", t.id))
 			return
 		}
@@ -145,11 +152,31 @@ func (s *Server) checkAccess(r *http.Request, sbx *sandlotv1.Sandbox, port int) 
 		return nil
 	}
 	want := s.token(r.Context(), sbx)
-	got := r.Header.Get("X-Access-Token")
-	if want == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+	if want == "" || !sameSecret(r.Header.Get("X-Access-Token"), want) {
 		return errorf(http.StatusUnauthorized, "invalid or missing X-Access-Token for sandbox %q", sandlotv1.SandboxIDFor(sbx.UID))
 	}
 	return nil
+}
+
+// mayResume: traffic wakes a paused sandbox only when it comes from the
+// sandbox's own client, which holds its envd token (X-Access-Token, as
+// envd would accept it). Public ports need no token, and a stranger who
+// has a port's URL (a shared link, a crawler) must not keep a paused
+// sandbox running on a node. A sandbox without a token (its Secret not
+// made, or deleted) resumes only for a request with a valid API key.
+func (s *Server) mayResume(r *http.Request, sbx *sandlotv1.Sandbox) bool {
+	want := s.token(r.Context(), sbx)
+	if want == "" {
+		return r.Header.Get("X-API-KEY") != "" && s.authorize(r) == nil
+	}
+	return sameSecret(r.Header.Get("X-Access-Token"), want)
+}
+
+// sameSecret compares in constant time, lengths included (hashes of
+// equal length).
+func sameSecret(got, want string) bool {
+	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return got != "" && subtle.ConstantTimeCompare(g[:], w[:]) == 1
 }
 
 // autoResume resumes a paused sandbox for the traffic that reached it.

@@ -31,12 +31,17 @@ var defaultTemplateIDs = map[string]bool{"base": true, "code-interpreter-v1": tr
 
 var sandboxIDPattern = regexp.MustCompile(`^[a-z0-9]{20}$`)
 
-func (s *Server) createSandbox(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+// createSandbox is charged to the key's create rate once the request is
+// valid (a malformed one costs nothing) and before anything is looked up.
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) (int, any, *apiError) {
 	var req newSandbox
 	if err := decodeBody(r, &req); err != nil {
 		return 0, nil, err
 	}
 	if err := req.validate(); err != nil {
+		return 0, nil, err
+	}
+	if err := s.allowCreate(w, r, 1); err != nil {
 		return 0, nil, err
 	}
 	source, err := s.resolveTemplate(r.Context(), req.TemplateID)

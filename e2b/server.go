@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -46,7 +47,13 @@ type Config struct {
 	CreateTimeout, PauseTimeout, SnapshotTimeout time.Duration
 	// MaxBodyBytes bounds control-plane request bodies (not proxied ones).
 	MaxBodyBytes int64
-	Log          *slog.Logger
+	// CreateRate is how many sandboxes an API key may create a second on
+	// average (POST /sandboxes, /v2/sandboxes, each of a fork's), and
+	// CreateBurst how many at once (at least 1; default: the rate rounded
+	// up). 0 (or less): no limit.
+	CreateRate  float64
+	CreateBurst int
+	Log         *slog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -72,6 +79,9 @@ func (c *Config) setDefaults() {
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = defaults.MaxBodyBytes
 	}
+	if c.CreateRate > 0 && c.CreateBurst < 1 {
+		c.CreateBurst = max(1, int(math.Ceil(c.CreateRate)))
+	}
 	if c.Log == nil {
 		c.Log = defaults.Log
 	}
@@ -79,17 +89,21 @@ func (c *Config) setDefaults() {
 
 // Server is the E2B API and sandbox proxy.
 type Server struct {
-	cfg   Config
-	kube  *Kube
-	proxy *proxy
-	mux   *http.ServeMux
-	now   func() time.Time
+	cfg     Config
+	kube    *Kube
+	proxy   *proxy
+	mux     *http.ServeMux
+	creates *createLimiter // nil: creates are not limited
+	now     func() time.Time
 }
 
 // New makes a Server over kube (see NewKube).
 func New(cfg Config, kube *Kube) *Server {
 	cfg.setDefaults()
 	s := &Server{cfg: cfg, kube: kube, now: time.Now}
+	if cfg.CreateRate > 0 {
+		s.creates = newCreateLimiter(cfg.CreateRate, cfg.CreateBurst, time.Now)
+	}
 	s.proxy = newProxy(s)
 	s.mux = s.routes()
 	return s
@@ -146,6 +160,7 @@ func (s *Server) routes() *http.ServeMux {
 
 // ServeHTTP routes sandbox traffic (by E2b-Sandbox-Id header or host
 // name) to the proxy and everything else to the API, which needs a key.
+// Only API calls get deadlines: proxied streams run as long as they last.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if t, ok := s.proxyTarget(r); ok {
 		s.proxy.serve(w, r, t)
@@ -155,6 +170,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	s.apiDeadlines(w, r)
 	if err := s.authorize(r); err != nil {
 		writeError(w, err)
 		return

@@ -132,8 +132,9 @@ func ownedByTemplate(o metav1.Object) bool {
 
 // fork snapshots a running sandbox and starts count sandboxes from that
 // snapshot: one result per fork, a sandbox or an error. The snapshot
-// stays (listed under /snapshots) for more forks.
-func (s *Server) fork(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+// stays (listed under /snapshots) for more forks. Each fork is a create,
+// charged to the key's create rate before the snapshot is taken.
+func (s *Server) fork(w http.ResponseWriter, r *http.Request) (int, any, *apiError) {
 	var body timeoutBody
 	if err := decodeBody(r, &body); err != nil {
 		return 0, nil, err
@@ -152,6 +153,9 @@ func (s *Server) fork(_ http.ResponseWriter, r *http.Request) (int, any, *apiErr
 	}
 	parent, err := s.runningSandbox(r.Context(), r.PathValue("id"))
 	if err != nil {
+		return 0, nil, err
+	}
+	if err := s.allowCreate(w, r, int(count)); err != nil {
 		return 0, nil, err
 	}
 	snap, err := s.snapshot(r.Context(), parent, "", "fork-")

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"os/signal"
@@ -44,11 +45,12 @@ func main() {
 func serve(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("sandlot-api", flag.ExitOnError)
 	var cfg e2b.Config
-	listen := fs.String("listen", ":3000", "address of the API and the sandbox proxy (plain HTTP)")
-	tlsListen := fs.String("tls-listen", "", "address of the same over TLS (with --tls-cert and --tls-key): the SDK's domain mode speaks https")
-	tlsCert := fs.String("tls-cert", "", "certificate for *.<domain> (PEM)")
-	tlsKey := fs.String("tls-key", "", "its key (PEM)")
-	metricsListen := fs.String("metrics-listen", "", "address of /metrics (Prometheus); none when empty")
+	var lf listenFlags
+	fs.StringVar(&lf.listen, "listen", ":3000", "address of the API and the sandbox proxy (plain HTTP)")
+	fs.StringVar(&lf.tlsListen, "tls-listen", "", "address of the same over TLS (with --tls-cert and --tls-key): the SDK's domain mode speaks https")
+	fs.StringVar(&lf.tlsCert, "tls-cert", "", "certificate for *.<domain> (PEM)")
+	fs.StringVar(&lf.tlsKey, "tls-key", "", "its key (PEM)")
+	fs.StringVar(&lf.metricsListen, "metrics-listen", "", "address of /metrics (Prometheus); none when empty")
 	fs.StringVar(&cfg.Namespace, "namespace", "default", "namespace of the sandboxes, snapshots and templates served")
 	fs.StringVar(&cfg.DefaultTemplate, "default-template", "default", "Template the SDKs' default IDs (base, code-interpreter-v1) resolve to")
 	fs.StringVar(&cfg.Domain, "domain", "", "sandbox domain returned to SDKs: port p of a sandbox is <p>-<sandboxID>.<domain> (may carry :port)")
@@ -57,9 +59,12 @@ func serve(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.PauseTimeout, "pause-timeout", 2*time.Minute, "bound of a pause")
 	fs.DurationVar(&cfg.SnapshotTimeout, "snapshot-timeout", 5*time.Minute, "bound of a snapshot")
 	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 1<<20, "largest API request body (proxied bodies are not bounded)")
+	fs.Float64Var(&cfg.CreateRate, "create-rate", defaultCreateRate,
+		"sandboxes an API key may create a second on average (creates and each of a fork's); 0: no limit")
+	fs.IntVar(&cfg.CreateBurst, "create-burst", defaultCreateBurst, "sandboxes an API key may create at once (with --create-rate > 0)")
 	_ = fs.Parse(args)
-	if (*tlsListen != "") != (*tlsCert != "" && *tlsKey != "") {
-		return errors.New("--tls-listen needs --tls-cert and --tls-key, and they need it")
+	if err := checkFlags(lf, &cfg); err != nil {
+		return err
 	}
 	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 
@@ -69,23 +74,12 @@ func serve(ctx context.Context, args []string) error {
 	}
 	kube, err := e2b.NewKube(ctx, rest, cfg.Namespace)
 	if err != nil {
-		return err
+		return fmt.Errorf("watch namespace %s: %w", cfg.Namespace, err)
 	}
-	handler := e2b.New(cfg, kube)
 	errs := make(chan error, 3)
-	servers := []*http.Server{{Addr: *listen, Handler: handler, ReadHeaderTimeout: 10 * time.Second}}
-	go func() { errs <- servers[0].ListenAndServe() }()
-	if *tlsListen != "" {
-		srv := &http.Server{Addr: *tlsListen, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-		servers = append(servers, srv)
-		go func() { errs <- srv.ListenAndServeTLS(*tlsCert, *tlsKey) }()
-	}
-	if *metricsListen != "" {
-		srv := &http.Server{Addr: *metricsListen, Handler: e2b.MetricsHandler(), ReadHeaderTimeout: 10 * time.Second}
-		servers = append(servers, srv)
-		go func() { errs <- srv.ListenAndServe() }()
-	}
-	cfg.Log.Info("serving the E2B API", "listen", *listen, "tls", *tlsListen, "namespace", cfg.Namespace, "domain", cfg.Domain)
+	servers := startServers(lf, e2b.New(cfg, kube), errs)
+	cfg.Log.Info("serving the E2B API", "listen", lf.listen, "tls", lf.tlsListen, "namespace", cfg.Namespace, "domain", cfg.Domain,
+		"createRate", cfg.CreateRate, "createBurst", cfg.CreateBurst)
 	select {
 	case err := <-errs:
 		return err
@@ -95,6 +89,60 @@ func serve(ctx context.Context, args []string) error {
 	defer cancel()
 	for _, s := range servers {
 		_ = s.Shutdown(shutdown)
+	}
+	return nil
+}
+
+// listenFlags are where sandlot-api serves.
+type listenFlags struct {
+	listen, tlsListen, tlsCert, tlsKey, metricsListen string
+}
+
+// startServers serves handler (and the metrics) on lf's listeners; a
+// listener that fails says so on errs.
+func startServers(lf listenFlags, handler http.Handler, errs chan<- error) []*http.Server {
+	run := func(srv *http.Server, serve func() error) {
+		if err := serve(); err != nil {
+			errs <- fmt.Errorf("serve %s: %w", srv.Addr, err)
+		}
+	}
+	// The API and proxy listeners carry long-lived envd streams: only
+	// header and idle bounds there (the REST API bounds its own calls).
+	srv := e2b.NewHTTPServer(lf.listen, handler, e2b.ProxyTimeouts)
+	servers := []*http.Server{srv}
+	go run(srv, srv.ListenAndServe)
+	if lf.tlsListen != "" {
+		srv := e2b.NewHTTPServer(lf.tlsListen, handler, e2b.ProxyTimeouts)
+		servers = append(servers, srv)
+		go run(srv, func() error { return srv.ListenAndServeTLS(lf.tlsCert, lf.tlsKey) })
+	}
+	if lf.metricsListen != "" {
+		// Scrapes never stream: every bound applies.
+		srv := e2b.NewHTTPServer(lf.metricsListen, e2b.MetricsHandler(), e2b.Timeouts{ReadHeader: e2b.ReadHeaderTimeout,
+			Read: e2b.MetricsTimeout, Write: e2b.MetricsTimeout, Idle: e2b.IdleTimeout})
+		servers = append(servers, srv)
+		go run(srv, srv.ListenAndServe)
+	}
+	return servers
+}
+
+// The default create limit: a client starting sandboxes for a batch gets
+// 20 at once and 10 a second after, while a leaked key or a runaway loop
+// cannot fill the cluster's nodes in seconds.
+const (
+	defaultCreateRate  = 10
+	defaultCreateBurst = 20
+)
+
+func checkFlags(lf listenFlags, cfg *e2b.Config) error {
+	if (lf.tlsListen != "") != (lf.tlsCert != "" && lf.tlsKey != "") {
+		return errors.New("--tls-listen needs --tls-cert and --tls-key, and they need it")
+	}
+	if cfg.CreateRate < 0 || math.IsNaN(cfg.CreateRate) || math.IsInf(cfg.CreateRate, 0) {
+		return fmt.Errorf("--create-rate %v: want a number of creates a second, 0 for no limit", cfg.CreateRate)
+	}
+	if cfg.CreateRate > 0 && cfg.CreateBurst < 1 {
+		return fmt.Errorf("--create-burst %d: want at least 1 with --create-rate %v", cfg.CreateBurst, cfg.CreateRate)
 	}
 	return nil
 }

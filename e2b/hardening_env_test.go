@@ -1,0 +1,131 @@
+package e2b
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/test/poll"
+)
+
+// TestProxyCredentials: through the whole server, a sandbox gets its own
+// token but not the API key, a bearer token or cookies.
+func TestProxyCredentials(t *testing.T) {
+	f := setup(t)
+	t.Parallel()
+	up := headerEcho(t)
+	id, token := f.readySandbox(t, up.Listener.Addr().String(), nil)
+	r := call(t, f.url, "GET", "/files", nil, "Host", fmt.Sprintf("%d-%s.%s", sandlotv1.EnvdPort, id, testDomain),
+		"X-Access-Token", token, "X-API-KEY", f.key, "Authorization", "Bearer "+f.key, "Cookie", "k="+f.key)
+	var got http.Header
+	if r.code != http.StatusOK || json.Unmarshal(r.body, &got) != nil {
+		t.Fatalf("got %d %s", r.code, r.body)
+	}
+	if got.Get("X-Access-Token") != token || got.Get("X-Api-Key") != "" || got.Get("Authorization") != "" || got.Get("Cookie") != "" {
+		t.Errorf("the sandbox got %v, want its token and no API credentials", got)
+	}
+}
+
+// pausedAutoResume is a paused sandbox created with autoResume whose
+// envd and port 8080 are listener; it returns the Sandbox and its token.
+func (f *fixture) pausedAutoResume(t *testing.T, listener string) (*sandlotv1.Sandbox, string) {
+	t.Helper()
+	sbx := f.makeSandbox(t, func(s *sandlotv1.Sandbox) {
+		s.Spec.Paused = true
+		s.Annotations = map[string]string{AnnotationAutoResume: "true"}
+	})
+	f.setRunning(t, sbx, newPodIP(listener, sandlotv1.EnvdPort, 8080))
+	token := f.createToken(t, sbx)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.srv.waitUsable(ctx, sbx.Name, sbx.Generation); err != nil {
+		t.Fatalf("the server never saw the sandbox: %v", err)
+	}
+	return sbx, token
+}
+
+// TestProxyAutoResume: traffic resumes a paused autoResume sandbox only
+// with the sandbox's token; without it, even on a public port, it gets
+// the paused answer and the sandbox stays paused.
+func TestProxyAutoResume(t *testing.T) {
+	f := setup(t)
+	t.Parallel()
+	pod := newTestPod(t)
+	sbx, token := f.pausedAutoResume(t, pod.Listener.Addr().String())
+	id := sandlotv1.SandboxIDFor(sbx.UID)
+	host := func(port int) string { return fmt.Sprintf("%d-%s.%s", port, id, testDomain) }
+
+	for _, tc := range []struct {
+		name string
+		hdr  []string
+		code int
+		msg  string
+	}{
+		{"public port, no token", []string{"Host", host(8080)}, http.StatusBadGateway, "is paused"},
+		{"public port, wrong token", []string{"Host", host(8080), "X-Access-Token", token + "x"}, http.StatusBadGateway, "is paused"},
+		{"envd port, wrong token", []string{"Host", host(sandlotv1.EnvdPort), "X-Access-Token", "tok-wrong"},
+			http.StatusUnauthorized, "X-Access-Token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			call(t, f.url, "GET", "/files", nil, tc.hdr...).wantError(t, tc.code, tc.msg)
+			cur := &sandlotv1.Sandbox{}
+			if err := f.c.Get(context.Background(), client.ObjectKeyFromObject(sbx), cur); err != nil || !cur.Spec.Paused {
+				t.Fatalf("the sandbox was resumed (%v)", err)
+			}
+		})
+	}
+	if n := pod.hits.Load(); n != 0 {
+		t.Fatalf("refused requests reached the pod %d times", n)
+	}
+
+	t.Run("with the token", func(t *testing.T) {
+		ch := make(chan reply, 1)
+		go func() {
+			r, err := send(f.url, "GET", "/files", nil, "Host", host(8080), "X-Access-Token", token)
+			if err != nil {
+				t.Errorf("GET: %v", err)
+			}
+			ch <- r
+		}()
+		poll.Eventually(t, 10*time.Second, "the server resumes the sandbox", func() error {
+			if err := f.c.Get(context.Background(), client.ObjectKeyFromObject(sbx), sbx); err != nil {
+				return err
+			}
+			if sbx.Spec.Paused {
+				return fmt.Errorf("spec.paused still true")
+			}
+			return nil
+		})
+		f.setRunning(t, sbx, sbx.Status.PodIP) // the controller's part: the VM is back
+		got := decode[echoed](t, receive(t, ch, 10*time.Second), http.StatusOK)
+		if got.Path != "/files" || got.Token != token {
+			t.Errorf("the pod saw %+v", got)
+		}
+	})
+}
+
+// TestCreateRateLimit: through the whole server (the key checked first),
+// a key's second create within its limit is a 429 with Retry-After.
+func TestCreateRateLimit(t *testing.T) {
+	f := setup(t)
+	t.Parallel()
+	_, hs := newTestServer(f.kube, Config{CreateRate: 0.01, CreateBurst: 1})
+	t.Cleanup(hs.Close)
+	body := `{"templateID":"no-such-template"}`
+	call(t, hs.URL, "POST", "/v2/sandboxes", body, "X-API-KEY", f.key).wantError(t, http.StatusNotFound, "not found")
+	r := call(t, hs.URL, "POST", "/sandboxes", body, "X-API-KEY", f.key)
+	r.wantError(t, http.StatusTooManyRequests, "rate limit")
+	if ra := r.header.Get("Retry-After"); ra != "100" && ra != "99" {
+		t.Errorf("Retry-After %q, want about 100 seconds", ra)
+	}
+	call(t, hs.URL, "POST", "/sandboxes", body, "X-API-KEY", "e2b_wrong").wantError(t, http.StatusUnauthorized, "invalid API key")
+	if r := f.api(t, "POST", "/v2/sandboxes", body); r.code != http.StatusNotFound {
+		t.Errorf("the fixture's unlimited server: %d %s, want 404", r.code, r.body)
+	}
+}
