@@ -24,7 +24,7 @@ func (h *fakeHypervisor) Boot(_ context.Context, _ vm.Assets, cfg vm.Config, id 
 	return h.start(cfg, "", id, h.bootErr)
 }
 
-func (h *fakeHypervisor) Restore(_ context.Context, _ string, cfg vm.Config, dir string, id identity.Identity) (machine, error) {
+func (h *fakeHypervisor) Restore(_ context.Context, _ string, cfg vm.Config, dir string, id identity.Identity, _ vm.Roots) (machine, error) {
 	return h.start(cfg, dir, id, h.restoreErr)
 }
 

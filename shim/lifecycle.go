@@ -17,7 +17,6 @@ import (
 
 	"github.com/sandlot-dev/sandlot/api/node"
 	"github.com/sandlot-dev/sandlot/api/node/stageapi"
-	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/guest/control"
 	"github.com/sandlot-dev/sandlot/vm"
 )
@@ -64,7 +63,7 @@ func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec
 	if spec.Process == nil || len(spec.Process.Args) == 0 {
 		return vmSpec{}, 0, fmt.Errorf("%w: image %s has no entrypoint or command, and the container gives none", errdefs.ErrInvalidArgument, ann[annImageName])
 	}
-	req, err := parseVMRequest(ann, cfg, memTotalMiB())
+	req, err := parseVMRequest(ann, limitsOf(spec), cfg, memTotalMiB())
 	if err != nil {
 		return vmSpec{}, 0, err
 	}
@@ -76,7 +75,9 @@ func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec
 	if req.Restore != nil {
 		loc := req.Restore.Location
 		if cfg.AgentSocket != "" {
-			if loc, vs.release, err = stage(ctx, cfg.AgentSocket, *req.Restore); err != nil {
+			sr := stageapi.StageRequest{Kind: req.Restore.Kind, UID: req.Restore.UID,
+				PodNamespace: ann[annSandboxNS], PodName: ann[annSandboxName], PodUID: ann[annSandboxUID]}
+			if loc, vs.StoreRoot, vs.release, err = stage(ctx, cfg.AgentSocket, sr); err != nil {
 				return vs, 0, err
 			}
 		}
@@ -94,22 +95,26 @@ const stageTimeout = 5 * time.Minute
 // stage asks the node agent for the pod's restore data on this node. It
 // never falls back to the annotated location: on another node that path
 // names the origin's copy, which this node must not read.
-func stage(ctx context.Context, socket string, src sandlotv1.RestoreRef) (string, func(), error) {
-	req := stageapi.StageRequest{Kind: src.Kind, UID: src.UID}
+func stage(ctx context.Context, socket string, req stageapi.StageRequest) (dir, storeRoot string, release func(), err error) {
 	ctx, cancel := context.WithTimeout(ctx, stageTimeout)
 	defer cancel()
 	c := stageapi.NewClient(socket)
 	resp, err := stageWaitingForAgent(ctx, c, req)
 	switch {
 	case errors.Is(err, stageapi.ErrNotFound):
-		return "", nil, fmt.Errorf("%w: restore %s %s: %w", errdefs.ErrNotFound, req.Kind, req.UID, err)
+		return "", "", nil, fmt.Errorf("%w: restore %s %s: %w", errdefs.ErrNotFound, req.Kind, req.UID, err)
 	case errors.Is(err, stageapi.ErrNotReady):
-		return "", nil, fmt.Errorf("%w: restore %s %s: %w", errdefs.ErrUnavailable, req.Kind, req.UID, err)
+		return "", "", nil, fmt.Errorf("%w: restore %s %s: %w", errdefs.ErrUnavailable, req.Kind, req.UID, err)
+	case errors.Is(err, stageapi.ErrIntegrityCheckFailed), errors.Is(err, stageapi.ErrManifestRejected):
+		// The data was tampered with (or is broken): no retry fixes it.
+		return "", "", nil, fmt.Errorf("%w: restore %s %s: %w", errdefs.ErrFailedPrecondition, req.Kind, req.UID, err)
+	case errors.Is(err, stageapi.ErrRefused):
+		return "", "", nil, fmt.Errorf("%w: restore %s %s: %w", errdefs.ErrPermissionDenied, req.Kind, req.UID, err)
 	case err != nil:
-		return "", nil, fmt.Errorf("%w: restore %s %s: ask the node agent at %s: %w", errdefs.ErrUnavailable, req.Kind, req.UID, socket, err)
+		return "", "", nil, fmt.Errorf("%w: restore %s %s: ask the node agent at %s: %w", errdefs.ErrUnavailable, req.Kind, req.UID, socket, err)
 	}
-	release := func() { _ = c.Release(context.Background(), resp.Token) }
-	return resp.Dir, release, nil
+	release = func() { _ = c.Release(context.Background(), resp.Token) }
+	return resp.Dir, resp.StoreRoot, release, nil
 }
 
 // agentWait bounds how long a restore waits for a node agent that is not

@@ -34,7 +34,7 @@ func realHost(address string) host {
 // hypervisor starts VMs and says whether this node can restore a snapshot.
 type hypervisor interface {
 	Boot(ctx context.Context, a vm.Assets, cfg vm.Config, id identity.Identity) (machine, error)
-	Restore(ctx context.Context, qemu string, cfg vm.Config, dir string, id identity.Identity) (machine, error)
+	Restore(ctx context.Context, qemu string, cfg vm.Config, dir string, id identity.Identity, roots vm.Roots) (machine, error)
 	Compatible(m *vm.Manifest, cfg node.Config) error
 }
 
@@ -92,8 +92,8 @@ func (qemu) Boot(ctx context.Context, a vm.Assets, cfg vm.Config, id identity.Id
 	return asMachine(vm.Boot(ctx, a, cfg, id))
 }
 
-func (qemu) Restore(ctx context.Context, qemuPath string, cfg vm.Config, dir string, id identity.Identity) (machine, error) {
-	return asMachine(vm.Restore(ctx, qemuPath, cfg, dir, id))
+func (qemu) Restore(ctx context.Context, qemuPath string, cfg vm.Config, dir string, id identity.Identity, roots vm.Roots) (machine, error) {
+	return asMachine(vm.Restore(ctx, qemuPath, cfg, dir, id, roots))
 }
 
 // asMachine keeps a VM returned with an error (the pod stops it) and

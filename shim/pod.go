@@ -2,6 +2,7 @@ package shim
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"maps"
@@ -46,12 +47,22 @@ type pod struct {
 	labels   map[string]string
 	vmSpec   vmSpec // what the VM was started with, for a restore in place
 	control  *controlServer
+
+	// The jail: the pause container's cgroupsPath and OOM score, the
+	// cgroup directories made from it and the uid the pod's VMs run as.
+	cgroupsPath string
+	oomScoreAdj *int
+	cgroups     []string
+	vmUID       *uidClaim
 }
 
 // vmSpec is what the app container asks of the VM.
 type vmSpec struct {
 	BaseDisk string
 	Restore  string // a snapshot directory, or "" to cold boot
+	// StoreRoot is the store the restore's data is in (the agent says);
+	// its manifest may name files only there and in the image cache.
+	StoreRoot string
 	// release lets the node agent free the staged data once the VM has
 	// restored (nil when nothing was staged).
 	release func()
@@ -87,12 +98,15 @@ func (p *pod) start(ctx context.Context, s vmSpec, api controlapi.VMControlServi
 	if err := p.attachNetwork(); err != nil {
 		return err
 	}
+	if err := p.prepareJail(); err != nil {
+		return err
+	}
 	p.identity = p.newIdentity(s.Env)
 	p.labels = map[string]string{labelImageDigest: s.ImageDigest, labelImageName: s.ImageName}
 	cfg := p.vmConfig(s)
 	trace := time.Now()
 	if s.Restore != "" {
-		p.vm, err = p.host.vms.Restore(ctx, p.cfg.QEMU, cfg, s.Restore, p.identity)
+		p.vm, err = p.host.vms.Restore(ctx, p.cfg.QEMU, cfg, s.Restore, p.identity, restoreRoots(s.Restore, s.StoreRoot, p.cfg))
 	} else {
 		p.vm, err = p.host.vms.Boot(ctx, p.assets(), cfg, p.identity)
 	}
@@ -123,8 +137,8 @@ func (p *pod) assets() vm.Assets {
 func (p *pod) vmConfig(s vmSpec) vm.Config {
 	return vm.Config{
 		Name: "pod-" + p.uid, Accel: p.cfg.Accel, VCPU: s.VCPU, MemoryMiB: s.MemoryMiB,
-		RunDir: p.cfg.Layout().VMDir(p.uid), MemoryDir: p.cfg.MemoryDir,
-		BaseDisk: s.BaseDisk, LayerMiB: s.LayerMiB,
+		RunDir: p.cfg.Layout().VMDir(p.uid), MemoryDir: p.cfg.MemoryDir, DiskDir: p.cfg.PodDiskDir(p.uid),
+		BaseDisk: s.BaseDisk, LayerMiB: s.LayerMiB, Jail: p.jail(),
 		Net:     vm.NetSpec{MAC: p.net.MAC, Tap: tapName},
 		StartIn: func(start func() error) error { return p.host.network.Run(p.netns, start) },
 		Labels:  maps.Clone(p.labels),
@@ -158,10 +172,18 @@ func (p *pod) openNetwork(ctx context.Context) error {
 	return p.vm.Announce(ctx)
 }
 
+// newIdentity is the VM's identity from the pod. A pod without a token (a
+// warm pool's, until a claim pushes the sandbox's; a plain pod of the
+// runtime class) gets a random one nobody knows: the guest answers
+// nothing until the token it may be reached with arrives.
 func (p *pod) newIdentity(env map[string]string) identity.Identity {
+	token := env[sandlotv1.EnvAccessToken]
+	if token == "" {
+		token = rand.Text()
+	}
 	return identity.Identity{
 		SandboxID:   env[sandlotv1.EnvSandboxID],
-		AccessToken: env[sandlotv1.EnvAccessToken],
+		AccessToken: token,
 		Env:         maps.Clone(env),
 		Hostname:    p.hostname,
 		Network:     &identity.Network{Interface: "eth0", Address: p.net.Address, Gateway: p.net.Gateway, MAC: p.net.MAC},
@@ -210,7 +232,8 @@ func (p *pod) teardownLocked() error {
 		errs = append(errs, p.host.network.Detach(p.netns, p.net, tapName))
 		p.attached = false
 	}
-	errs = append(errs, os.RemoveAll(p.dir()))
+	errs = append(errs, p.releaseJail())
+	errs = append(errs, os.RemoveAll(p.dir()), os.RemoveAll(p.cfg.PodDiskDir(p.uid)))
 	return errors.Join(errs...)
 }
 
@@ -246,7 +269,7 @@ func (p *pod) replace(ctx context.Context, dir string) (guest, error) {
 	s := p.vmSpec
 	s.Restore = dir
 	p.identity.UnixNano = time.Now().UnixNano()
-	v, err := p.host.vms.Restore(ctx, p.cfg.QEMU, p.vmConfig(s), dir, p.identity)
+	v, err := p.host.vms.Restore(ctx, p.cfg.QEMU, p.vmConfig(s), dir, p.identity, restoreRoots(dir, "", p.cfg))
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,8 @@ const (
 	annContainerType = "io.kubernetes.cri.container-type"
 	annSandboxID     = "io.kubernetes.cri.sandbox-id"
 	annSandboxUID    = "io.kubernetes.cri.sandbox-uid"
+	annSandboxName   = "io.kubernetes.cri.sandbox-name"
+	annSandboxNS     = "io.kubernetes.cri.sandbox-namespace"
 	annImageName     = "io.kubernetes.cri.image-name"
 )
 
@@ -151,6 +153,12 @@ func (s *service) createPause(r *taskAPI.CreateTaskRequest, spec *specs.Spec, st
 		return nil, fmt.Errorf("%w: pod sandbox %s has no usable %s annotation", errdefs.ErrInvalidArgument, r.ID, annSandboxUID)
 	}
 	p := &pod{id: r.ID, uid: uid, netns: netnsPath(spec), hostname: spec.Hostname, cfg: cfg, host: s.host}
+	if spec.Linux != nil {
+		p.cgroupsPath = spec.Linux.CgroupsPath
+	}
+	if spec.Process != nil {
+		p.oomScoreAdj = spec.Process.OOMScoreAdj
+	}
 	c := &container{id: r.ID, bundle: r.Bundle, sandbox: true, pod: p, spec: spec, execs: map[string]*process{}}
 	c.init = newProcess("", std, s.exitHandler(c))
 	s.mu.Lock()
@@ -233,6 +241,11 @@ func (s *service) exitHandler(c *container) func(*process) {
 		if id == "" {
 			id = c.id
 			if !c.sandbox {
+				if status == exitVMGone && c.pod.vmOOMKilled() {
+					// QEMU went over the pod's memory limit: the kubelet reports
+					// the container OOMKilled, as for a runc container.
+					s.send(&eventstypes.TaskOOM{ContainerID: c.id})
+				}
 				// The app process was the container: like a runc container's
 				// init, its end ends everything else, so the VM stops.
 				if err := c.pod.stop(); err != nil {

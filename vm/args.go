@@ -37,10 +37,15 @@ type Spec struct {
 	Layer                  string // writable layer
 	QMPSocket              string
 	ControlSocket          string // QEMU listens; the host dials it
-	Console                string // file for the serial console; empty: none
-	Net                    NetSpec
-	Incoming               bool // -incoming defer: wait for migrate-incoming
-	Sandbox                bool // QEMU's seccomp sandbox (no spawning: fd: migration only)
+	// Console is the serial console's log: QEMU writes the console to
+	// its stdout, and the VM keeps a capped log there; empty: no console.
+	Console string
+	// TapFD, when set, is the fd QEMU inherits the tap on (Net.Tap names
+	// it for the caller, who opens it); otherwise QEMU opens Net.Tap.
+	TapFD    int
+	Net      NetSpec
+	Incoming bool // -incoming defer: wait for migrate-incoming
+	Sandbox  bool // QEMU's seccomp sandbox (no spawning: fd: migration only)
 }
 
 // NetSpec is the guest NIC: a tap device (a pod's) or user-mode
@@ -78,7 +83,8 @@ func (s Spec) Args() ([]string, error) {
 		"-chardev", "socket,id=ctl,path="+s.ControlSocket+",server=on,wait=off",
 		"-device", "virtserialport,chardev=ctl,name="+ControlPortName)
 	a = append(a, s.netArgs()...)
-	a = append(a, "-serial", serial(s.Console), "-qmp", "unix:"+s.QMPSocket+",server=on,wait=off", "-no-reboot")
+	a = append(a, serial(s.Console)...)
+	a = append(a, "-qmp", "unix:"+s.QMPSocket+",server=on,wait=off", "-no-reboot")
 	if s.Sandbox {
 		a = append(a, "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny")
 	}
@@ -147,7 +153,10 @@ func disk(id, path string, readonly bool) []string {
 
 func (s Spec) netArgs() []string {
 	netdev := "user,id=n0,restrict=on"
-	if s.Net.Tap != "" {
+	switch {
+	case s.TapFD > 0:
+		netdev = "tap,id=n0,fd=" + strconv.Itoa(s.TapFD)
+	case s.Net.Tap != "":
 		netdev = "tap,id=n0,ifname=" + s.Net.Tap + ",script=no,downscript=no"
 	}
 	for _, f := range s.Net.Forwards {
@@ -160,11 +169,11 @@ func (s Spec) netArgs() []string {
 	return []string{"-netdev", netdev, "-device", dev}
 }
 
-func serial(console string) string {
+func serial(console string) []string {
 	if console == "" {
-		return "null"
+		return []string{"-serial", "null"}
 	}
-	return "file:" + console
+	return []string{"-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con"}
 }
 
 func onOff(b bool) string {

@@ -19,6 +19,8 @@ func TestArgs(t *testing.T) {
 	kvm.Accel = AccelKVM
 	tap := bootSpec()
 	tap.Net = NetSpec{Tap: "tap0", MAC: "52:54:00:00:00:02"}
+	tapFDSpec := tap
+	tapFDSpec.TapFD = 3
 	cases := []struct {
 		name      string
 		spec      Spec
@@ -33,11 +35,12 @@ func TestArgs(t *testing.T) {
 			"virtserialport,chardev=ctl,name=sandlot.control",
 			"hostfwd=tcp:127.0.0.1:40001-10.0.2.15:49983",
 			"virtio-net-device,netdev=n0,mac=52:54:00:00:00:01",
-			"-serial file:/r/console.log",
+			"-chardev stdio,id=con,signal=off -serial chardev:con",
 		}, []string{"-incoming"}},
 		{"restore", restore, []string{"share=off", "-incoming defer"}, []string{"-kernel", "-append"}},
 		{"kvm", kvm, []string{"-accel kvm -cpu host,-arch-capabilities", "microvm,pit=off,pic=off"}, []string{"-cpu max"}},
 		{"tap", tap, []string{"tap,id=n0,ifname=tap0,script=no,downscript=no"}, []string{"user,id=n0"}},
+		{"tap by fd", tapFDSpec, []string{"tap,id=n0,fd=3"}, []string{"user,id=n0", "ifname="}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sandlot-dev/sandlot/guest/control"
@@ -36,7 +35,12 @@ type Config struct {
 	// MemoryDir is a tmpfs directory for the guest RAM file of a booted
 	// VM (default /dev/shm).
 	MemoryDir string
-	BaseDisk  string
+	// DiskDir holds the writable layer and the console log: a directory
+	// on a disk, not node RAM (default RunDir). Removed by Stop.
+	DiskDir string
+	// Jail, when set, confines QEMU (see Jail); nil runs it as the caller.
+	Jail     *Jail
+	BaseDisk string
 	// LayerMiB sizes a cold-booted VM's writable layer (default 1024).
 	LayerMiB int
 	Net      NetSpec
@@ -111,7 +115,7 @@ func (v *VM) SetLabel(key, value string) {
 // its run directory and a booted VM's RAM (a restored VM maps a snapshot's,
 // which it does not own).
 func (v *VM) OwnedPaths() []string {
-	paths := []string{v.cfg.RunDir}
+	paths := []string{v.cfg.RunDir, v.diskDir(), v.jailRoot()}
 	if v.spec.SharedMemory {
 		paths = append(paths, filepath.Dir(v.spec.MemoryPath))
 	}
@@ -151,7 +155,13 @@ func (c *Config) defaults() error {
 	if c.RunDir == "" || c.Name == "" {
 		return errors.New("vm config: name and run dir are required")
 	}
-	return os.MkdirAll(c.RunDir, 0o700)
+	if err := os.MkdirAll(c.RunDir, 0o700); err != nil {
+		return err
+	}
+	if c.DiskDir != "" {
+		return os.MkdirAll(c.DiskDir, 0o700)
+	}
+	return nil
 }
 
 // baseSpec is the part of the command line a boot and a restore share
@@ -159,12 +169,22 @@ func (c *Config) defaults() error {
 // under its seccomp sandbox: sandlot only migrates over fds and saves
 // device state to files, so QEMU never needs to spawn.
 func (c Config) baseSpec() Spec {
+	disk := c.DiskDir
+	if disk == "" {
+		disk = c.RunDir
+	}
 	s := Spec{Name: c.Name, Accel: c.Accel, VCPU: c.VCPU, MemoryMiB: c.MemoryMiB, BaseDisk: c.BaseDisk,
-		Layer: filepath.Join(c.RunDir, "layer.raw"), QMPSocket: filepath.Join(c.RunDir, "qmp.sock"),
+		Layer: filepath.Join(disk, "layer.raw"), QMPSocket: filepath.Join(c.RunDir, "qmp.sock"),
 		ControlSocket: filepath.Join(c.RunDir, "control.sock"), Net: c.Net,
-		Console: filepath.Join(c.RunDir, "console.log"), Sandbox: true}
+		Console: filepath.Join(disk, "console.log"), Sandbox: true}
+	if c.Net.Tap != "" {
+		s.TapFD = tapFD
+	}
 	return s
 }
+
+// diskDir is where the VM's writable layer and console log live.
+func (v *VM) diskDir() string { return filepath.Dir(v.spec.Layer) }
 
 // launch starts QEMU for spec and connects QMP.
 func (v *VM) launch(ctx context.Context) error {
@@ -175,17 +195,24 @@ func (v *VM) launch(ctx context.Context) error {
 	if v.QEMU == "" {
 		v.QEMU = "qemu-system-x86_64"
 	}
-	v.cmd = exec.Command(v.QEMU, args...)
+	if v.cmd, err = v.command(args); err != nil {
+		return err
+	}
 	stderr, err := os.Create(filepath.Join(v.cfg.RunDir, "qemu.log"))
 	if err != nil {
 		return err
 	}
 	defer stderr.Close()
-	v.cmd.Stdout, v.cmd.Stderr = stderr, stderr
-	v.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	start := v.cmd.Start
+	v.cmd.Stderr = stderr
+	console, err := v.startConsole()
+	if err != nil {
+		return err
+	}
+	defer console.Close() // QEMU holds its own copy
+	v.cmd.Stdout = console
+	start := func() error { return v.startQEMU() }
 	if v.cfg.StartIn != nil {
-		start = func() error { return v.cfg.StartIn(v.cmd.Start) }
+		start = func() error { return v.cfg.StartIn(v.startQEMU) }
 	}
 	if err := start(); err != nil {
 		return fmt.Errorf("start %s: %w", v.QEMU, err)
@@ -207,6 +234,22 @@ func (v *VM) launch(ctx context.Context) error {
 	}
 	v.qmp = m
 	return nil
+}
+
+// startQEMU starts the process, opening the tap first (in the caller's
+// network namespace: StartIn's) so that QEMU gets it as an fd and needs
+// no CAP_NET_ADMIN.
+func (v *VM) startQEMU() error {
+	if v.spec.TapFD == 0 {
+		return v.cmd.Start()
+	}
+	tap, err := openTap(v.spec.Net.Tap)
+	if err != nil {
+		return err
+	}
+	defer tap.Close()
+	v.cmd.ExtraFiles = []*os.File{tap} // fd 3: tapFD
+	return v.cmd.Start()
 }
 
 // qemuLog returns QEMU's own words, for errors.
@@ -288,7 +331,7 @@ func (v *VM) guestErr(err error) error {
 		return err
 	}
 	msg := fmt.Sprintf("%v; qemu exited (%v)%s", err, v.cmd.ProcessState, v.qemuLog())
-	if b, _ := os.ReadFile(v.spec.Console); len(b) > 0 {
+	if b := consoleTail(v.spec.Console); len(b) > 0 {
 		if len(b) > 1500 {
 			b = b[len(b)-1500:]
 		}

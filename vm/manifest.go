@@ -58,7 +58,8 @@ type Manifest struct {
 	Labels map[string]string `json:"labels,omitempty"`
 }
 
-// FileRef is a file of (or used by) a snapshot.
+// FileRef is a file of (or used by) a snapshot. A restore opens it only
+// inside the roots it was given (Manifest.Confine).
 type FileRef struct {
 	Path   string `json:"path"` // relative to the snapshot dir, or absolute
 	Size   int64  `json:"size"`

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/sandlot-dev/sandlot/guest/identity"
 )
@@ -15,8 +14,13 @@ import (
 // lays a restored VM's changed pages over the base, then continues and
 // pushes the new identity (network, hostname, env, token, a fresh RNG
 // seed) through the control channel. The snapshot is never written.
-func Restore(ctx context.Context, qemu string, cfg Config, dir string, id identity.Identity) (*VM, error) {
-	m, err := restorable(qemu, &cfg, dir)
+//
+// The manifest may name only files in dir and under roots (Confine): the
+// store the snapshot is in, and the node's image cache for a base disk.
+// Without roots only dir is allowed, which no snapshot with a base disk
+// passes: callers pass the roots they know.
+func Restore(ctx context.Context, qemu string, cfg Config, dir string, id identity.Identity, roots ...Roots) (*VM, error) {
+	m, err := restorable(qemu, &cfg, dir, roots)
 	if err != nil {
 		return nil, err
 	}
@@ -36,10 +40,14 @@ func Restore(ctx context.Context, qemu string, cfg Config, dir string, id identi
 	return v, v.move(Running)
 }
 
-// restorable reads the manifest and checks this host can restore it.
-func restorable(qemu string, cfg *Config, dir string) (*Manifest, error) {
+// restorable reads the manifest and checks this host can restore it and
+// may open every file it names (before anything opens one).
+func restorable(qemu string, cfg *Config, dir string, roots []Roots) (*Manifest, error) {
 	m, err := ReadManifest(dir)
 	if err != nil {
+		return nil, err
+	}
+	if err := m.Confine(dir, roots...); err != nil {
 		return nil, err
 	}
 	cfg.VCPU, cfg.MemoryMiB = m.VCPU, m.MemoryMiB
@@ -62,7 +70,9 @@ func restorable(qemu string, cfg *Config, dir string) (*Manifest, error) {
 func (v *VM) restore(ctx context.Context, dir string, m *Manifest) error {
 	trace := newTrace("restore " + v.cfg.Name)
 	defer trace.done()
-	if err := copySparse(filepath.Join(dir, DiskFile), v.spec.Layer, 0o600); err != nil {
+	// The files the manifest names, confined and checked: not fixed names
+	// next to it, which could be other files than those checked.
+	if err := copySparse(m.Disk.Abs(dir), v.spec.Layer, 0o600); err != nil {
 		return fmt.Errorf("writable layer: %w", err)
 	}
 	trace.step("disk layer copied")
@@ -82,7 +92,7 @@ func (v *VM) restore(ctx context.Context, dir string, m *Manifest) error {
 			return err
 		}
 	}
-	if err := v.loadState(ctx, filepath.Join(dir, StateFile)); err != nil {
+	if err := v.loadState(ctx, m.State.Abs(dir)); err != nil {
 		return err
 	}
 	trace.step("device state loaded")

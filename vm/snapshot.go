@@ -141,9 +141,18 @@ func (v *VM) newManifest() (*Manifest, error) {
 func (v *VM) saveWhilePaused(ctx context.Context, dir string, m *Manifest) error {
 	// Device state only: xen-save-devices-state skips RAM sections, which
 	// x-ignore-shared cannot do for a restored VM's private mapping.
-	state := filepath.Join(dir, StateFile)
-	if err := v.qmp.Execute(ctx, "xen-save-devices-state", map[string]any{"filename": state, "live": false}, nil); err != nil {
+	// QEMU writes it where it can (a jailed QEMU sees only its own
+	// directories); the host moves it into the snapshot.
+	saved := filepath.Join(v.cfg.RunDir, StateFile+".saving")
+	if err := v.qmp.Execute(ctx, "xen-save-devices-state", map[string]any{"filename": saved, "live": false}, nil); err != nil {
 		return v.qmpErr(err, "save device state")
+	}
+	err := copySparse(saved, filepath.Join(dir, StateFile), 0o400)
+	if rmErr := os.Remove(saved); err == nil {
+		err = rmErr
+	}
+	if err != nil {
+		return fmt.Errorf("device state: %w", err)
 	}
 	if err := v.saveMemory(dir, m); err != nil {
 		return err

@@ -29,12 +29,38 @@ type Config struct {
 	DefaultVCPU      int `json:"defaultVCPU"`
 	// LayerMiB sizes a cold-booted VM's writable layer (default 1024).
 	LayerMiB int `json:"layerMiB"`
+	// DiskDir holds each VM's writable layer and console log, one
+	// directory per pod: on a disk, not in node RAM (default
+	// /var/lib/sandlot/vms).
+	DiskDir string `json:"diskDir"`
+	// VMUIDs are the uids (and same-numbered gids) jailed QEMUs run as,
+	// one per running VM on the node; VMMGroup is a group all of them are
+	// in, which may read the shared inputs (base disks, base memory).
+	VMUIDs   IDRange `json:"vmUIDs"`
+	VMMGroup int     `json:"vmmGroup"`
 	// AgentSocket is the node agent's stage socket (stageapi). With it a
 	// restore asks the agent for its data (downloaded first when another
 	// node wrote it); without it the pod's restore-location annotation
 	// must be a directory on this node.
 	AgentSocket string `json:"agentSocket,omitempty"`
 }
+
+// IDRange is Count ids from First.
+type IDRange struct {
+	First int `json:"first"`
+	Count int `json:"count"`
+}
+
+// Default jail ids: above the ranges distributions hand to users and
+// subordinate ids (useradd's SUB_UID_MAX is 600100000).
+const (
+	DefaultVMUIDFirst = 700000000
+	DefaultVMUIDCount = 65536
+	DefaultVMMGroup   = DefaultVMUIDFirst - 1
+)
+
+// PodDiskDir is where one pod's VM keeps its writable layer and console.
+func (c Config) PodDiskDir(podUID string) string { return filepath.Join(c.DiskDir, podUID) }
 
 // Layout is the on-node layout the config's root gives.
 func (c Config) Layout() Layout { return Layout{Root: c.Root} }
@@ -59,6 +85,15 @@ func (c *Config) Defaults() {
 	if c.LayerMiB == 0 {
 		c.LayerMiB = 1024
 	}
+	if c.DiskDir == "" {
+		c.DiskDir = "/var/lib/sandlot/vms"
+	}
+	if c.VMUIDs == (IDRange{}) {
+		c.VMUIDs = IDRange{First: DefaultVMUIDFirst, Count: DefaultVMUIDCount}
+	}
+	if c.VMMGroup == 0 {
+		c.VMMGroup = DefaultVMMGroup
+	}
 }
 
 // Validate refuses what no shim can run with: a missing kernel or
@@ -73,7 +108,7 @@ func (c Config) Validate() error {
 	}{
 		{"kernel", c.Kernel, true}, {"initrd", c.Initrd, true}, {"root", c.Root, false},
 		{"imageDir", c.ImageDir, false}, {"memoryDir", c.MemoryDir, false},
-		{"agentSocket", c.AgentSocket, false}, {"qemu", c.QEMU, false},
+		{"agentSocket", c.AgentSocket, false}, {"qemu", c.QEMU, false}, {"diskDir", c.DiskDir, false},
 	} {
 		switch {
 		case f.path == "" && f.required:
@@ -81,6 +116,12 @@ func (c Config) Validate() error {
 		case f.path != "" && !filepath.IsAbs(f.path):
 			errs = append(errs, fmt.Errorf("shim config: %s %q: want an absolute path", f.name, f.path))
 		}
+	}
+	if r := c.VMUIDs; r != (IDRange{}) && (r.First < 1 || r.Count < 1 || r.First+r.Count > 1<<31-1) {
+		errs = append(errs, fmt.Errorf("shim config: vmUIDs %d+%d: want first ≥ 1, count ≥ 1, below 2^31", r.First, r.Count))
+	}
+	if g := c.VMMGroup; g < 0 || (g > 0 && g >= c.VMUIDs.First && g < c.VMUIDs.First+c.VMUIDs.Count) {
+		errs = append(errs, fmt.Errorf("shim config: vmmGroup %d: want > 0 and outside vmUIDs", g))
 	}
 	if c.Accel != "" && c.Accel != "kvm" && c.Accel != "tcg" {
 		errs = append(errs, fmt.Errorf("shim config: accel %q: want kvm, tcg or empty (detect)", c.Accel))

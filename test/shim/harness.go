@@ -55,7 +55,7 @@ func Start(t crienv.T) *Env {
 	t.Cleanup(func() { os.RemoveAll(mem) })
 	bin := filepath.Join(dir, "bin")
 	buildShim(t, bin)
-	cfg := node.Config{Root: filepath.Join(dir, "sandlot"), ImageDir: filepath.Join(dir, "images"), MemoryDir: mem,
+	cfg := node.Config{Root: filepath.Join(dir, "sandlot"), ImageDir: filepath.Join(dir, "images"), MemoryDir: mem, DiskDir: filepath.Join(dir, "vms"),
 		Kernel: assets.Assets.Kernel, Initrd: assets.Assets.Initrd, Modules: assets.Assets.Modules,
 		DefaultMemoryMiB: 256}
 	cfgPath := filepath.Join(dir, "sandlot-shim.json")

@@ -92,7 +92,7 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 			defer cancel()
 			cfg := config(t, g, "")
 			cfg.Accel = vm.AccelTCG
-			v, err := vm.Restore(ctx, "", cfg, dir, g.Identity)
+			v, err := vm.Restore(ctx, "", cfg, dir, g.Identity, loadEnv(t).Roots())
 			if err == nil {
 				v.Stop()
 				t.Fatal("restored a damaged snapshot")

@@ -195,3 +195,10 @@ func (g Guest) RunCode(ctx context.Context, code string) (string, error) {
 	}
 	return "", sc.Err() // the code ran and gave no value
 }
+
+// Roots are where the snapshots of these tests may name files: under the
+// temporary directory (parents and their clones' snapshots live in
+// different ones) and the cache's base disks.
+func (e Env) Roots() vm.Roots {
+	return vm.Roots{Store: os.TempDir(), Images: []string{filepath.Dir(e.Debian), filepath.Dir(e.Busy)}}
+}

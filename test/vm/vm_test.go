@@ -123,7 +123,7 @@ func TestMain(m *testing.M) {
 func restoreClone(t *testing.T, ctx context.Context, snap, name, ip string, n int) (*vm.VM, vmtest.Guest) {
 	t.Helper()
 	g := guest(t, name, ip, n)
-	v, err := vm.Restore(ctx, "", config(t, g, ""), snap, g.Identity)
+	v, err := vm.Restore(ctx, "", config(t, g, ""), snap, g.Identity, loadEnv(t).Roots())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestConcurrentClones(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			v, err := vm.Restore(ctx, "", config(t, guests[i], ""), snap, guests[i].Identity)
+			v, err := vm.Restore(ctx, "", config(t, guests[i], ""), snap, guests[i].Identity, loadEnv(t).Roots())
 			if err != nil {
 				errs[i] = err
 				return

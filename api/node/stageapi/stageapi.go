@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -27,12 +28,21 @@ const (
 type StageRequest struct {
 	Kind string `json:"kind"`
 	UID  string `json:"uid"`
+	// The pod the restore is for (its CRI sandbox's metadata): the agent
+	// stages data only for a pod the controller pointed at it.
+	PodNamespace string `json:"podNamespace,omitempty"`
+	PodName      string `json:"podName,omitempty"`
+	PodUID       string `json:"podUID,omitempty"`
 }
 
 // StageResponse is the data's directory on this node; Token releases it.
 type StageResponse struct {
 	Dir   string `json:"dir"`
 	Token string `json:"token"`
+	// StoreRoot is the store's root on this node, Dir and the data it
+	// depends on under it: the root a restore of Dir confines the
+	// manifest's files to (vm.Roots.Store). Empty from an older agent.
+	StoreRoot string `json:"storeRoot,omitempty"`
 }
 
 // ReleaseRequest ends a stage.
@@ -41,23 +51,51 @@ type ReleaseRequest struct {
 }
 
 // Error is a failed call: the HTTP status says which kind of failure
-// (404 unknown data, 409 not restorable on this node yet, 400 bad request).
+// (404 unknown data, 409 not restorable on this node yet, 422 data
+// refused, 400 bad request); Reason, when set, says why data was refused.
 type Error struct {
 	Status  int    `json:"-"`
+	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message"`
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("node agent: %s (HTTP %d)", e.Message, e.Status) }
+// Reasons data is refused (HTTP 422): retrying does not help until the
+// data in the store is fixed or deleted.
+const (
+	// ReasonIntegrityCheckFailed: data from the shared store is not what
+	// a node of the cluster wrote (a bad or missing signature, a file
+	// whose sha256 differs from the signed one).
+	ReasonIntegrityCheckFailed = "IntegrityCheckFailed"
+	// ReasonManifestRejected: the manifest names a file outside the
+	// store (or a protocol, a device) that no restore may open.
+	ReasonManifestRejected = "ManifestRejected"
+)
 
-// ErrNotFound and ErrNotReady classify an *Error with errors.Is.
+func (e *Error) Error() string {
+	if e.Reason != "" && !strings.Contains(e.Message, e.Reason) {
+		return fmt.Sprintf("node agent: %s: %s (HTTP %d)", e.Reason, e.Message, e.Status)
+	}
+	return fmt.Sprintf("node agent: %s (HTTP %d)", e.Message, e.Status)
+}
+
+// ErrNotFound, ErrNotReady, ErrIntegrityCheckFailed and ErrManifestRejected
+// classify an *Error with errors.Is.
 var (
-	ErrNotFound = errors.New("data not found on this node or in the store")
-	ErrNotReady = errors.New("data not restorable on this node yet")
+	ErrNotFound             = errors.New("data not found on this node or in the store")
+	ErrNotReady             = errors.New("data not restorable on this node yet")
+	ErrIntegrityCheckFailed = errors.New(ReasonIntegrityCheckFailed)
+	ErrManifestRejected     = errors.New(ReasonManifestRejected)
+	// ErrRefused is a request the agent will not serve: the pod does not
+	// belong to a Sandbox the controller pointed at that data.
+	ErrRefused = errors.New("stage request refused")
 )
 
 func (e *Error) Is(target error) bool {
 	return (target == ErrNotFound && e.Status == http.StatusNotFound) ||
-		(target == ErrNotReady && e.Status == http.StatusConflict)
+		(target == ErrNotReady && e.Status == http.StatusConflict) ||
+		(target == ErrIntegrityCheckFailed && e.Reason == ReasonIntegrityCheckFailed) ||
+		(target == ErrManifestRejected && e.Reason == ReasonManifestRejected) ||
+		(target == ErrRefused && e.Status == http.StatusForbidden)
 }
 
 // Key is the store key of a restorable kind's object: the agent keeps

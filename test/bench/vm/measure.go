@@ -100,7 +100,7 @@ func (b *bench) restore(ctx context.Context, snap, name string) (*vm.VM, vmtest.
 		return nil, g, 0, err
 	}
 	start := time.Now()
-	v, err := vm.Restore(ctx, "", b.config(g, ""), snap, g.Identity)
+	v, err := vm.Restore(ctx, "", b.config(g, ""), snap, g.Identity, vm.Roots{Store: b.dir, Images: b.env.Roots().Images})
 	if err != nil {
 		return nil, g, 0, err
 	}

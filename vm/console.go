@@ -1,0 +1,113 @@
+package vm
+
+import (
+	"errors"
+	"io"
+	"os"
+)
+
+// ConsoleLogMax caps the serial console log; at the cap the log moves to
+// <log>.1 (replacing the one before) and starts again, so a guest flooding
+// its console uses at most twice this on the node's disk.
+const ConsoleLogMax = 1 << 20
+
+// startConsole opens the pipe QEMU writes the serial console to and
+// copies it into the capped log until QEMU closes it. It returns the
+// pipe's write end, for QEMU's stdout.
+func (v *VM) startConsole() (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	log := &cappedLog{path: v.spec.Console, max: ConsoleLogMax}
+	go func() {
+		defer r.Close()
+		defer log.close()
+		_ = log.copyFrom(r)
+	}()
+	return w, nil
+}
+
+// cappedLog is a file that rotates to path.1 when it reaches max bytes.
+type cappedLog struct {
+	path string
+	max  int64
+	f    *os.File
+	n    int64
+}
+
+// copyFrom writes what r gives until r ends. A failing log never blocks
+// the reader: the console is drained even if nothing can be kept.
+func (c *cappedLog) copyFrom(r io.Reader) error {
+	buf := make([]byte, 32<<10)
+	var keep error
+	for {
+		n, err := r.Read(buf)
+		if n > 0 && keep == nil {
+			keep = c.write(buf[:n])
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return keep
+			}
+			return err
+		}
+	}
+}
+
+func (c *cappedLog) write(b []byte) error {
+	for len(b) > 0 {
+		if c.f == nil || c.n >= c.max {
+			if err := c.rotate(); err != nil {
+				return err
+			}
+		}
+		part := b
+		if room := c.max - c.n; int64(len(part)) > room {
+			part = part[:room]
+		}
+		n, err := c.f.Write(part)
+		c.n += int64(n)
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+func (c *cappedLog) rotate() error {
+	if c.f != nil {
+		c.f.Close()
+		if err := os.Rename(c.path, c.path+".1"); err != nil {
+			return err
+		}
+	}
+	f, err := os.OpenFile(c.path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	c.f, c.n = f, 0
+	return nil
+}
+
+func (c *cappedLog) close() {
+	if c.f != nil {
+		c.f.Close()
+	}
+}
+
+// consoleTail is the end of the console log (with the rotated part before
+// it when the current one is short), for errors.
+func consoleTail(path string) []byte {
+	const tail = 1500
+	b, _ := os.ReadFile(path)
+	if len(b) < tail {
+		prev, _ := os.ReadFile(path + ".1")
+		b = append(prev, b...)
+	}
+	if len(b) > tail {
+		b = b[len(b)-tail:]
+	}
+	return b
+}
