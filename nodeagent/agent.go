@@ -65,7 +65,8 @@ func Setup(mgr ctrl.Manager, n Node) error {
 		return fmt.Errorf("pausedsandbox reconciler: %w", err)
 	}
 	if n.StageSocket != "" {
-		srv := newStageServer(l)
+		srv := newStageServer(l, &stageGuard{api: mgr.GetAPIReader(), cache: c, node: n.Name})
+		srv.refusals = &refusalReporter{api: mgr.GetAPIReader(), rec: rec, node: n.Name}
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return srv.Serve(ctx, n.StageSocket) })); err != nil {
 			return fmt.Errorf("stage server: %w", err)
 		}

@@ -187,8 +187,9 @@ func (l *layout) remote(ctx context.Context, key string) (store.Status, error) {
 }
 
 // open makes key and its dependencies available on this node (downloads
-// them if another node wrote them) and returns key's directory; release
-// lets the store delete them again.
+// them if another node wrote them, checked: store.ErrIntegrity) and
+// returns key's directory once its manifest names only files in the
+// store (confine); release lets the store delete them again.
 func (l *layout) open(ctx context.Context, key string) (string, func(), error) {
 	dir, release, err := l.store.Open(ctx, key)
 	if err != nil {
@@ -212,6 +213,10 @@ func (l *layout) open(ctx context.Context, key string) (string, func(), error) {
 			return "", nil, fmt.Errorf("%s depends on %s: %w", key, d, err)
 		}
 		releases = append(releases, r)
+	}
+	if err := l.confine(key, dir); err != nil {
+		releaseAll()
+		return "", nil, err
 	}
 	return dir, releaseAll, nil
 }

@@ -6,12 +6,14 @@ package nodeagent
 // PausedSandboxes and pods are its node's only (label and field
 // selectors), but RBAC cannot say so. The DaemonSet: a terminating
 // agent asks whether it is going away (install.Leaving) before it takes
-// the runtime off its node.
+// the runtime off its node. Templates: a stage request for a template's
+// base snapshot is checked against the template (stageguard.go).
 //
 // +kubebuilder:rbac:groups=sandlot.dev,resources=snapshots;pausedsandboxes,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=sandlot.dev,resources=snapshots/status;pausedsandboxes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=sandlot.dev,resources=sandboxes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=sandlot.dev,resources=sandboxes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=sandlot.dev,resources=templates,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;patch

@@ -108,6 +108,9 @@ func (r *RollbackReconciler) restore(ctx context.Context, sbx *sandlotv1.Sandbox
 		return 0, err
 	}
 	dir, release, err := r.layout.open(ctx, key(snapshotObject{snap}))
+	if reason := refusal(err); reason != "" { // the data is bad: its object says so too
+		event(r.Recorder, snap, sbx, true, reason, actionStage, fmt.Sprintf("node %s refused this data for a rollback: %v", r.Name, err))
+	}
 	if err != nil {
 		return 0, fmt.Errorf("open snapshot %s: %w", snap.Name, err)
 	}

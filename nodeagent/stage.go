@@ -24,11 +24,16 @@ import (
 // restores, its shim asks for the data's local directory. Data another
 // node wrote is downloaded here first, with its dependencies; it stays
 // pinned (Delete refused) until the shim releases it, or stageTTL passes
-// for a shim that died in between.
+// for a shim that died in between. A request for data the pod was not
+// pointed at by the controller is refused (stageguard.go).
 type StageServer struct {
 	layout *layout
-	mu     sync.Mutex
-	stages map[string]func() // token → release
+	guard  *stageGuard
+	// refusals records data refused for a restore (integrity.go); nil
+	// records nothing.
+	refusals *refusalReporter
+	mu       sync.Mutex
+	stages   map[string]func() // token → release
 }
 
 // stageTTL bounds a stage whose shim never released it.
@@ -37,8 +42,8 @@ const stageTTL = 10 * time.Minute
 // maxStageBody bounds a request body: the requests are a few short fields.
 const maxStageBody = 4 << 10
 
-func newStageServer(l *layout) *StageServer {
-	return &StageServer{layout: l, stages: map[string]func(){}}
+func newStageServer(l *layout, g *stageGuard) *StageServer {
+	return &StageServer{layout: l, guard: g, stages: map[string]func(){}}
 }
 
 // Serve listens on socket until ctx ends (a manager Runnable).
@@ -67,13 +72,22 @@ func (s *StageServer) Serve(ctx context.Context, socket string) error {
 }
 
 func (s *StageServer) stage(w http.ResponseWriter, r *http.Request) {
-	var req stageapi.StageRequest
+	var req stageRequest
 	if !decode(w, r, &req) {
 		return
 	}
 	key, err := stageapi.Key(req.Kind, req.UID)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	switch err := s.guard.authorize(r.Context(), req); {
+	case errors.Is(err, errStageRefused):
+		log.FromContext(r.Context()).Info("refused a stage request", "key", key, "reason", err.Error())
+		writeError(w, http.StatusForbidden, err)
+		return
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, fmt.Errorf("check the stage request: %w", err))
 		return
 	}
 	start := time.Now()
@@ -85,6 +99,9 @@ func (s *StageServer) stage(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, store.ErrNotReady), errors.Is(err, store.ErrNotCommitted):
 		writeError(w, http.StatusConflict, err)
 		return
+	case refusal(err) != "":
+		s.refuse(r.Context(), w, req, key, err)
+		return
 	case err != nil:
 		writeError(w, http.StatusInternalServerError, err)
 		return
@@ -95,7 +112,8 @@ func (s *StageServer) stage(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	time.AfterFunc(stageTTL, func() { s.end(token) })
 	log.FromContext(r.Context()).Info("staged for a restore", "key", key, "dir", dir, "took", time.Since(start))
-	writeJSON(w, stageapi.StageResponse{Dir: dir, Token: token})
+	root, _ := storeRoot(dir, key) // open found dir under its key
+	writeJSON(w, stageapi.StageResponse{Dir: dir, Token: token, StoreRoot: root})
 }
 
 func (s *StageServer) release(w http.ResponseWriter, r *http.Request) {

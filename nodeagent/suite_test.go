@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -75,6 +76,8 @@ type agent struct {
 	node  string
 	store store.Store
 	shims *fakeShims
+	// stageSocket is where the agent answers shims' stage requests.
+	stageSocket string
 }
 
 // startAgent runs the agent for a node of its own until the test ends,
@@ -105,7 +108,8 @@ func startAgent(t *testing.T, st store.Store) *agent {
 	if err != nil {
 		t.Fatalf("agent manager: %v", err)
 	}
-	n := nodeagent.Node{Name: a.node, SandlotRoot: t.TempDir(), Store: st, Dialer: a.shims}
+	a.stageSocket = stageSocket(t)
+	n := nodeagent.Node{Name: a.node, SandlotRoot: t.TempDir(), Store: st, Dialer: a.shims, StageSocket: a.stageSocket}
 	if err := nodeagent.Setup(mgr, n); err != nil {
 		t.Fatalf("set up the agent: %v", err)
 	}
@@ -119,6 +123,18 @@ func startAgent(t *testing.T, st store.Store) *agent {
 		}
 	})
 	return a
+}
+
+// stageSocket is a socket path in a directory of its own, short enough
+// for a unix socket (a test's TempDir, named after it, may not be).
+func stageSocket(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "stage")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return filepath.Join(dir, "agent.sock")
 }
 
 func (a *agent) key(name string) client.ObjectKey {

@@ -44,6 +44,10 @@ func (f *installFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.Root, "sandlot-root", node.DefaultRoot, "shim config: the shims' <root> (control sockets)")
 	fs.StringVar(&c.ImageDir, "image-dir", "/var/lib/sandlot/images", "shim config: base disk cache")
 	fs.StringVar(&c.MemoryDir, "memory-dir", "/dev/shm", "shim config: tmpfs directory for guest RAM")
+	fs.StringVar(&c.DiskDir, "disk-dir", "/var/lib/sandlot/vms", "shim config: VMs' writable layers and console logs (on a disk)")
+	fs.IntVar(&c.VMUIDs.First, "vm-uid-first", node.DefaultVMUIDFirst, "shim config: first uid of the jailed QEMUs")
+	fs.IntVar(&c.VMUIDs.Count, "vm-uid-count", node.DefaultVMUIDCount, "shim config: how many uids the jailed QEMUs may use")
+	fs.IntVar(&c.VMMGroup, "vmm-group", node.DefaultVMMGroup, "shim config: the group every jailed QEMU is in (reads base disks and memory)")
 	fs.StringVar(&c.AgentSocket, "agent-socket", "", "shim config: the agent's stage socket (default <sandlot-root>/agent.sock)")
 	fs.StringVar(&c.QEMU, "qemu", "", "shim config: QEMU binary on the host (default: qemu-system-x86_64 on PATH)")
 	fs.StringVar(&c.Modules, "modules", "", "shim config: the guest's SANDLOT_MODULES (.ko paths in the initramfs, colon-separated)")
@@ -61,7 +65,7 @@ func (f *installFlags) bind(fs *flag.FlagSet) {
 func (f *installFlags) options(restart []string) (install.Options, error) {
 	o := f.o
 	for _, p := range []*string{&o.Shim.Dest, &o.Kernel.Dest, &o.Initrd.Dest, &o.ShimConfigPath, &o.ShimConfig.Root,
-		&o.ShimConfig.ImageDir, &o.ShimConfig.MemoryDir, &o.ShimConfig.AgentSocket, &f.ctrConfig, &f.dropIn} {
+		&o.ShimConfig.ImageDir, &o.ShimConfig.MemoryDir, &o.ShimConfig.DiskDir, &o.ShimConfig.AgentSocket, &f.ctrConfig, &f.dropIn} {
 		*p = install.ExpandEnv(*p, os.LookupEnv)
 	}
 	o.ShimConfig.Kernel, o.ShimConfig.Initrd = o.Kernel.Dest, o.Initrd.Dest

@@ -56,6 +56,8 @@ type storeFlags struct {
 	kind, dir string
 	s3        store.S3Config
 	juicefs   store.JuiceFSConfig
+	// keyFile and previousKeyFile hold the cluster's manifest keys.
+	keyFile, previousKeyFile string
 }
 
 func (f *storeFlags) bind(fs *flag.FlagSet) {
@@ -73,6 +75,24 @@ func (f *storeFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.juicefs.MountDir, "juicefs-dir", "", "juicefs: the JuiceFS CSI mount shared by the nodes (a glob matching one directory, such as the kubelet's mount of the agent pod's PVC, is resolved at start)")
 	fs.StringVar(&f.juicefs.MetricsURL, "juicefs-metrics-url", "", "juicefs: the client's metrics endpoint (juicefs_staging_blocks)")
 	fs.StringVar(&f.juicefs.StagingDir, "juicefs-staging-dir", "", "juicefs: the client's <cache-dir>/<UUID>/rawstaging")
+	fs.StringVar(&f.keyFile, "manifest-key-file", "", "s3, juicefs (required): the cluster's key (a file from a Secret, the same on every node) that signs what this node puts in the shared store and verifies what it restores from it")
+	fs.StringVar(&f.previousKeyFile, "manifest-previous-key-file", "", "s3, juicefs: a key also accepted when verifying, never used to sign (a rotation; a missing file is none)")
+}
+
+// keys reads the keys a shared store signs and verifies with. Without
+// them whoever can write the bucket or the volume would pick what this
+// node's QEMU opens, so the agent does not start.
+func (f *storeFlags) keys() (*store.Keys, error) {
+	if f.keyFile == "" {
+		return nil, fmt.Errorf("--manifest-key-file is required with --store=%s: the nodes sign what they put in the shared store and verify what they restore from it with a key they share (the chart mounts one from the Secret sandlot-manifest-key)", f.kind)
+	}
+	k, err := store.ReadKeys(f.keyFile, f.previousKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--manifest-key-file: %w", err)
+	}
+	ids := k.IDs()
+	ctrl.Log.WithName("store").Info("manifest keys (their IDs)", "signing", ids[0], "alsoAccepted", ids[1:])
+	return k, nil
 }
 
 // open makes the store; shared says other nodes restore from it.
@@ -82,6 +102,9 @@ func (f *storeFlags) open(ctx context.Context, node string) (st store.Store, sha
 		st, err = store.NewLocal(f.dir)
 		return st, false, err
 	case "s3":
+		if f.s3.Keys, err = f.keys(); err != nil {
+			return nil, false, err
+		}
 		f.s3.CacheRoot, f.s3.Node = f.dir, node
 		// Credentials come from the environment (a Secret in the DaemonSet).
 		f.s3.AccessKey, f.s3.SecretKey = os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
@@ -94,6 +117,9 @@ func (f *storeFlags) open(ctx context.Context, node string) (st store.Store, sha
 	case "juicefs":
 		if f.juicefs.MountDir, err = resolveGlob(f.juicefs.MountDir); err != nil {
 			return nil, false, fmt.Errorf("--juicefs-dir: %w", err)
+		}
+		if f.juicefs.Keys, err = f.keys(); err != nil {
+			return nil, false, err
 		}
 		f.juicefs.Node, f.juicefs.Logf = node, logf("juicefs")
 		st, err = store.NewJuiceFS(f.juicefs)

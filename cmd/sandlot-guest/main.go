@@ -20,10 +20,10 @@ import (
 
 	"github.com/sandlot-dev/sandlot/guest/control/server"
 	"github.com/sandlot-dev/sandlot/guest/envd"
-	"github.com/sandlot-dev/sandlot/guest/httpserve"
 	"github.com/sandlot-dev/sandlot/guest/envd/files"
 	"github.com/sandlot-dev/sandlot/guest/envd/filesystem"
 	"github.com/sandlot-dev/sandlot/guest/envd/process"
+	"github.com/sandlot-dev/sandlot/guest/httpserve"
 	"github.com/sandlot-dev/sandlot/guest/identity"
 	"github.com/sandlot-dev/sandlot/guest/interpreter"
 	"github.com/sandlot-dev/sandlot/guest/sandboxfs"

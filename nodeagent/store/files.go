@@ -25,6 +25,18 @@ type fileEntry struct {
 	// object holds them back to back and the holes are not stored (a 1 GiB
 	// writable layer with 30 MB written moves 30 MB). Nil: the whole file.
 	Extents [][2]int64 `json:"extents,omitempty"`
+	// ObjectSHA256 is the sha256 of the object of a file with Extents (its
+	// data runs back to back): a download checks what it receives, and
+	// the holes, zeros by construction, cost nothing to check.
+	ObjectSHA256 string `json:"objectSHA256,omitempty"`
+}
+
+// objectSum is the sha256 the file's object must have.
+func (f fileEntry) objectSum() string {
+	if f.Extents == nil {
+		return f.SHA256
+	}
+	return f.ObjectSHA256
 }
 
 // objectSize is what the file's object holds.
@@ -149,6 +161,36 @@ func hashFile(p string) (string, int64, error) {
 		return "", 0, fmt.Errorf("read %s: %w", p, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// hashSparse is the sha256 of the file at p (holes read as zeros) and of
+// its data runs ext back to back (its object), in one read of the file.
+func hashSparse(p string, ext [][2]int64) (sum, objSum string, n int64, err error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", "", 0, err
+	}
+	defer f.Close()
+	whole, obj := sha256.New(), sha256.New()
+	buf := make([]byte, 1<<20)
+	for {
+		c, rerr := f.Read(buf)
+		for _, e := range ext { // the part of the chunk in each run
+			lo, hi := max(e[0], n), min(e[0]+e[1], n+int64(c))
+			if lo < hi {
+				obj.Write(buf[lo-n : hi-n])
+			}
+		}
+		whole.Write(buf[:c])
+		n += int64(c)
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return "", "", n, fmt.Errorf("read %s: %w", p, rerr)
+		}
+	}
+	return hex.EncodeToString(whole.Sum(nil)), hex.EncodeToString(obj.Sum(nil)), n, nil
 }
 
 // escapeKey makes a key one file name (keys are validated, so this is

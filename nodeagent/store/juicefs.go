@@ -46,6 +46,10 @@ type JuiceFSConfig struct {
 	PollInterval time.Duration
 	// Logf receives progress messages (default: none).
 	Logf func(format string, args ...any)
+	// Keys sign the records of the keys this node commits and verify
+	// those Open hands out (juicefs_sign.go). Required: without them a
+	// writer of the volume picks what this node restores.
+	Keys *Keys
 }
 
 // jfsMeta is the store's directory on the mount. Its markers are empty
@@ -62,8 +66,9 @@ type JuiceFS struct {
 	pins  pins
 
 	mu         sync.Mutex
-	pending    map[string]bool // committed here, not Ready yet
-	lastStaged int64           // at the last check; -1 before the first
+	pending    map[string]bool   // committed here, not Ready yet
+	verified   map[string]string // key → fingerprint of the files last hashed
+	lastStaged int64             // at the last check; -1 before the first
 	lastErr    error
 
 	kick   chan struct{}
@@ -83,6 +88,9 @@ func NewJuiceFS(cfg JuiceFSConfig) (*JuiceFS, error) {
 	if cfg.MetricsURL == "" && cfg.StagingDir == "" {
 		return nil, errors.New("store: juicefs: MetricsURL or StagingDir is required to tell when data has left this node")
 	}
+	if cfg.Keys == nil {
+		return nil, errors.New("store: juicefs: Keys are required: the nodes sign what they commit and verify what they restore")
+	}
 	setDefault(&cfg.PollInterval, time.Second)
 	if cfg.Node == "" {
 		cfg.Node, _ = os.Hostname()
@@ -91,8 +99,8 @@ func NewJuiceFS(cfg JuiceFSConfig) (*JuiceFS, error) {
 		cfg.Logf = func(string, ...any) {}
 	}
 	j := &JuiceFS{cfg: cfg, meta: filepath.Join(filepath.Clean(cfg.MountDir), jfsMeta), http: &http.Client{Timeout: 5 * time.Second},
-		pending: map[string]bool{}, lastStaged: -1, kick: make(chan struct{}, 1)}
-	for _, d := range []string{"commit", "ready"} {
+		pending: map[string]bool{}, verified: map[string]string{}, lastStaged: -1, kick: make(chan struct{}, 1)}
+	for _, d := range []string{"commit", "ready", jfsSigned} {
 		if err := os.MkdirAll(filepath.Join(j.meta, d), 0o700); err != nil {
 			return nil, fmt.Errorf("store: juicefs: %w", err)
 		}
@@ -118,8 +126,9 @@ func (j *JuiceFS) commitDir(key string) string {
 }
 func (j *JuiceFS) readyPath(key string) string { return filepath.Join(j.meta, "ready", escapeKey(key)) }
 
-// Commit implements Store: it marks key committed by this node and
-// queues it for the staging watch.
+// Commit implements Store: it signs key's files (hashing them: the write
+// path, not a restore's), marks key committed by this node and queues it
+// for the staging watch.
 func (j *JuiceFS) Commit(ctx context.Context, key string) (Info, error) {
 	if err := checkKey(key); err != nil {
 		return Info{}, err
@@ -132,6 +141,9 @@ func (j *JuiceFS) Commit(ctx context.Context, key string) (Info, error) {
 	}
 	if ok, _ := exists(j.readyPath(key)); ok {
 		return Info{Key: key, Bytes: rec.Bytes, Remote: api.RemoteReady}, nil
+	}
+	if err := j.sign(key, rec.Files); err != nil {
+		return Info{}, fmt.Errorf("store: commit %s: sign: %w", key, err)
 	}
 	if err := touch(filepath.Join(j.commitDir(key), j.cfg.Node)); err != nil {
 		return Info{}, fmt.Errorf("store: commit %s: %w", key, err)
@@ -271,7 +283,8 @@ func (j *JuiceFS) markReady(key string) {
 }
 
 // Open implements Store: the data is read in place on the mount, once
-// Ready (or on the node that wrote it, whose client has every block).
+// Ready (or on the node that wrote it, whose client has every block),
+// and only once it matches its signed record.
 func (j *JuiceFS) Open(ctx context.Context, key string) (string, func(), error) {
 	if err := checkKey(key); err != nil {
 		return "", nil, err
@@ -284,6 +297,9 @@ func (j *JuiceFS) Open(ctx context.Context, key string) (string, func(), error) 
 	}
 	if st.Remote != api.RemoteReady && !st.own {
 		return "", nil, fmt.Errorf("store: open %s: %w: %s", key, ErrNotReady, st.Message)
+	}
+	if err := j.verify(key); err != nil {
+		return "", nil, fmt.Errorf("store: open %s: %w", key, err)
 	}
 	return j.Dir(key), j.pins.pin(key), nil
 }
@@ -376,8 +392,9 @@ func (j *JuiceFS) Delete(ctx context.Context, key string) error {
 	j.mu.Lock()
 	delete(j.pending, key)
 	j.mu.Unlock()
+	j.forget(key)
 	found := false
-	for _, p := range []string{j.readyPath(key), j.commitDir(key), j.Dir(key)} {
+	for _, p := range []string{j.readyPath(key), j.commitDir(key), j.signedPath(key), j.Dir(key)} {
 		ok, err := exists(p)
 		if err == nil && ok {
 			found = true

@@ -25,7 +25,7 @@ func TestJuiceFS(t *testing.T) {
 		var mu sync.Mutex
 		fakes := map[store.Store]*fakeJFS{}
 		node := func(t *testing.T, mount, name string, f *fakeJFS, useDir bool) store.Store {
-			cfg := store.JuiceFSConfig{MountDir: mount, MetricsURL: f.url, Node: name, PollInterval: 20 * time.Millisecond, Logf: t.Logf}
+			cfg := store.JuiceFSConfig{MountDir: mount, MetricsURL: f.url, Node: name, PollInterval: 20 * time.Millisecond, Logf: t.Logf, Keys: testKeys(t)}
 			if useDir {
 				cfg.StagingDir = f.staging
 			}
@@ -70,7 +70,7 @@ func mustJFS(t *testing.T, cfg store.JuiceFSConfig) *store.JuiceFS {
 // jfsNode is a node whose fake client keeps blocks staged until drained.
 func jfsNode(t *testing.T, mount, name string, metrics, dir bool) (*store.JuiceFS, *fakeJFS) {
 	f := newFakeJFS(t, -1)
-	cfg := store.JuiceFSConfig{MountDir: mount, Node: name, PollInterval: 10 * time.Millisecond, Logf: t.Logf}
+	cfg := store.JuiceFSConfig{MountDir: mount, Node: name, PollInterval: 10 * time.Millisecond, Logf: t.Logf, Keys: testKeys(t)}
 	if metrics {
 		cfg.MetricsURL = f.url
 	}
@@ -163,7 +163,7 @@ func TestJuiceFSNoGauge(t *testing.T) {
 // TestJuiceFSWrongStagingDir: a StagingDir whose <UUID> parent does not
 // exist is an error, not "nothing staged".
 func TestJuiceFSWrongStagingDir(t *testing.T) {
-	a := mustJFS(t, store.JuiceFSConfig{MountDir: t.TempDir(), StagingDir: t.TempDir() + "/no-such-uuid/rawstaging", Node: "node-a", PollInterval: 10 * time.Millisecond})
+	a := mustJFS(t, store.JuiceFSConfig{MountDir: t.TempDir(), StagingDir: t.TempDir() + "/no-such-uuid/rawstaging", Node: "node-a", PollInterval: 10 * time.Millisecond, Keys: testKeys(t)})
 	key := "snapshots/wrong-dir"
 	storetest.Write(t, storetest.Pair{}, a, key, 1<<20)
 	if _, err := a.Commit(ctx, key); err != nil {
@@ -195,7 +195,7 @@ func TestJuiceFSResume(t *testing.T) {
 	}
 	a.Close() // "crash" with snapshots/resume-a pending
 	fa.drain(t)
-	a2 := mustJFS(t, store.JuiceFSConfig{MountDir: mount, MetricsURL: fa.url, StagingDir: fa.staging, Node: "node-a", PollInterval: 10 * time.Millisecond})
+	a2 := mustJFS(t, store.JuiceFSConfig{MountDir: mount, MetricsURL: fa.url, StagingDir: fa.staging, Node: "node-a", PollInterval: 10 * time.Millisecond, Keys: testKeys(t)})
 	if st, err := a2.Status(ctx, "snapshots/resume-a"); err != nil || st.Remote != api.RemoteInProgress {
 		t.Fatalf("Status before Resume = %+v, %v; want InProgress", st, err)
 	}

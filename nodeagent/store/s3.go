@@ -61,6 +61,11 @@ type S3Config struct {
 	PartSize int64
 	Parallel int
 
+	// Keys sign the completion markers and manifests this node uploads
+	// and verify those it downloads (keys.go). Required: without them a
+	// writer of the bucket picks what this node restores.
+	Keys *Keys
+
 	// Node names this node in the completion marker (default hostname).
 	Node string
 	// Logf receives progress and retry messages (default: none).
@@ -70,6 +75,9 @@ type S3Config struct {
 func (c *S3Config) defaults() error {
 	if c.Endpoint == "" || c.Bucket == "" || c.CacheRoot == "" {
 		return errors.New("store: s3: Endpoint, Bucket and CacheRoot are required")
+	}
+	if c.Keys == nil {
+		return errors.New("store: s3: Keys are required: the nodes sign what they upload and verify what they download")
 	}
 	if !filepath.IsAbs(c.CacheRoot) {
 		return fmt.Errorf("store: s3: CacheRoot %q is not absolute", c.CacheRoot)
@@ -120,8 +128,9 @@ type S3 struct {
 }
 
 type s3Hooks struct {
-	beforePut func(key, object string) // before each object's PUT
-	attempt   func(key string, n int)  // before each upload attempt
+	beforePut  func(key, object string) // before each object's PUT
+	attempt    func(key string, n int)  // before each upload attempt
+	skipVerify bool                     // download without hashing: its cost, measured
 }
 
 var _ Store = (*S3)(nil)
@@ -158,6 +167,8 @@ type marker struct {
 	Bytes     int64       `json:"bytes"`
 	ReadyTime time.Time   `json:"readyTime"`
 	Node      string      `json:"node,omitempty"`
+	// ManifestSignature signs manifest.json's exact bytes (keys.go).
+	ManifestSignature string `json:"manifestSignature,omitempty"`
 }
 
 const markerName = ".complete"

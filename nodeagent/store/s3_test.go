@@ -54,7 +54,7 @@ func s3Config(t *testing.T, srv *miniotest.Server, bucket, root, node string) st
 	return store.S3Config{
 		Endpoint: srv.Endpoint, Bucket: bucket, Region: miniotest.Region, Insecure: true,
 		AccessKey: miniotest.AccessKey, SecretKey: miniotest.SecretKey,
-		CacheRoot: root, Node: node,
+		CacheRoot: root, Node: node, Keys: testKeys(t),
 		Backoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Deadline: time.Minute,
 		Logf: t.Logf,
 	}

@@ -207,7 +207,7 @@ func waitEvicted(t *testing.T, s *store.S3, key string) {
 // cache's filesystem; out-of-range values are refused.
 func TestS3CacheDiskShare(t *testing.T) {
 	root := t.TempDir()
-	cfg := store.S3Config{Endpoint: "127.0.0.1:1", Bucket: "b", CacheRoot: root, CacheMaxDiskPercent: 50}
+	cfg := store.S3Config{Endpoint: "127.0.0.1:1", Bucket: "b", CacheRoot: root, CacheMaxDiskPercent: 50, Keys: testKeys(t)}
 	s := mustS3(t, cfg)
 	var sfs unix.Statfs_t
 	if err := unix.Statfs(root, &sfs); err != nil {
@@ -221,7 +221,7 @@ func TestS3CacheDiskShare(t *testing.T) {
 		t.Fatalf("cap = %d, want CacheMaxBytes", got)
 	}
 	for _, bad := range []store.S3Config{{CacheMaxDiskPercent: 101}, {CacheMaxBytes: -1}} {
-		bad.Endpoint, bad.Bucket, bad.CacheRoot = "127.0.0.1:1", "b", root
+		bad.Endpoint, bad.Bucket, bad.CacheRoot, bad.Keys = "127.0.0.1:1", "b", root, testKeys(t)
 		if _, err := store.NewS3(bad); err == nil || !strings.Contains(err.Error(), "CacheMax") {
 			t.Errorf("NewS3(%+v) = %v, want the cap refused", bad, err)
 		}

@@ -3,7 +3,6 @@ package store
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -37,10 +35,10 @@ func (s *S3) readMarker(ctx context.Context, key string) (marker, error) {
 	if err != nil {
 		return m, fmt.Errorf("get s3://%s/%s: %w", s.cfg.Bucket, name, err)
 	}
-	if err := json.Unmarshal(data, &m); err != nil {
-		return m, fmt.Errorf("parse s3://%s/%s: %w", s.cfg.Bucket, name, err)
+	if m, err = s.openMarker(key, data); err != nil {
+		return m, fmt.Errorf("s3://%s/%s: %w", s.cfg.Bucket, name, err)
 	}
-	return m, checkMarker(key, m)
+	return m, nil
 }
 
 // noMarker tells an upload under way (or abandoned) from nothing at all.
@@ -84,9 +82,11 @@ func extentsWithin(f fileEntry) bool {
 	return true
 }
 
-// fetch downloads key into a temporary dir, verifies every sha256, and
-// only then moves it to Dir(key): a failure never leaves partial data
-// where Open's callers look.
+// fetch downloads key into a temporary dir, verifying the signed
+// marker first and every file's sha256 as it lands (s3verify.go), and
+// only then moves it to Dir(key): a failure, a failed check included,
+// removes the partial copy and never leaves data where Open's callers
+// look.
 func (s *S3) fetch(ctx context.Context, key string) error {
 	start := time.Now()
 	m, err := s.readMarker(ctx, key)
@@ -107,7 +107,7 @@ func (s *S3) fetch(ctx context.Context, key string) error {
 	if err := s.download(ctx, key, m, tmp); err != nil {
 		return s.fetchErr(key, m, err)
 	}
-	if err := verifyFiles(tmp, m.Files); err != nil {
+	if err := s.checkManifest(key, m, tmp); err != nil {
 		return s.fetchErr(key, m, err)
 	}
 	if err := s.install(key, m, tmp); err != nil {
@@ -148,11 +148,14 @@ func (s *S3) install(key string, m marker, tmp string) error {
 }
 
 // part is one ranged GET: n bytes at off in the object, written at at
-// in dst (they differ for a sparse file's packed object).
+// in dst (they differ for a sparse file's packed object), the file'th
+// of the marker's files.
 type part struct {
 	name       string // object
 	off, n, at int64
 	dst        *os.File
+	file       int
+	objSize    int64 // what the signed marker says the object holds
 }
 
 // download fetches every file of m into dir with parallel ranged GETs.
@@ -172,12 +175,12 @@ func (s *S3) download(ctx context.Context, key string, m marker, dir string) err
 		for _, r := range f.runs() {
 			for d := int64(0); d < r[1]; d += s.cfg.PartSize {
 				parts = append(parts, part{name: s.object(key, f.Path), off: packed + d, n: min(s.cfg.PartSize, r[1]-d),
-					at: r[0] + d, dst: files[i]})
+					at: r[0] + d, dst: files[i], file: i, objSize: f.objectSize()})
 			}
 			packed += r[1]
 		}
 	}
-	if err := s.getParts(ctx, parts); err != nil {
+	if err := s.getParts(ctx, key, parts, m.Files); err != nil {
 		return err
 	}
 	for i, f := range files {
@@ -212,44 +215,6 @@ func createFiles(dir string, entries []fileEntry) ([]*os.File, error) {
 	return files, nil
 }
 
-// getParts runs the GETs, Parallel at a time; the first error stops the
-// rest.
-func (s *S3) getParts(ctx context.Context, parts []part) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ch := make(chan part)
-	var (
-		wg       sync.WaitGroup
-		once     sync.Once
-		firstErr error
-	)
-	zeros := make([]byte, s.cfg.PartSize)
-	for range s.cfg.Parallel {
-		wg.Go(func() {
-			buf := make([]byte, s.cfg.PartSize)
-			for p := range ch {
-				if err := s.getPart(ctx, p, buf, zeros); err != nil {
-					once.Do(func() { firstErr = err; cancel() })
-				}
-			}
-		})
-	}
-feed:
-	for _, p := range parts {
-		select {
-		case ch <- p:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(ch)
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
-	}
-	return firstErr
-}
-
 func (s *S3) getPart(ctx context.Context, p part, buf, zeros []byte) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -263,6 +228,9 @@ func (s *S3) getPart(ctx context.Context, p part, buf, zeros []byte) error {
 		return fmt.Errorf("get s3://%s/%s: %w", s.cfg.Bucket, p.name, err)
 	}
 	defer obj.Close()
+	if err := s.checkObjectSize(obj, p); err != nil {
+		return err
+	}
 	b := buf[:p.n]
 	if _, err := io.ReadFull(obj, b); err != nil {
 		return fmt.Errorf("get s3://%s/%s bytes %d-%d: %w", s.cfg.Bucket, p.name, p.off, p.off+p.n-1, err)
@@ -272,21 +240,6 @@ func (s *S3) getPart(ctx context.Context, p part, buf, zeros []byte) error {
 	}
 	if _, err := p.dst.WriteAt(b, p.at); err != nil {
 		return fmt.Errorf("write %s at %d: %w", p.dst.Name(), p.at, err)
-	}
-	return nil
-}
-
-// verifyFiles checks every downloaded file against the marker's sha256.
-func verifyFiles(dir string, files []fileEntry) error {
-	for _, f := range files {
-		p := filepath.Join(dir, filepath.FromSlash(f.Path))
-		sum, n, err := hashFile(p)
-		if err != nil {
-			return err
-		}
-		if n != f.Size || sum != f.SHA256 {
-			return fmt.Errorf("%s: downloaded %d bytes with sha256 %s, the marker says %d bytes, %s", f.Path, n, sum, f.Size, f.SHA256)
-		}
 	}
 	return nil
 }

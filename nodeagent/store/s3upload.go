@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -164,24 +163,42 @@ func (u *upload) attempt(ctx context.Context) error {
 			}
 		}
 	}
+	if err := u.objectSums(); err != nil {
+		return err
+	}
 	return u.putMarker(ctx)
+}
+
+// objectSums fills in the objects' sha256 that the upload state of an
+// older agent lacks for files it stored already (a download checks them).
+func (u *upload) objectSums() error {
+	for i := range u.st.Files {
+		f := &u.st.Files[i]
+		if f.Extents == nil || f.ObjectSHA256 != "" {
+			continue
+		}
+		path := filepath.Join(u.s.Dir(u.st.Key), filepath.FromSlash(f.Path))
+		sum, objSum, _, err := hashSparse(path, f.Extents)
+		if err != nil {
+			return permanentError{fmt.Errorf("local copy: %w", err)}
+		}
+		if sum != f.SHA256 {
+			return permanentError{fmt.Errorf("%s changed after it was uploaded", path)}
+		}
+		f.ObjectSHA256 = objSum
+		u.persist()
+	}
+	return nil
 }
 
 func (u *upload) putFile(ctx context.Context, i int) error {
 	f := &u.st.Files[i]
 	path := filepath.Join(u.s.Dir(u.st.Key), filepath.FromSlash(f.Path))
-	if f.SHA256 == "" {
-		sum, n, err := hashFile(path)
-		if err != nil {
-			return permanentError{fmt.Errorf("local copy: %w", err)}
+	// An upload state of an older agent may lack the object's sha256.
+	if f.SHA256 == "" || f.Extents != nil && f.ObjectSHA256 == "" {
+		if err := hashForUpload(path, &f.fileEntry); err != nil {
+			return err
 		}
-		if n != f.Size {
-			return permanentError{fmt.Errorf("%s changed after commit (%d bytes, %d at commit)", path, n, f.Size)}
-		}
-		if f.Extents, err = dataExtents(path, n); err != nil {
-			return permanentError{fmt.Errorf("local copy: %w", err)}
-		}
-		f.SHA256 = sum
 		u.persist()
 	}
 	name := u.s.object(u.st.Key, f.Path)
@@ -197,6 +214,31 @@ func (u *upload) putFile(ctx context.Context, i int) error {
 	}
 	f.Uploaded = true
 	u.persist()
+	return nil
+}
+
+// hashForUpload records the file's data runs, its sha256 and its
+// object's: the download checks the object, the manifest the file.
+func hashForUpload(path string, f *fileEntry) error {
+	ext, err := dataExtents(path, f.Size)
+	if err != nil {
+		return permanentError{fmt.Errorf("local copy: %w", err)}
+	}
+	runs := ext
+	if runs == nil {
+		runs = [][2]int64{{0, f.Size}}
+	}
+	sum, objSum, n, err := hashSparse(path, runs)
+	if err != nil {
+		return permanentError{fmt.Errorf("local copy: %w", err)}
+	}
+	if n != f.Size {
+		return permanentError{fmt.Errorf("%s changed after commit (%d bytes, %d at commit)", path, n, f.Size)}
+	}
+	f.Extents, f.SHA256, f.ObjectSHA256 = ext, sum, ""
+	if ext != nil {
+		f.ObjectSHA256 = objSum
+	}
 	return nil
 }
 
@@ -235,12 +277,13 @@ func (u *upload) verify(ctx context.Context, name string, f fileEntry) error {
 }
 
 // putMarker writes the completion marker, last: its presence is Ready.
+// It is signed, and so is the manifest it lists (signMarker).
 func (u *upload) putMarker(ctx context.Context) error {
 	m := marker{Key: u.st.Key, Bytes: u.st.Bytes, ReadyTime: time.Now().UTC(), Node: u.s.cfg.Node}
 	for _, f := range u.st.Files {
 		m.Files = append(m.Files, f.fileEntry)
 	}
-	data, err := json.Marshal(m)
+	data, err := u.s.signMarker(m)
 	if err != nil {
 		return permanentError{err}
 	}

@@ -21,6 +21,10 @@
 //     here, so the tests run against the documented metrics format and
 //     staging-directory layout (a fake metrics server and staging dir).
 //
+// The shared backends sign what a node puts in them and check what a
+// node reads from them with the cluster's Keys (keys.go): data changed by
+// a writer of the bucket or the volume fails with ErrIntegrity.
+//
 // Every backend passes the conformance suite in store/storetest.
 package store
 

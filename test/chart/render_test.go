@@ -386,6 +386,7 @@ func TestSchemaRejects(t *testing.T) {
 		"relative node path":                   {"node": map[string]any{"dataDir": "var/lib/sandlot"}},
 		"misspelt value":                       {"agent": map[string]any{"registerRuntim": true}},
 		"bad accel":                            {"agent": map[string]any{"accel": "hvf"}},
+		"admission flag not a boolean":         {"admission": map[string]any{"allowPlainRuntimeClassPods": "yes"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, _, err := release(vals)

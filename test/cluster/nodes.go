@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -132,12 +133,25 @@ func (c *Cluster) agentArgs(n *Node) (args, env []string) {
 		"--store-dir=" + n.StoreDir(), "--health-probe-bind-address=" + n.IP + ":8082"}
 	if s := c.S3; s != nil {
 		args = append(args, "--store=s3", "--s3-endpoint="+s.Endpoint, "--s3-bucket="+s.Bucket, "--s3-insecure",
-			"--s3-region="+s.Region)
+			"--s3-region="+s.Region, "--manifest-key-file="+c.manifestKey())
 		env = append(env, "AWS_ACCESS_KEY_ID="+s.AccessKey, "AWS_SECRET_ACCESS_KEY="+s.SecretKey)
 	} else {
 		args = append(args, "--store=local")
 	}
 	return append(args, c.AgentArgs...), env
+}
+
+// manifestKey is the cluster's manifest signing key (the chart's Secret
+// in an install), one file both agents read: made on first use.
+func (c *Cluster) manifestKey() string {
+	path := filepath.Join(c.Dir, "manifest.key")
+	if _, err := os.Stat(path); err == nil {
+		return path
+	}
+	if err := os.WriteFile(path, []byte(rand.Text()+rand.Text()), 0o600); err != nil {
+		c.logf("manifest key: %v", err) // the agents then refuse to start, saying why
+	}
+	return path
 }
 
 // shimConfig writes the node's sandlot shim configuration.
@@ -147,7 +161,7 @@ func (c *Cluster) shimConfig(t crienv.T, n *Node, i int, assets vmtest.Env) (str
 		return "", err
 	}
 	t.Cleanup(func() { os.RemoveAll(mem) })
-	cfg := node.Config{Root: n.SandlotRoot, ImageDir: filepath.Join(n.dir, "images"), MemoryDir: mem,
+	cfg := node.Config{Root: n.SandlotRoot, ImageDir: filepath.Join(n.dir, "images"), MemoryDir: mem, DiskDir: filepath.Join(n.dir, "vms"),
 		Kernel: assets.Assets.Kernel, Initrd: assets.Assets.Initrd, Modules: assets.Assets.Modules}
 	if !c.NoController {
 		cfg.AgentSocket = filepath.Join(n.SandlotRoot, "agent.sock")

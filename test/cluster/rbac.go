@@ -21,7 +21,8 @@ import (
 )
 
 // installRBAC applies the chart's service accounts, roles and bindings
-// for the cluster's values (a chart install brings its own).
+// and its admission policy for the cluster's values (a chart install
+// brings its own): sandlot runs as the chart installs it, pods guarded.
 func (c *Cluster) installRBAC() error {
 	if c.Chart {
 		return nil
@@ -30,6 +31,11 @@ func (c *Cluster) installRBAC() error {
 	if err != nil {
 		return err
 	}
+	policy, err := kube.ChartObjects(c.ChartValues(), kube.AdmissionKinds...)
+	if err != nil {
+		return err
+	}
+	objs = append(objs, policy...)
 	var docs []string
 	for _, o := range objs {
 		b, err := yaml.Marshal(o.Object)

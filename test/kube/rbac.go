@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -28,14 +29,22 @@ const ReleaseNamespace = "sandlot-system"
 var Components = []string{"sandlot-controller", "sandlot-agent", "sandlot-api"}
 
 // rbacKinds are the objects of the chart that grant sandlot's rights.
-var rbacKinds = map[string]bool{"ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true,
-	"Role": true, "RoleBinding": true}
+var rbacKinds = []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+// AdmissionKinds are the chart's admission objects (templates/admission.yaml).
+var AdmissionKinds = []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 // ChartRBAC renders charts/sandlot with vals (merged over the chart's
 // defaults, as helm install does) and returns only its service accounts,
 // roles and bindings: what a suite installs so that sandlot's components
 // run with exactly the rights the chart gives them, never admin's.
 func ChartRBAC(vals map[string]any) ([]*unstructured.Unstructured, error) {
+	return ChartObjects(vals, rbacKinds...)
+}
+
+// ChartObjects renders charts/sandlot with vals as ChartRBAC does and
+// returns its objects of the given kinds, in the manifest's order.
+func ChartObjects(vals map[string]any, kinds ...string) ([]*unstructured.Unstructured, error) {
 	ch, err := loader.Load(filepath.Join(Root(), "charts", "sandlot"))
 	if err != nil {
 		return nil, fmt.Errorf("load the chart: %w", err)
@@ -59,7 +68,7 @@ func ChartRBAC(vals map[string]any) ([]*unstructured.Unstructured, error) {
 		if err != nil {
 			return nil, fmt.Errorf("decode the chart's manifest: %w", err)
 		}
-		if rbacKinds[u.GetKind()] {
+		if slices.Contains(kinds, u.GetKind()) {
 			out = append(out, u)
 		}
 	}

@@ -90,6 +90,10 @@ uninstall removes what install wrote), restart command excluded.
 - {{ printf "--shim-config=%v" ($n.shimConfigPath) | quote }}
 - {{ printf "--sandlot-root=%v" ($n.runDir) | quote }}
 - {{ printf "--image-dir=%v/images" ($n.dataDir) | quote }}
+- {{ printf "--disk-dir=%v/vms" ($n.dataDir) | quote }}
+- {{ printf "--vm-uid-first=%d" (int $n.vmUIDs.first) | quote }}
+- {{ printf "--vm-uid-count=%d" (int $n.vmUIDs.count) | quote }}
+- {{ printf "--vmm-group=%d" (int $n.vmmGroup) | quote }}
 - {{ printf "--memory-dir=%v" ($n.memoryDir) | quote }}
 - {{ printf "--modules=%v" ($a.install.guestModules) | quote }}
 {{- with $n.qemu }}

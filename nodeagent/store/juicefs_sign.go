@@ -1,0 +1,212 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Whoever can write the JuiceFS volume can change a key's files after
+// they were committed. The committing node signs a record of them (each
+// file's size and sha256, hashed at Commit, when it wrote them) and the
+// manifest's bytes; Open checks the signatures and hashes the files
+// against the record before it hands the directory out. A node that saw
+// the files unchanged since it hashed them (same inode, size, mtime and
+// ctime: the committer at Commit, or a reader at an earlier Open) does
+// not hash them again.
+//
+// The data is read in place, so the check cannot stop a writer who
+// changes a file after Open, before QEMU opens it; it catches everything
+// changed before. (The s3 store downloads into a node-local copy and has
+// no such window.)
+
+// jfsSigned holds the signed records, one per key.
+const jfsSigned = "signed"
+
+// jfsRecord is what the committing node signs for a key.
+type jfsRecord struct {
+	Key               string      `json:"key"`
+	Files             []fileEntry `json:"files"`
+	ManifestSignature string      `json:"manifestSignature,omitempty"`
+	Node              string      `json:"node"`
+}
+
+// signedRecord is a record file: the record's exact JSON and its signature.
+type signedRecord struct {
+	Record    json.RawMessage `json:"record"`
+	Signature string          `json:"signature"`
+}
+
+func (j *JuiceFS) signedPath(key string) string {
+	return filepath.Join(j.meta, jfsSigned, escapeKey(key)+".json")
+}
+
+// sign hashes key's files and writes their signed record.
+func (j *JuiceFS) sign(key string, files []fileEntry) error {
+	dir := j.Dir(key)
+	fp, err := fingerprint(dir, files) // before hashing: a change meanwhile shows at Open
+	if err != nil {
+		return err
+	}
+	rec := jfsRecord{Key: key, Node: j.cfg.Node}
+	for _, f := range files {
+		p := filepath.Join(dir, filepath.FromSlash(f.Path))
+		sum, n, err := hashFile(p)
+		if err != nil {
+			return err
+		}
+		if n != f.Size {
+			return fmt.Errorf("%s changed while it was committed", p)
+		}
+		f.SHA256 = sum
+		rec.Files = append(rec.Files, f)
+	}
+	if slices.ContainsFunc(files, func(f fileEntry) bool { return f.Path == manifestName }) {
+		b, err := os.ReadFile(filepath.Join(dir, manifestName))
+		if err != nil {
+			return err
+		}
+		rec.ManifestSignature = j.cfg.Keys.sign(purposeManifest, key, b)
+	}
+	payload, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(signedRecord{Record: payload, Signature: j.cfg.Keys.sign(purposeRecord, key, payload)})
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(j.signedPath(key), data); err != nil {
+		return err
+	}
+	j.remember(key, fp)
+	return nil
+}
+
+// verify checks key's files against its signed record; every failure of
+// the check wraps ErrIntegrity.
+func (j *JuiceFS) verify(key string) error {
+	rec, err := j.readRecord(key)
+	if err != nil {
+		return err
+	}
+	dir := j.Dir(key)
+	files, err := scanDir(dir)
+	if err != nil {
+		return err
+	}
+	if err := sameFiles(key, files, rec.Files); err != nil {
+		return err
+	}
+	fp, err := fingerprint(dir, rec.Files)
+	if err != nil {
+		return err
+	}
+	if j.seen(key) == fp {
+		return nil
+	}
+	for _, f := range rec.Files {
+		sum, n, err := hashFile(filepath.Join(dir, filepath.FromSlash(f.Path)))
+		if err != nil {
+			return err
+		}
+		if n != f.Size || sum != f.SHA256 {
+			return integrityErr(key, f, n, sum)
+		}
+	}
+	if slices.ContainsFunc(rec.Files, func(f fileEntry) bool { return f.Path == manifestName }) {
+		b, err := os.ReadFile(filepath.Join(dir, manifestName))
+		if err == nil {
+			err = j.cfg.Keys.verify(purposeManifest, key, b, rec.ManifestSignature)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	j.remember(key, fp)
+	return nil
+}
+
+// readRecord reads key's signed record and checks its signature.
+func (j *JuiceFS) readRecord(key string) (jfsRecord, error) {
+	var rec jfsRecord
+	data, err := os.ReadFile(j.signedPath(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return rec, fmt.Errorf("%w: %s has no signed record (committed before records were signed, or its record was removed)", ErrIntegrity, key)
+	}
+	if err != nil {
+		return rec, err
+	}
+	var env signedRecord
+	if err := json.Unmarshal(data, &env); err != nil {
+		return rec, fmt.Errorf("%w: signed record of %s: %v", ErrIntegrity, key, err)
+	}
+	if err := j.cfg.Keys.verify(purposeRecord, key, env.Record, env.Signature); err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(env.Record, &rec); err != nil {
+		return rec, fmt.Errorf("%w: signed record of %s: %v", ErrIntegrity, key, err)
+	}
+	if err := checkMarker(key, marker{Key: rec.Key, Files: rec.Files}); err != nil {
+		return rec, fmt.Errorf("%w: %v", ErrIntegrity, err)
+	}
+	return rec, nil
+}
+
+// sameFiles: the directory holds exactly the signed files.
+func sameFiles(key string, have, signed []fileEntry) error {
+	names := func(fs []fileEntry) []string {
+		var n []string
+		for _, f := range fs {
+			n = append(n, f.Path)
+		}
+		slices.Sort(n)
+		return n
+	}
+	if h, s := names(have), names(signed); !slices.Equal(h, s) {
+		return fmt.Errorf("%w: %s holds files %s, its signed record lists %s", ErrIntegrity, key, strings.Join(h, ", "), strings.Join(s, ", "))
+	}
+	return nil
+}
+
+// fingerprint identifies the files' current content without reading it:
+// a write, truncate or replacement changes the ctime or the inode, and
+// no one sets a ctime by hand.
+func fingerprint(dir string, files []fileEntry) (string, error) {
+	var b strings.Builder
+	for _, f := range files {
+		var st unix.Stat_t
+		p := filepath.Join(dir, filepath.FromSlash(f.Path))
+		if err := unix.Stat(p, &st); err != nil {
+			return "", fmt.Errorf("stat %s: %w", p, err)
+		}
+		fmt.Fprintf(&b, "%s:%d:%d:%d:%d.%d:%d.%d\n", f.Path, st.Dev, st.Ino, st.Size,
+			st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
+	}
+	return b.String(), nil
+}
+
+func (j *JuiceFS) remember(key, fp string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.verified[key] = fp
+}
+
+func (j *JuiceFS) seen(key string) string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.verified[key]
+}
+
+func (j *JuiceFS) forget(key string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	delete(j.verified, key)
+}
