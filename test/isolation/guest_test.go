@@ -1,0 +1,180 @@
+package isolation
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"golang.org/x/sys/unix"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/test/poll"
+	"github.com/sandlot-dev/sandlot/test/sbxtest"
+	"github.com/sandlot-dev/sandlot/vm"
+)
+
+// TestGuestFillsDiskAndConsole: a guest writing until its disk is full
+// gets ENOSPC from its own layer, and one flooding its serial console
+// fills at most the capped log; the node's /run (the shim's root) and the
+// other sandbox are unaffected.
+func TestGuestFillsDiskAndConsole(t *testing.T) {
+	k := sbxtest.Client(t, c)
+	isoTemplate(t, k)
+	sbxs := sbxtest.Create(t, k, "iso", "iso-filler", "iso-bystander")
+	filler, bystander := sbxs["iso-filler"], sbxs["iso-bystander"]
+	var pod corev1.Pod
+	if err := k.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: filler.Status.PodName}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	q := qemuOf(t, string(pod.UID))
+	var fs unix.Statfs_t
+	if err := unix.Statfs(q.layer, &fs); err != nil || fs.Type == unix.TMPFS_MAGIC {
+		t.Fatalf("the writable layer %s is on tmpfs (node RAM) or unreadable: %v", q.layer, err)
+	}
+	out := sbxtest.EnvdRun(t, k, filler, "dd if=/dev/zero of=/root/fill bs=1M 2>&1; echo rc=$?")
+	if !strings.Contains(out, "No space left on device") || strings.Contains(out, "rc=0") {
+		t.Fatalf("dd until the disk is full: %q (want ENOSPC)", out)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(q.layer, &st); err != nil {
+		t.Fatal(err)
+	}
+	if size := int64(st.Size); st.Blocks*512 > size+(1<<20) {
+		t.Fatalf("the layer uses %d bytes of the node's disk for a %d-byte device", st.Blocks*512, size)
+	}
+	console := filepath.Join(filepath.Dir(q.layer), "console.log")
+	flood := sbxtest.EnvdRun(t, k, filler, "timeout 60 sh -c 'yes sandlot-console-flood-0123456789abcdef | head -c 4000000 > /dev/console'; echo done")
+	if !strings.Contains(flood, "done") {
+		t.Fatalf("console flood: %q", flood)
+	}
+	poll.Eventually(t, time.Minute, "the console log rotated", func() error {
+		_, err := os.Stat(console + ".1")
+		return err
+	})
+	for _, f := range []string{console, console + ".1"} {
+		if fi, err := os.Stat(f); err != nil || fi.Size() > vm.ConsoleLogMax {
+			t.Fatalf("%s: %v, %v (cap %d)", f, fi, err, vm.ConsoleLogMax)
+		}
+	}
+	if got := strings.TrimSpace(sbxtest.EnvdRun(t, k, bystander, "echo ok")); got != "ok" {
+		t.Fatalf("the other sandbox after the flood: %q", got)
+	}
+	checkRunDirSmall(t, string(pod.UID))
+}
+
+// checkRunDirSmall: the pod's directory under the shims' root (the node's
+// /run in production) holds only sockets and logs, whatever the guest did.
+func checkRunDirSmall(t *testing.T, podUID string) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		dir := filepath.Join(n.SandlotRoot, "pods", podUID)
+		var total int64
+		_ = filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Mode().IsRegular() {
+				total += fi.Size()
+			}
+			return nil
+		})
+		if total > 1<<20 {
+			t.Fatalf("%s holds %d bytes after the disk and console floods", dir, total)
+		}
+	}
+}
+
+// TestVMOverPodMemoryLimit: the VM is bound by its pod's memory limit. A
+// runtime class with (almost) no overhead leaves no room for QEMU above
+// the guest's RAM: a guest touching all of it takes QEMU over the pod's
+// limit, the kernel kills QEMU, and the container is reported OOMKilled.
+func TestVMOverPodMemoryLimit(t *testing.T) {
+	k := sbxtest.Client(t, c)
+	defaultImage = sbxtest.DefaultImage(t)
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "sandlot-no-overhead"}, Handler: "sandlot",
+		Overhead: &nodev1.Overhead{PodFixed: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Mi")}}}
+	if err := k.Create(context.Background(), rc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Delete(context.Background(), rc) })
+	hog := plainPod("iso-hog", "default", rc.Name, 192, "python3", "-c",
+		"import time\nb = bytearray(180 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\ntime.sleep(600)")
+	if err := k.Create(context.Background(), hog); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Delete(context.Background(), hog) })
+	var pod corev1.Pod
+	poll.Eventually(t, 4*time.Minute, "the memory hog's VM killed for its pod's limit", func() error {
+		if err := k.Get(context.Background(), client.ObjectKeyFromObject(hog), &pod); err != nil {
+			return err
+		}
+		for _, cs := range pod.Status.ContainerStatuses {
+			if term := cs.State.Terminated; term != nil {
+				if term.Reason != "OOMKilled" {
+					return poll.Stop(fmt.Errorf("container ended %s (exit %d): want OOMKilled", term.Reason, term.ExitCode))
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("phase %s", pod.Status.Phase)
+	})
+}
+
+// TestPoolVMRefusesBeforeClaim: a warm pool VM answers 401 to envd with
+// no token and with a guessed one; once claimed, the sandbox answers only
+// its own token.
+func TestPoolVMRefusesBeforeClaim(t *testing.T) {
+	k := sbxtest.Client(t, c)
+	defaultImage = sbxtest.DefaultImage(t)
+	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: "iso-pool", Namespace: "default"},
+		Spec: sandlotv1.TemplateSpec{Image: defaultImage, Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256}, WarmPool: 1}}
+	if err := k.Create(context.Background(), tpl); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Delete(context.Background(), tpl) })
+	var pool corev1.PodList
+	poll.Eventually(t, 6*time.Minute, "a Ready warm pool pod", func() error {
+		if err := k.List(context.Background(), &pool, client.InNamespace("default"), client.MatchingLabels{sandlotv1.LabelPool: tpl.Name}); err != nil {
+			return err
+		}
+		for _, p := range pool.Items {
+			if p.Status.PodIP != "" && podReady(&p) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d pool pods, none Ready", len(pool.Items))
+	})
+	for _, p := range pool.Items {
+		if p.Status.PodIP == "" || !podReady(&p) {
+			continue
+		}
+		for _, token := range []string{"", "guess", strings.Repeat("0", 64)} {
+			if code := envdStatus(t, p.Status.PodIP, token); code != 401 {
+				t.Fatalf("pool pod %s answered %d to token %q before its claim: want 401", p.Name, code, token)
+			}
+		}
+	}
+	sbx := sbxtest.Create(t, k, tpl.Name, "iso-claimed")["iso-claimed"]
+	if got := strings.TrimSpace(sbxtest.EnvdRun(t, k, sbx, "echo mine")); got != "mine" {
+		t.Fatalf("claimed sandbox with its token: %q", got)
+	}
+	if code := envdStatus(t, sbx.Status.PodIP, "not-its-token"); code != 401 {
+		t.Fatalf("claimed sandbox answered %d to another token: want 401", code)
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,30 @@
+// Package isolation tries the sandbox boundary the way a tenant would, on
+// a real two-node cluster (test/cluster) whose agents share one MinIO (s3
+// store): from a QEMU's own uid and mount namespace, from inside guests
+// (a full disk, a console flood, more memory than the pod may have), as a
+// namespace user with `edit` rights, with a tampered object in the bucket,
+// against a warm pool VM before its claim, and through sandlot-api.
+package isolation
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/sandlot-dev/sandlot/test/cluster"
+	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/test/minio"
+	"github.com/sandlot-dev/sandlot/test/sbxtest"
+)
+
+var (
+	c  *cluster.Cluster
+	s3 *minio.Server
+)
+
+func TestMain(m *testing.M) {
+	sbxtest.Main(m, "isolation", &c, func(t crienv.T, dir string, o *cluster.Options) {
+		s3 = minio.StartIn(t, filepath.Join(dir, "minio"))
+		o.S3 = &cluster.S3Store{Endpoint: s3.Endpoint, Bucket: s3.Bucket, AccessKey: minio.AccessKey,
+			SecretKey: minio.SecretKey, Region: minio.Region}
+	})
+}

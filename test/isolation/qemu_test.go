@@ -1,0 +1,200 @@
+package isolation
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/test/poll"
+	"github.com/sandlot-dev/sandlot/test/sbxtest"
+)
+
+// qemu is a VM's host process as an escaped guest would find itself.
+type qemu struct {
+	pid, uid int
+	files    []string // what its command line names: RAM, disks, sockets
+	layer    string
+}
+
+// qemuOf finds the QEMU of the pod with that UID (its -name is pod-<uid>).
+func qemuOf(t *testing.T, podUID string) qemu {
+	t.Helper()
+	var q qemu
+	poll.Eventually(t, time.Minute, "QEMU of pod "+podUID, func() error {
+		entries, err := os.ReadDir("/proc")
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if bytes.Contains(args, []byte("\x00-name\x00pod-"+podUID+"\x00")) {
+				q = parseQEMU(pid, strings.Split(string(args), "\x00"))
+				return nil
+			}
+		}
+		return fmt.Errorf("no QEMU named pod-%s", podUID)
+	})
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", q.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" {
+			q.uid, _ = strconv.Atoi(f[1])
+		}
+	}
+	return q
+}
+
+// parseQEMU collects the host paths a QEMU command line names (read-only
+// drives aside: a base disk is an image's, shared by design).
+func parseQEMU(pid int, args []string) qemu {
+	q := qemu{pid: pid}
+	for _, a := range args {
+		if strings.Contains(a, "readonly=on") {
+			continue
+		}
+		for _, opt := range strings.Split(a, ",") {
+			k, v, ok := strings.Cut(opt, "=")
+			if !ok || !strings.HasPrefix(v, "/") {
+				continue
+			}
+			switch k {
+			case "mem-path", "path":
+				q.files = append(q.files, v)
+			case "file":
+				q.files, q.layer = append(q.files, v), v
+			}
+		}
+	}
+	return q
+}
+
+// asQEMU runs argv in q's mount namespace with q's uid and gid: what code
+// that escaped into that QEMU could do.
+func asQEMU(q qemu, argv ...string) ([]byte, error) {
+	id := strconv.Itoa(q.uid)
+	return exec.Command("nsenter", append([]string{"--target", strconv.Itoa(q.pid), "--mount",
+		"--setuid", id, "--setgid", id, "--"}, argv...)...).CombinedOutput()
+}
+
+// plainPod is a pod of the runtime class without any sandlot.dev key (a
+// cold-booted microVM, as other operators run them), limited to memMiB.
+func plainPod(name, ns, runtimeClass string, memMiB int64, cmd ...string) *corev1.Pod {
+	mem := *resource.NewQuantity(memMiB<<20, resource.BinarySI)
+	res := corev1.ResourceList{corev1.ResourceMemory: mem, corev1.ResourceCPU: resource.MustParse("500m")}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{RuntimeClassName: ptr.To(runtimeClass), RestartPolicy: corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr.To(false), EnableServiceLinks: ptr.To(false),
+			Containers: []corev1.Container{{Name: "main", Image: defaultImage, Command: cmd,
+				ImagePullPolicy: corev1.PullIfNotPresent,
+				Resources:       corev1.ResourceRequirements{Requests: res, Limits: res}}}}}
+}
+
+var defaultImage string
+
+func waitPodPhase(t *testing.T, k client.Client, key client.ObjectKey, want corev1.PodPhase) *corev1.Pod {
+	t.Helper()
+	var pod corev1.Pod
+	poll.Eventually(t, 3*time.Minute, fmt.Sprintf("pod %s %s", key, want), func() error {
+		if err := k.Get(context.Background(), key, &pod); err != nil {
+			return err
+		}
+		if pod.Status.Phase != want {
+			return fmt.Errorf("phase %s (%v)", pod.Status.Phase, pod.Status.ContainerStatuses)
+		}
+		return nil
+	})
+	return &pod
+}
+
+// TestJailedQEMUs: a template sandbox (restored) and a plain pod of the
+// runtime class (cold-booted) each run QEMU as a uid of its own, with no
+// capabilities, in a mount namespace of its own, in its pod's cgroup;
+// from one's jail, as its uid, none of the other's files can be opened.
+func TestJailedQEMUs(t *testing.T) {
+	k := sbxtest.Client(t, c)
+	isoTemplate(t, k)
+	sbx := sbxtest.Create(t, k, "iso", "iso-jailed")["iso-jailed"]
+	plain := plainPod("iso-plain", "default", sandlotv1.RuntimeClassName, 256, "sleep", "3600")
+	if err := k.Create(context.Background(), plain); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Delete(context.Background(), plain) })
+	pod := waitPodPhase(t, k, client.ObjectKeyFromObject(plain), corev1.PodRunning)
+	var sbxPod corev1.Pod
+	if err := k.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: sbx.Status.PodName}, &sbxPod); err != nil {
+		t.Fatal(err)
+	}
+	a, b := qemuOf(t, string(sbxPod.UID)), qemuOf(t, string(pod.UID))
+	if a.uid == 0 || b.uid == 0 || a.uid == b.uid {
+		t.Fatalf("QEMU uids %d and %d: want two distinct non-zero ones", a.uid, b.uid)
+	}
+	for _, q := range []struct {
+		q      qemu
+		podUID string
+		other  qemu
+	}{{a, string(sbxPod.UID), b}, {b, string(pod.UID), a}} {
+		checkConfined(t, q.q, q.podUID, q.other)
+	}
+}
+
+func checkConfined(t *testing.T, q qemu, podUID string, other qemu) {
+	t.Helper()
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", q.pid))
+	for _, want := range []string{"CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1"} {
+		if !strings.Contains(string(status), want) {
+			t.Errorf("QEMU %d: no %q in its status", q.pid, want)
+		}
+	}
+	host, _ := os.Readlink("/proc/self/ns/mnt")
+	if ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", q.pid)); ns == host {
+		t.Errorf("QEMU %d runs in the host's mount namespace", q.pid)
+	}
+	cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", q.pid))
+	for _, line := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
+		_, path, isMem := strings.Cut(line, ":memory:")
+		if !isMem {
+			continue
+		}
+		if !strings.Contains(path, "pod"+podUID) {
+			t.Errorf("QEMU %d's memory cgroup is not its pod's: %s", q.pid, line)
+		}
+		// What the VM costs its pod: the RuntimeClass overhead is sized on it.
+		peak, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", path, "memory.max_usage_in_bytes"))
+		t.Logf("QEMU %d: its cgroup's peak memory %s bytes", q.pid, strings.TrimSpace(string(peak)))
+	}
+	if out, err := asQEMU(q, "cat", "/proc/self/status"); err == nil || !strings.Contains(string(out), "No such file") {
+		// Its jail has no /proc: it cannot look at other processes either.
+		t.Errorf("QEMU %d's jail has a /proc: %s %v", q.pid, out, err)
+	}
+	for _, f := range append(other.files, "/etc/shadow", "/etc/passwd", filepath.Dir(other.layer)) {
+		if out, err := asQEMU(q, "head", "-c", "1", f); err == nil {
+			t.Errorf("QEMU %d (uid %d) opened %s from its jail: %q", q.pid, q.uid, f, out)
+		}
+	}
+	if len(q.files) == 0 {
+		t.Fatalf("QEMU %d: no files found on its command line", q.pid)
+	}
+	if out, err := asQEMU(q, "head", "-c", "1", q.layer); err != nil {
+		t.Errorf("QEMU %d cannot read its own layer %s: %s %v (the check above would prove nothing)", q.pid, q.layer, out, err)
+	}
+}
