@@ -54,8 +54,15 @@ func buildPod(sbx *sandlotv1.Sandbox, plan podPlan) (*corev1.Pod, error) {
 
 // renderPod is a sandlot pod without its name, labels and owner.
 func renderPod(ns string, plan podPlan, env []corev1.EnvVar) (*corev1.Pod, error) {
+	// Requests pack VMs (MilliCPUPerVCPU may overcommit); the CPU limit is
+	// the VM's vCPUs, whole cores: QEMU runs in the pod's cgroup, and a
+	// quota below its vCPU count would only stall the guest.
 	res := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(plan.VM.Resources.VCPU)*plan.MilliCPUPerVCPU, resource.DecimalSI),
+		corev1.ResourceMemory: quantityMiB(plan.VM.Resources.MemoryMiB),
+	}
+	limits := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(plan.VM.Resources.VCPU)*max(plan.MilliCPUPerVCPU, 1000), resource.DecimalSI),
 		corev1.ResourceMemory: quantityMiB(plan.VM.Resources.MemoryMiB),
 	}
 	ann, err := vmAnnotations(plan).Encode()
@@ -79,7 +86,7 @@ func renderPod(ns string, plan podPlan, env []corev1.EnvVar) (*corev1.Pod, error
 				Image:           plan.VM.Image,
 				ImagePullPolicy: corev1.PullIfNotPresent,
 				Env:             env,
-				Resources:       corev1.ResourceRequirements{Requests: res, Limits: res},
+				Resources:       corev1.ResourceRequirements{Requests: res, Limits: limits},
 				Ports: []corev1.ContainerPort{
 					{Name: "envd", ContainerPort: sandlotv1.EnvdPort, Protocol: corev1.ProtocolTCP},
 					{Name: "code", ContainerPort: sandlotv1.CodeInterpreterPort, Protocol: corev1.ProtocolTCP},

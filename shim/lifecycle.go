@@ -254,6 +254,12 @@ func (s *service) kill(ctx context.Context, c *container, p *process, sig int) e
 		p.exited(128 + uint32(sig))
 		return nil
 	}
+	if p == c.init && sig == int(syscall.SIGKILL) {
+		// SIGKILL to the app is the end of the VM: stopped from the host,
+		// not asked of a guest that may not answer (stalled, or hostile).
+		p.exited(128 + uint32(sig)) // its exit handler stops the VM
+		return nil
+	}
 	if c.pod.paused() {
 		// A paused guest answers nothing (a warm pool VM waiting for its
 		// claim): a signal to the app ends the VM as its exit would; an

@@ -57,8 +57,8 @@ type killCase struct {
 }
 
 // TestKill: a signal reaches the guest process, whose exit is the kill's
-// result; a process the guest does not run yet (or a paused VM's app)
-// exits at once; an exited one is not found.
+// result; a process the guest does not run yet (or a paused VM's app),
+// and the app on SIGKILL, exit at once; an exited one is not found.
 func TestKill(t *testing.T) {
 	for _, tc := range []killCase{
 		{name: "created app", noStart: true, sig: 9, exit: 137, vmStops: true},
@@ -67,7 +67,8 @@ func TestKill(t *testing.T) {
 		{name: "app of a paused VM", pause: true, sig: 15, exit: 143, vmStops: true},
 		{name: "exec of a paused VM", exec: true, pause: true, sig: 9, code: codes.FailedPrecondition},
 		{name: "gone in the guest", guestErr: &control.Error{Code: control.CodeNotFound}, sig: 15, signaled: true},
-		{name: "exited app", killed: true, sig: 9, exit: 137, signaled: true, vmStops: true, code: codes.NotFound},
+		{name: "running app, SIGKILL: the host stops the VM", sig: 9, exit: 137, vmStops: true},
+		{name: "exited app", killed: true, sig: 9, exit: 137, vmStops: true, code: codes.NotFound},
 		{name: "exited exec", exec: true, killed: true, sig: 9, exit: 137, signaled: true, code: codes.NotFound},
 	} {
 		t.Run(tc.name, tc.run)

@@ -35,22 +35,11 @@ func qemuOf(t *testing.T, podUID string) qemu {
 	t.Helper()
 	var q qemu
 	poll.Eventually(t, time.Minute, "QEMU of pod "+podUID, func() error {
-		entries, err := os.ReadDir("/proc")
-		if err != nil {
-			return err
+		var ok bool
+		if q, ok = findQEMU(podUID); !ok {
+			return fmt.Errorf("no QEMU named pod-%s", podUID)
 		}
-		for _, e := range entries {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			if bytes.Contains(args, []byte("\x00-name\x00pod-"+podUID+"\x00")) {
-				q = parseQEMU(pid, strings.Split(string(args), "\x00"))
-				return nil
-			}
-		}
-		return fmt.Errorf("no QEMU named pod-%s", podUID)
+		return nil
 	})
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", q.pid))
 	if err != nil {
@@ -62,6 +51,22 @@ func qemuOf(t *testing.T, podUID string) qemu {
 		}
 	}
 	return q
+}
+
+// findQEMU looks for the QEMU of the pod with that UID in /proc.
+func findQEMU(podUID string) (qemu, bool) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if bytes.Contains(args, []byte("\x00-name\x00pod-"+podUID+"\x00")) {
+			return parseQEMU(pid, strings.Split(string(args), "\x00")), true
+		}
+	}
+	return qemu{}, false
 }
 
 // parseQEMU collects the host paths a QEMU command line names (read-only
@@ -100,13 +105,14 @@ func asQEMU(q qemu, argv ...string) ([]byte, error) {
 // cold-booted microVM, as other operators run them), limited to memMiB.
 func plainPod(name, ns, runtimeClass string, memMiB int64, cmd ...string) *corev1.Pod {
 	mem := *resource.NewQuantity(memMiB<<20, resource.BinarySI)
-	res := corev1.ResourceList{corev1.ResourceMemory: mem, corev1.ResourceCPU: resource.MustParse("500m")}
+	req := corev1.ResourceList{corev1.ResourceMemory: mem, corev1.ResourceCPU: resource.MustParse("100m")}
+	lim := corev1.ResourceList{corev1.ResourceMemory: mem, corev1.ResourceCPU: resource.MustParse("1")} // 1 vCPU
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{RuntimeClassName: ptr.To(runtimeClass), RestartPolicy: corev1.RestartPolicyNever,
 			AutomountServiceAccountToken: ptr.To(false), EnableServiceLinks: ptr.To(false),
 			Containers: []corev1.Container{{Name: "main", Image: defaultImage, Command: cmd,
 				ImagePullPolicy: corev1.PullIfNotPresent,
-				Resources:       corev1.ResourceRequirements{Requests: res, Limits: res}}}}}
+				Resources:       corev1.ResourceRequirements{Requests: req, Limits: lim}}}}}
 }
 
 var defaultImage string
