@@ -8,7 +8,6 @@
 package agent
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/sandlot-dev/sandlot/test/cluster"
@@ -28,9 +27,7 @@ const uploadDeadline = "40s"
 
 func TestMain(m *testing.M) {
 	sbxtest.Main(m, "agent", &c, func(t crienv.T, dir string, o *cluster.Options) {
-		s3 = minio.StartIn(t, filepath.Join(dir, "minio"))
-		o.S3 = &cluster.S3Store{Endpoint: s3.Endpoint, Bucket: s3.Bucket, AccessKey: minio.AccessKey,
-			SecretKey: minio.SecretKey, Region: minio.Region}
+		s3 = sbxtest.WithMinIO(t, dir, o)
 		o.AgentArgs = []string{"--s3-upload-deadline=" + uploadDeadline, "--s3-max-backoff=3s"}
 	})
 }

@@ -17,6 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandlot-dev/sandlot/api/node"
+	"github.com/sandlot-dev/sandlot/api/node/controlapi"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/poll"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
@@ -155,6 +157,10 @@ func TestPoolVMRefusesBeforeClaim(t *testing.T) {
 		if p.Status.PodIP == "" || !podReady(&p) {
 			continue
 		}
+		// A pool VM waits paused (it answers nothing at all); the window to
+		// close is when it runs before the claim's identity is in: resumed
+		// here the way the agent resumes it for a claim.
+		resumePoolVM(t, &p)
 		for _, token := range []string{"", "guess", strings.Repeat("0", 64)} {
 			if code := envdStatus(t, p.Status.PodIP, token); code != 401 {
 				t.Fatalf("pool pod %s answered %d to token %q before its claim: want 401", p.Name, code, token)
@@ -168,6 +174,29 @@ func TestPoolVMRefusesBeforeClaim(t *testing.T) {
 	if code := envdStatus(t, sbx.Status.PodIP, "not-its-token"); code != 401 {
 		t.Fatalf("claimed sandbox answered %d to another token: want 401", code)
 	}
+}
+
+// resumePoolVM continues a pool pod's paused VM through its shim's
+// control socket, as the agent does before it pushes a claim.
+func resumePoolVM(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		if n.Name != p.Spec.NodeName {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		ctl, err := controlapi.Dial(ctx, node.Layout{Root: n.SandlotRoot}.ControlSocket(string(p.UID)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ctl.Close()
+		if _, err := ctl.Resume(ctx, &controlapi.ResumeRequest{}); err != nil {
+			t.Fatalf("resume pool pod %s: %v", p.Name, err)
+		}
+		return
+	}
+	t.Fatalf("pool pod %s is on no node of the cluster", p.Name)
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -7,7 +7,6 @@
 package isolation
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/sandlot-dev/sandlot/test/cluster"
@@ -23,8 +22,6 @@ var (
 
 func TestMain(m *testing.M) {
 	sbxtest.Main(m, "isolation", &c, func(t crienv.T, dir string, o *cluster.Options) {
-		s3 = minio.StartIn(t, filepath.Join(dir, "minio"))
-		o.S3 = &cluster.S3Store{Endpoint: s3.Endpoint, Bucket: s3.Bucket, AccessKey: minio.AccessKey,
-			SecretKey: minio.SecretKey, Region: minio.Region}
+		s3 = sbxtest.WithMinIO(t, dir, o)
 	})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/test/minio"
 	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
@@ -73,4 +74,13 @@ func checkClean(t crienv.T, before cluster.HostState) {
 	if err != nil {
 		t.Errorf("%v", err)
 	}
+}
+
+// WithMinIO starts a MinIO server under dir and gives the cluster's
+// agents its bucket as their shared s3 store.
+func WithMinIO(t crienv.T, dir string, o *cluster.Options) *minio.Server {
+	s3 := minio.StartIn(t, filepath.Join(dir, "minio"))
+	o.S3 = &cluster.S3Store{Endpoint: s3.Endpoint, Bucket: s3.Bucket, AccessKey: minio.AccessKey,
+		SecretKey: minio.SecretKey, Region: minio.Region}
+	return s3
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+
 	"connectrpc.com/connect"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -49,7 +51,7 @@ func Client(t *testing.T, c *cluster.Cluster) client.Client {
 		t.Fatal(err)
 	}
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, sandlotv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, sandlotv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			t.Fatal(err)
 		}
