@@ -45,7 +45,7 @@ func TestSandboxFromTemplateBecomesPod(t *testing.T) {
 		t.Errorf("image = %q", c.Image)
 	}
 	wantCPU, wantMem := resource.MustParse("1"), resource.MustParse("1Gi")
-	if !c.Resources.Limits.Cpu().Equal(wantCPU) || !c.Resources.Requests.Memory().Equal(wantMem) {
+	if !c.Resources.Requests.Cpu().Equal(wantCPU) || !c.Resources.Limits.Memory().Equal(wantMem) || !c.Resources.Limits.Cpu().IsZero() {
 		t.Errorf("resources = %v", c.Resources)
 	}
 	if pod.Spec.Overhead.Memory().IsZero() {

@@ -54,17 +54,16 @@ func buildPod(sbx *sandlotv1.Sandbox, plan podPlan) (*corev1.Pod, error) {
 
 // renderPod is a sandlot pod without its name, labels and owner.
 func renderPod(ns string, plan podPlan, env []corev1.EnvVar) (*corev1.Pod, error) {
-	// Requests pack VMs (MilliCPUPerVCPU may overcommit); the CPU limit is
-	// the VM's vCPUs, whole cores: QEMU runs in the pod's cgroup, and a
-	// quota below its vCPU count would only stall the guest.
+	// Requests pack VMs (MilliCPUPerVCPU may overcommit) and weigh them
+	// under contention; memory is also the limit QEMU runs under (the
+	// pod's cgroup). No CPU limit: the VM's vCPUs already bound what the
+	// guest can use, and a CFS quota would throttle the VMM's own threads
+	// (I/O, device state) beside them.
 	res := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(plan.VM.Resources.VCPU)*plan.MilliCPUPerVCPU, resource.DecimalSI),
 		corev1.ResourceMemory: quantityMiB(plan.VM.Resources.MemoryMiB),
 	}
-	limits := corev1.ResourceList{
-		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(plan.VM.Resources.VCPU)*max(plan.MilliCPUPerVCPU, 1000), resource.DecimalSI),
-		corev1.ResourceMemory: quantityMiB(plan.VM.Resources.MemoryMiB),
-	}
+	limits := corev1.ResourceList{corev1.ResourceMemory: quantityMiB(plan.VM.Resources.MemoryMiB)}
 	ann, err := vmAnnotations(plan).Encode()
 	if err != nil {
 		return nil, fmt.Errorf("pod annotations: %w", err)

@@ -2,17 +2,35 @@ package nodeagent
 
 // The node agent's rights, generated into the Helm chart
 // (charts/sandlot/files/agent/role.yaml) by `make manifests`: what
-// package nodeagent's reconcilers read and write. Its Snapshots,
+// package nodeagent's reconcilers read and write, each verb for a reason
+// (below), none broader than the code uses. Its Snapshots,
 // PausedSandboxes and pods are its node's only (label and field
-// selectors), but RBAC cannot say so. The DaemonSet: a terminating
-// agent asks whether it is going away (install.Leaving) before it takes
-// the runtime off its node. Templates: a stage request for a template's
-// base snapshot is checked against the template (stageguard.go).
+// selectors), but RBAC cannot say so; the chart's admission policy limits
+// what its pod patches may touch to sandlot.dev/claim-activated.
 //
-// +kubebuilder:rbac:groups=sandlot.dev,resources=snapshots;pausedsandboxes,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=sandlot.dev,resources=snapshots/status;pausedsandboxes/status,verbs=get;update;patch
+//   - snapshots, pausedsandboxes: get/list/watch its node's data; update
+//     to add and remove its finalizer (data.go). Status: patch only, the
+//     phase, remote status and size (data.go).
+//   - sandboxes: get/list/watch, to tell whose data a stage request is for
+//     (stageguard.go) and to roll back; sandboxes/status: patch only, the
+//     RolledBack condition (rollback.go, server-side apply).
+//   - templates: get, to check a stage request for a template's base
+//     snapshot against the template (stageguard.go).
+//   - pods: get/list/watch its node's sandbox pods (VM ready, claims,
+//     stage checks); patch, the claim-activated annotation (agent.go).
+//   - secrets: get only, by name (no list or watch): a claimed pool VM's
+//     token, from its Sandbox's token Secret (agent.go). RBAC cannot
+//     narrow a get to a name pattern; the name is the claim's.
+//   - nodes: get and patch its own node's runtime and fingerprint labels
+//     (identity.go).
+//   - events: create/patch, its Events on the data it serves.
+//   - daemonsets: get, so a terminating agent knows whether it is going
+//     away (install.Leaving) before it takes the runtime off its node.
+//
+// +kubebuilder:rbac:groups=sandlot.dev,resources=snapshots;pausedsandboxes,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=sandlot.dev,resources=snapshots/status;pausedsandboxes/status,verbs=patch
 // +kubebuilder:rbac:groups=sandlot.dev,resources=sandboxes,verbs=get;list;watch
-// +kubebuilder:rbac:groups=sandlot.dev,resources=sandboxes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=sandlot.dev,resources=sandboxes/status,verbs=patch
 // +kubebuilder:rbac:groups=sandlot.dev,resources=templates,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get

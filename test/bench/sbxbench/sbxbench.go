@@ -44,7 +44,13 @@ func StartCluster(t crienv.T, nodes int, configure func(dir string, o *cluster.O
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		if os.Getenv("SANDLOT_E2E_KEEP") != "" {
+			fmt.Fprintf(os.Stderr, "kept %s (SANDLOT_E2E_KEEP)\n", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
 	o := cluster.Options{Dir: filepath.Join(dir, "c"), Nodes: nodes, BinDir: filepath.Join(dir, "bin"),
 		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }}
 	if err := cluster.Build(o.BinDir); err != nil {
