@@ -59,7 +59,7 @@ func dependsOnKey(ref *sandlotv1.DataRef) []string {
 // PausedSandbox whose data builds on it (being deleted or not: their data
 // exists until the agent removes it).
 func (r *SnapshotReconciler) dependents(ctx context.Context, snap *sandlotv1.Snapshot) ([]string, error) {
-	ns, key := client.InNamespace(snap.Namespace), sandlotv1.RestoreKindSnapshot+"/"+snap.Name
+	ns := client.InNamespace(snap.Namespace)
 	users := &sandlotv1.SandboxList{}
 	if err := r.List(ctx, users, ns, client.MatchingFields{indexSandboxBySnapshot: snap.Name}); err != nil {
 		return nil, fmt.Errorf("list sandboxes of snapshot %s: %w", snap.Name, err)
@@ -70,37 +70,57 @@ func (r *SnapshotReconciler) dependents(ctx context.Context, snap *sandlotv1.Sna
 			names = append(names, "sandbox "+u.Name)
 		}
 	}
-	snaps := &sandlotv1.SnapshotList{}
-	if err := r.List(ctx, snaps, ns, client.MatchingFields{indexSnapshotByDependsOn: key}); err != nil {
-		return nil, fmt.Errorf("list snapshots depending on %s: %w", snap.Name, err)
+	built, err := buildsOn(ctx, r.Client, snap.Namespace, sandlotv1.RestoreKindSnapshot, snap.Name, snap.UID)
+	if err != nil {
+		return nil, err
 	}
-	for _, s := range snaps.Items {
-		if refersTo(s.Status.DependsOn, snap) {
-			names = append(names, "snapshot "+s.Name)
-		}
-	}
-	pkgs := &sandlotv1.PausedSandboxList{}
-	if err := r.List(ctx, pkgs, ns, client.MatchingFields{indexPausedByDependsOn: key}); err != nil {
-		return nil, fmt.Errorf("list paused sandboxes depending on %s: %w", snap.Name, err)
-	}
-	for _, p := range pkgs.Items {
-		if refersTo(p.Spec.DependsOn, snap) {
-			names = append(names, "pausedsandbox "+p.Name)
-		}
-	}
+	names = append(names, built...)
 	sort.Strings(names)
 	return names, nil
 }
 
-// refersTo: ref names snap (by UID when it has one: a later Snapshot of
-// the same name is another).
-func refersTo(ref *sandlotv1.DataRef, snap *sandlotv1.Snapshot) bool {
-	return ref != nil && ref.Name == snap.Name && (ref.UID == "" || types.UID(ref.UID) == snap.UID)
+// buildsOn names the Snapshots and PausedSandboxes of ns whose data builds
+// on the data kind/name (of that UID): being deleted or not, their data
+// exists until the agent removes it.
+func buildsOn(ctx context.Context, c client.Client, namespace, kind, name string, uid types.UID) ([]string, error) {
+	ns, key := client.InNamespace(namespace), kind+"/"+name
+	refers := func(ref *sandlotv1.DataRef) bool {
+		return ref != nil && ref.Kind == kind && ref.Name == name && (ref.UID == "" || types.UID(ref.UID) == uid)
+	}
+	var names []string
+	snaps := &sandlotv1.SnapshotList{}
+	if err := c.List(ctx, snaps, ns, client.MatchingFields{indexSnapshotByDependsOn: key}); err != nil {
+		return nil, fmt.Errorf("list snapshots depending on %s: %w", key, err)
+	}
+	for _, s := range snaps.Items {
+		if refers(s.Status.DependsOn) {
+			names = append(names, "snapshot "+s.Name)
+		}
+	}
+	pkgs := &sandlotv1.PausedSandboxList{}
+	if err := c.List(ctx, pkgs, ns, client.MatchingFields{indexPausedByDependsOn: key}); err != nil {
+		return nil, fmt.Errorf("list paused sandboxes depending on %s: %w", key, err)
+	}
+	for _, p := range pkgs.Items {
+		if refers(p.Spec.DependsOn) {
+			names = append(names, "pausedsandbox "+p.Name)
+		}
+	}
+	return names, nil
 }
 
 // snapshotsDependedOn maps a Snapshot or PausedSandbox to the Snapshot it
 // builds on, so a dependent's deletion wakes the deletion it held.
 func snapshotsDependedOn(_ context.Context, o client.Object) []reconcile.Request {
+	return dependedOn(o, sandlotv1.RestoreKindSnapshot)
+}
+
+// pausedDependedOn is the same for the PausedSandbox one builds on.
+func pausedDependedOn(_ context.Context, o client.Object) []reconcile.Request {
+	return dependedOn(o, sandlotv1.RestoreKindPausedSandbox)
+}
+
+func dependedOn(o client.Object, kind string) []reconcile.Request {
 	var ref *sandlotv1.DataRef
 	switch v := o.(type) {
 	case *sandlotv1.Snapshot:
@@ -108,7 +128,7 @@ func snapshotsDependedOn(_ context.Context, o client.Object) []reconcile.Request
 	case *sandlotv1.PausedSandbox:
 		ref = v.Spec.DependsOn
 	}
-	if ref == nil || ref.Kind != sandlotv1.RestoreKindSnapshot {
+	if ref == nil || ref.Kind != kind {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}}

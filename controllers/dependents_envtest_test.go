@@ -94,6 +94,47 @@ func TestPauseOfRestoredSandboxHoldsItsBase(t *testing.T) {
 	})
 }
 
+// TestPackageHeldByWhatBuildsOnIt: a pause package's deletion (a resume's,
+// a user's) waits while a Snapshot builds on its memory (one taken of the
+// resumed sandbox before the package went), naming it; it goes after.
+func TestPackageHeldByWhatBuildsOnIt(t *testing.T) {
+	h := newHarness(t)
+	h.runKubelet()
+	startController(t)
+	h.addNode("pk-node", "8", "16Gi", nil)
+	h.readySnapshot("pkbase", "pk-node", sandlotv1.RemoteNotApplicable, 512)
+	h.running(newSandbox("napper", sandlotv1.SandboxSource{Snapshot: "pkbase"}), "10.88.4.3")
+	pkg := h.pause("napper")
+	layer := &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: "resumed-layer"},
+		Spec: sandlotv1.SnapshotSpec{Source: sandlotv1.SnapshotSource{Import: &sandlotv1.SnapshotImport{Location: "snapshots/y"}}}}
+	h.create(layer)
+	// What the controller records for a snapshot of a sandbox resumed from
+	// the package (its pod's restore source), set here directly.
+	orig := layer.DeepCopy()
+	layer.Status.DependsOn = &sandlotv1.DataRef{Kind: sandlotv1.RestoreKindPausedSandbox, Name: pkg.Name, UID: string(pkg.UID)}
+	if err := h.c.Status().Patch(context.Background(), layer, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.c.Delete(context.Background(), pkg); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(10*time.Second, "the package's deletion held by the snapshot", func() error {
+		got := &sandlotv1.PausedSandbox{}
+		if err := h.c.Get(context.Background(), h.key(pkg.Name), got); err != nil {
+			return err
+		}
+		if c := condition(got.Status.Conditions, sandlotv1.ConditionDeletionHeld); !strings.Contains(c.Message, "snapshot resumed-layer") {
+			return errorf("DeletionHeld %+v", c)
+		}
+		return nil
+	})
+	if err := h.c.Delete(context.Background(), layer); err != nil {
+		t.Fatal(err)
+	}
+	h.gone(&sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: "resumed-layer"}})
+	h.gone(&sandlotv1.PausedSandbox{ObjectMeta: metav1.ObjectMeta{Name: pkg.Name}})
+}
+
 // TestSnapshotExpiry: a Snapshot with expireAfterSeconds reports when it
 // expires and is deleted then.
 func TestSnapshotExpiry(t *testing.T) {

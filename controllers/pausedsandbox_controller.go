@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,7 +77,8 @@ func pausedStatus(pkg *sandlotv1.PausedSandbox) sandlotv1.DataStatus {
 }
 
 // release lets a deleted package go unless its Sandbox is being resumed
-// from it right now.
+// from it right now, or a Snapshot or package builds on its memory (one
+// of the resumed sandbox taken before the package went).
 func (r *PausedSandboxReconciler) release(ctx context.Context, pkg *sandlotv1.PausedSandbox) error {
 	if !controllerutil.ContainsFinalizer(pkg, sandlotv1.FinalizerInUse) {
 		return nil
@@ -88,6 +90,16 @@ func (r *PausedSandboxReconciler) release(ctx context.Context, pkg *sandlotv1.Pa
 	}
 	if err == nil && sbx.DeletionTimestamp == nil && sbx.Status.Phase == sandlotv1.SandboxResuming {
 		return nil // the resume's pod restores from it; the Sandbox's update wakes us
+	}
+	names, err := buildsOn(ctx, r.Client, pkg.Namespace, sandlotv1.RestoreKindPausedSandbox, pkg.Name, pkg.UID)
+	if err != nil {
+		return err
+	}
+	if len(names) > 0 {
+		orig := pkg.DeepCopy()
+		setCondition(&pkg.Status.Conditions, pkg.Generation, sandlotv1.ConditionDeletionHeld, metav1.ConditionTrue,
+			sandlotv1.ReasonInUse, "deletion waits for what builds on it: "+strings.Join(names, ", "))
+		return client.IgnoreNotFound(patchStatus(ctx, r.Client, r.Recorder, orig, pkg))
 	}
 	controllerutil.RemoveFinalizer(pkg, sandlotv1.FinalizerInUse)
 	if err := r.Update(ctx, pkg); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
@@ -106,6 +118,9 @@ func (r *PausedSandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			func(_ context.Context, o client.Object) []reconcile.Request {
 				return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}}}
 			})).
+		// A dependent's deletion wakes the deletion it held.
+		Watches(&sandlotv1.Snapshot{}, handler.EnqueueRequestsFromMapFunc(pausedDependedOn)).
+		Watches(&sandlotv1.PausedSandbox{}, handler.EnqueueRequestsFromMapFunc(pausedDependedOn)).
 		Named("pausedsandbox").
 		Complete(r)
 }
