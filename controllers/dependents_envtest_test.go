@@ -108,8 +108,18 @@ func TestPackageHeldByWhatBuildsOnIt(t *testing.T) {
 	layer := &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: "resumed-layer"},
 		Spec: sandlotv1.SnapshotSpec{Source: sandlotv1.SnapshotSource{Import: &sandlotv1.SnapshotImport{Location: "snapshots/y"}}}}
 	h.create(layer)
+	h.eventually(10*time.Second, "the imported layer assigned", func() error {
+		if err := h.c.Get(context.Background(), h.key(layer.Name), layer); err != nil {
+			return err
+		}
+		if layer.Status.NodeName == "" {
+			return errorf("not assigned yet")
+		}
+		return nil
+	})
 	// What the controller records for a snapshot of a sandbox resumed from
-	// the package (its pod's restore source), set here directly.
+	// the package (its pod's restore source), set here directly once the
+	// assignment (which records none for an import) is done.
 	orig := layer.DeepCopy()
 	layer.Status.DependsOn = &sandlotv1.DataRef{Kind: sandlotv1.RestoreKindPausedSandbox, Name: pkg.Name, UID: string(pkg.UID)}
 	if err := h.c.Status().Patch(context.Background(), layer, client.MergeFrom(orig)); err != nil {
