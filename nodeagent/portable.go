@@ -69,7 +69,16 @@ func (l *layout) makePortable(ctx context.Context, key string) error {
 		}
 		changed = true
 	}
-	if l.shared && filepath.IsAbs(m.BaseDisk.Path) && !within(root, m.BaseDisk.Path) {
+	switch {
+	case filepath.IsAbs(m.BaseDisk.Path) && within(root, m.BaseDisk.Path):
+		// In the store already (a VM restored from a shared snapshot maps
+		// the store's disks/<sha256>): by this node's path, which another
+		// node's copy of the store does not have.
+		if m.BaseDisk.Path, err = filepath.Rel(dir, m.BaseDisk.Path); err != nil {
+			return err
+		}
+		changed = true
+	case l.shared && filepath.IsAbs(m.BaseDisk.Path):
 		disk, err := l.shareBaseDisk(ctx, m.BaseDisk)
 		if err != nil {
 			return err

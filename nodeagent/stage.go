@@ -81,6 +81,7 @@ func (s *StageServer) stage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
+	checked := time.Now()
 	switch err := s.guard.authorize(r.Context(), req); {
 	case errors.Is(err, errStageRefused):
 		log.FromContext(r.Context()).Info("refused a stage request", "key", key, "reason", err.Error())
@@ -111,7 +112,8 @@ func (s *StageServer) stage(w http.ResponseWriter, r *http.Request) {
 	s.stages[token] = release
 	s.mu.Unlock()
 	time.AfterFunc(stageTTL, func() { s.end(token) })
-	log.FromContext(r.Context()).Info("staged for a restore", "key", key, "dir", dir, "took", time.Since(start))
+	log.FromContext(r.Context()).Info("staged for a restore", "key", key, "dir", dir, "took", time.Since(start),
+		"checked", start.Sub(checked))
 	root, _ := storeRoot(dir, key) // open found dir under its key
 	writeJSON(w, stageapi.StageResponse{Dir: dir, Token: token, StoreRoot: root})
 }
