@@ -229,8 +229,10 @@ func helmUpgrade(t *testing.T) {
 	}
 	up := action.NewUpgrade(cfg)
 	up.Namespace, up.ReuseValues, up.Wait, up.Timeout = cluster.ReleaseNamespace, true, true, 5*time.Minute
-	changed := map[string]any{"controller": map[string]any{"podAnnotations": map[string]any{"sandlot.dev/upgraded": "yes"}},
-		"api": map[string]any{"podAnnotations": map[string]any{"sandlot.dev/upgraded": "yes"}}}
+	// Not a sandlot.dev/ key: the chart's admission policy refuses those on
+	// any pod but the controller's own writes, its components' included.
+	changed := map[string]any{"controller": map[string]any{"podAnnotations": map[string]any{"e2e.sandlot.test/upgraded": "yes"}},
+		"api": map[string]any{"podAnnotations": map[string]any{"e2e.sandlot.test/upgraded": "yes"}}}
 	rel, err := up.Run(cluster.ReleaseName, ch, changed)
 	if err != nil {
 		t.Fatalf("helm upgrade: %v", err)
