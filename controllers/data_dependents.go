@@ -12,7 +12,10 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
+
+	"k8s.io/client-go/tools/events"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,6 +80,16 @@ func (r *SnapshotReconciler) dependents(ctx context.Context, snap *sandlotv1.Sna
 	names = append(names, built...)
 	sort.Strings(names)
 	return names, nil
+}
+
+// holdDeletion records on a deleted data object (whose conds are its
+// status conditions) that its deletion waits for the named dependents.
+func holdDeletion(ctx context.Context, c client.Client, rec events.EventRecorder, obj client.Object,
+	conds *[]metav1.Condition, what string, names []string) error {
+	orig := obj.DeepCopyObject().(client.Object)
+	setCondition(conds, obj.GetGeneration(), sandlotv1.ConditionDeletionHeld, metav1.ConditionTrue,
+		sandlotv1.ReasonInUse, "deletion waits for what "+what+": "+strings.Join(names, ", "))
+	return client.IgnoreNotFound(patchStatus(ctx, c, rec, orig, obj))
 }
 
 // buildsOn names the Snapshots and PausedSandboxes of ns whose data builds

@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -96,10 +95,7 @@ func (r *PausedSandboxReconciler) release(ctx context.Context, pkg *sandlotv1.Pa
 		return err
 	}
 	if len(names) > 0 {
-		orig := pkg.DeepCopy()
-		setCondition(&pkg.Status.Conditions, pkg.Generation, sandlotv1.ConditionDeletionHeld, metav1.ConditionTrue,
-			sandlotv1.ReasonInUse, "deletion waits for what builds on it: "+strings.Join(names, ", "))
-		return client.IgnoreNotFound(patchStatus(ctx, r.Client, r.Recorder, orig, pkg))
+		return holdDeletion(ctx, r.Client, r.Recorder, pkg, &pkg.Status.Conditions, "builds on it", names)
 	}
 	controllerutil.RemoveFinalizer(pkg, sandlotv1.FinalizerInUse)
 	if err := r.Update(ctx, pkg); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/tools/events"
@@ -224,10 +223,7 @@ func (r *SnapshotReconciler) release(ctx context.Context, snap *sandlotv1.Snapsh
 		return err
 	}
 	if len(names) > 0 {
-		orig := snap.DeepCopy()
-		setCondition(&snap.Status.Conditions, snap.Generation, sandlotv1.ConditionDeletionHeld, metav1.ConditionTrue,
-			sandlotv1.ReasonInUse, "deletion waits for what restores from or builds on it: "+strings.Join(names, ", "))
-		return client.IgnoreNotFound(patchStatus(ctx, r.Client, r.Recorder, orig, snap))
+		return holdDeletion(ctx, r.Client, r.Recorder, snap, &snap.Status.Conditions, "restores from or builds on it", names)
 	}
 	controllerutil.RemoveFinalizer(snap, sandlotv1.FinalizerInUse)
 	if err := r.Update(ctx, snap); client.IgnoreNotFound(err) != nil {

@@ -181,20 +181,15 @@ func TestResumeOnAnotherNode(t *testing.T) {
 	if ps.Status.RemoteStatus != sandlotv1.RemoteInProgress {
 		t.Fatalf("with MinIO down the package is remote %q", ps.Status.RemoteStatus)
 	}
-	cordon(t, k, a, true)
-	t.Cleanup(func() { cordon(t, k, a, false) })
+	sbxtest.Cordon(t, k, a, true)
+	t.Cleanup(func() { sbxtest.Cordon(t, k, a, false) })
 	label := setFingerprint(t, k, b, "incompatible")
 	t.Cleanup(func() { setFingerprint(t, k, b, label) })
 	sbxtest.SetPaused(t, k, sbx.Name, false)
 	stayUnplaced(t, k, sbx.Name, 8*time.Second, "its package is only on "+a)
 
 	s3.Restart()
-	sbxtest.WaitData(t, k, ps, 2*time.Minute, "remote Ready", func(st *sandlotv1.DataStatus) error {
-		if st.RemoteStatus != sandlotv1.RemoteReady {
-			return fmt.Errorf("remote %s", st.RemoteStatus)
-		}
-		return nil
-	})
+	sbxtest.WaitData(t, k, ps, 2*time.Minute, "remote Ready", sbxtest.RemoteReady)
 	stayUnplaced(t, k, sbx.Name, 5*time.Second, b+"'s fingerprint differs")
 
 	key := "paused/" + string(ps.UID)
@@ -242,14 +237,6 @@ func nodeNamed(name string) *cluster.Node {
 		}
 	}
 	panic("no node " + name)
-}
-
-func cordon(t *testing.T, k client.Client, node string, on bool) {
-	t.Helper()
-	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)))
-	if err := k.Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, patch); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // setFingerprint sets a node's fingerprint label and returns the old one.

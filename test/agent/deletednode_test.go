@@ -26,7 +26,7 @@ func TestDeletedNodesSnapshotCanBeDeleted(t *testing.T) {
 	sbxtest.Template(t, k, "small")
 	sbx := sbxtest.Create(t, k, "small", "orphan-src")["orphan-src"]
 	snap := sbxtest.Snapshot(t, k, "orphan-snap", sbx.Name)
-	sbxtest.WaitData(t, k, snap, 2*time.Minute, "remote Ready", remoteReady)
+	sbxtest.WaitData(t, k, snap, 2*time.Minute, "remote Ready", sbxtest.RemoteReady)
 	// The sandbox's pod goes with the node: its cleanup waits for that.
 	a, b := sbx.Status.NodeName, otherNode(sbx.Status.NodeName)
 	t.Cleanup(func() { bringBack(t, a) })
@@ -57,13 +57,6 @@ func TestDeletedNodesSnapshotCanBeDeleted(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-func remoteReady(st *sandlotv1.DataStatus) error {
-	if st.RemoteStatus != sandlotv1.RemoteReady {
-		return fmt.Errorf("remote %s", st.RemoteStatus)
-	}
-	return nil
 }
 
 // bringBack restarts a killed node's kubelet (it registers the Node

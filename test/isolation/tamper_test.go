@@ -12,7 +12,6 @@ import (
 	miniogo "github.com/minio/minio-go/v7"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -31,15 +30,10 @@ func TestTamperedBucket(t *testing.T) {
 	isoTemplate(t, k)
 	src := sbxtest.Create(t, k, "iso", "iso-src")["iso-src"]
 	snap := sbxtest.Snapshot(t, k, "iso-src-snap", src.Name)
-	sbxtest.WaitData(t, k, snap, 3*time.Minute, "remote Ready", func(st *sandlotv1.DataStatus) error {
-		if st.RemoteStatus != sandlotv1.RemoteReady {
-			return fmt.Errorf("remote %s", st.RemoteStatus)
-		}
-		return nil
-	})
+	sbxtest.WaitData(t, k, snap, 3*time.Minute, "remote Ready", sbxtest.RemoteReady)
 	flipByte(t, "snapshots/"+string(snap.UID)+"/")
-	cordon(t, k, src.Status.NodeName, true)
-	t.Cleanup(func() { cordon(t, k, src.Status.NodeName, false) })
+	sbxtest.Cordon(t, k, src.Status.NodeName, true)
+	t.Cleanup(func() { sbxtest.Cordon(t, k, src.Status.NodeName, false) })
 	sbx := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "iso-forged", Namespace: "default"},
 		Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Snapshot: snap.Name}, TimeoutSeconds: ptr.To[int32](600)}}
 	if err := k.Create(context.Background(), sbx); err != nil {
@@ -113,12 +107,4 @@ func noQEMU(podUID string) error {
 		return fmt.Errorf("a QEMU (pid %d) runs for pod %s", q.pid, podUID)
 	}
 	return nil
-}
-
-func cordon(t *testing.T, k client.Client, node string, on bool) {
-	t.Helper()
-	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)))
-	if err := k.Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, patch); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -303,3 +303,20 @@ func nodeSummary(ctx context.Context, k client.Client) string {
 	}
 	return strings.Join(out, "; ")
 }
+
+// RemoteReady is a WaitData check: the data may be restored on any node.
+func RemoteReady(st *sandlotv1.DataStatus) error {
+	if st.RemoteStatus != sandlotv1.RemoteReady {
+		return fmt.Errorf("remote %s", st.RemoteStatus)
+	}
+	return nil
+}
+
+// Cordon marks a node (un)schedulable.
+func Cordon(t *testing.T, k client.Client, node string, on bool) {
+	t.Helper()
+	patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)))
+	if err := k.Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, patch); err != nil {
+		t.Fatal(err)
+	}
+}
