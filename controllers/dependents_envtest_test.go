@@ -142,7 +142,9 @@ func TestPackageHeldByWhatBuildsOnIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.gone(&sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: "resumed-layer"}})
-	h.gone(&sandlotv1.PausedSandbox{ObjectMeta: metav1.ObjectMeta{Name: pkg.Name}})
+	// The sandbox still asks to be paused, so the controller may make it a
+	// new package of the same name: the held one is what must go.
+	h.gone(&sandlotv1.PausedSandbox{ObjectMeta: metav1.ObjectMeta{Name: pkg.Name, UID: pkg.UID}})
 }
 
 // TestSnapshotExpiry: a Snapshot with expireAfterSeconds reports when it

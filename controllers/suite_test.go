@@ -202,9 +202,10 @@ func (h *harness) pod(name string) *corev1.Pod {
 	return pod
 }
 
-// gone waits until obj is deleted from the API server.
+// gone waits until obj (of its UID, when set) is deleted from the API server.
 func (h *harness) gone(obj client.Object) {
 	h.t.Helper()
+	uid := obj.GetUID() // set: a successor of the same name does not count
 	h.eventually(10*time.Second, fmt.Sprintf("%T %s gone", obj, obj.GetName()), func() error {
 		err := h.c.Get(context.Background(), h.key(obj.GetName()), obj)
 		if apierrors.IsNotFound(err) {
@@ -212,6 +213,9 @@ func (h *harness) gone(obj client.Object) {
 		}
 		if err != nil {
 			return err
+		}
+		if uid != "" && obj.GetUID() != uid {
+			return nil
 		}
 		return errors.New("still there")
 	})
