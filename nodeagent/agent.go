@@ -9,7 +9,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,11 +20,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -34,11 +39,14 @@ const FieldManager = "sandlot-agent"
 
 // CacheOptions keep only this node's objects: Snapshots the controller
 // labelled for it, pods scheduled to it.
-func CacheOptions(node string) cache.Options {
+// api is sandlot-api's Service: its EndpointSlices only.
+func CacheOptions(node string, api types.NamespacedName) cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&sandlotv1.Snapshot{}:      {Label: labels.SelectorFromSet(labels.Set{sandlotv1.LabelNode: node})},
 		&sandlotv1.PausedSandbox{}: {Label: labels.SelectorFromSet(labels.Set{sandlotv1.LabelNode: node})},
 		&corev1.Pod{}:              {Field: fields.OneTermEqualSelector("spec.nodeName", node)},
+		&discoveryv1.EndpointSlice{}: {Namespaces: map[string]cache.Config{api.Namespace: {}},
+			Label: labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: api.Name})},
 	}}
 }
 
@@ -77,8 +85,10 @@ func Setup(mgr ctrl.Manager, n Node) error {
 	}
 	// Pods are probed (and claimed warm pool VMs activated) side by side:
 	// one at a time, fifty claims wait on each other.
+	vr := &VMReadyReconciler{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("vmready").For(&corev1.Pod{}).WithOptions(opts).
-		Complete(&VMReadyReconciler{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n}); err != nil {
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(vr.sandboxPods)).
+		Complete(vr); err != nil {
 		return fmt.Errorf("vmready reconciler: %w", err)
 	}
 	return nil
@@ -95,6 +105,8 @@ type VMReadyReconciler struct {
 	// no Events.
 	Recorder events.EventRecorder
 	Node
+	// pushed is what each pod's shim was last told (rules and ingress).
+	pushed sync.Map
 }
 
 // vmReadyPoll re-checks a VM that does not answer yet.
@@ -111,8 +123,7 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	status, reason, msg := r.probe(ctx, pod)
 	claimed := false
-	if claim := pod.Annotations[sandlotv1.AnnotationClaim]; claim != "" && pod.Annotations[sandlotv1.AnnotationClaimActivated] != claim &&
-		(reason == "VMPaused" || reason == "VMRunning") {
+	if claimPending(pod) && (reason == "VMPaused" || reason == "VMRunning") {
 		// A claimed warm pool pod: resume it with its sandbox's identity.
 		began := time.Now()
 		if err := r.activate(ctx, pod, reason == "VMPaused"); err != nil {
@@ -121,6 +132,11 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			claimed = true
 			observeRestore("claim", time.Since(began))
 			status, reason, msg = r.probe(ctx, pod)
+		}
+	}
+	if (reason == "VMPaused" || reason == "VMRunning") && !claimPending(pod) {
+		if err := r.pushNetwork(ctx, pod); err != nil {
+			status, reason, msg = metav1.ConditionFalse, sandlotv1.ReasonNetworkFailed, err.Error()
 		}
 	}
 	sbx := &sandlotv1.Sandbox{}
@@ -144,6 +160,13 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{RequeueAfter: vmReadyPoll}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// claimPending: a warm pool pod claimed by a sandbox it does not run as
+// yet.
+func claimPending(pod *corev1.Pod) bool {
+	claim := pod.Annotations[sandlotv1.AnnotationClaim]
+	return claim != "" && pod.Annotations[sandlotv1.AnnotationClaimActivated] != claim
 }
 
 // probe asks the pod's shim whether its VM runs.
@@ -196,6 +219,10 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, pause
 		return fmt.Errorf("shim of pod %s: %w", pod.Name, err)
 	}
 	defer c.Close()
+	// The sandbox's rules first: it never runs without them.
+	if err := r.syncNetwork(ctx, c, pod); err != nil {
+		return err
+	}
 	// Resumed first: the guest answers its control channel only when it
 	// runs. Its pod IP is known to no client before the claim shows.
 	if paused {

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -80,6 +81,9 @@ type Node struct {
 	StageSocket string
 	// Dialer reaches a pod's shim; nil dials its socket under SandlotRoot.
 	Dialer ControlDialer
+	// APIService is sandlot-api's Service: its pods may open connections
+	// to the sandboxes ("": only the node may).
+	APIService types.NamespacedName
 }
 
 // snapshotTimeout bounds the shim's Snapshot (it pauses the VM for

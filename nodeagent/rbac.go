@@ -24,6 +24,9 @@ package nodeagent
 //   - nodes: get and patch its own node's runtime and fingerprint labels
 //     (identity.go).
 //   - events: create/patch, its Events on the data it serves.
+//   - endpointslices: get/list/watch, those of sandlot-api's Service
+//     only (the cache's selector): its pods may open connections to the
+//     node's sandboxes (network.go). kube-proxy reads them all.
 //   - daemonsets: get, so a terminating agent knows whether it is going
 //     away (install.Leaving) before it takes the runtime off its node.
 //
@@ -38,3 +41,4 @@ package nodeagent
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=get
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch

@@ -63,6 +63,8 @@ type fakeVM struct {
 	// What it was asked.
 	resumes    int
 	identities []*controlapi.SetIdentityRequest
+	networks   []string // each SetNetwork
+	ingress    []string // the last SetNetwork's
 	snapshots  []string
 	restores   []string
 }
@@ -110,6 +112,14 @@ func (v *fakeVM) SetIdentity(ctx context.Context, req *controlapi.SetIdentityReq
 	}
 	v.identities = append(v.identities, req)
 	return &controlapi.SetIdentityResponse{}, nil
+}
+
+func (v *fakeVM) SetNetwork(ctx context.Context, req *controlapi.SetNetworkRequest) (*controlapi.SetNetworkResponse, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.networks = append(v.networks, req.GetNetworkJson())
+	v.ingress = req.GetIngressFrom()
+	return &controlapi.SetNetworkResponse{}, nil
 }
 
 func (v *fakeVM) Snapshot(ctx context.Context, req *controlapi.SnapshotRequest) (*controlapi.SnapshotResponse, error) {

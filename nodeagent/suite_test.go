@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -101,7 +102,7 @@ func startAgent(t *testing.T, st store.Store) *agent {
 	if err != nil {
 		t.Fatalf("the agent's service account: %v", err)
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: e.Scheme, Cache: nodeagent.CacheOptions(a.node),
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: e.Scheme, Cache: nodeagent.CacheOptions(a.node, a.api()),
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		// Each test runs its own manager in one process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
@@ -109,7 +110,7 @@ func startAgent(t *testing.T, st store.Store) *agent {
 		t.Fatalf("agent manager: %v", err)
 	}
 	a.stageSocket = stageSocket(t)
-	n := nodeagent.Node{Name: a.node, SandlotRoot: t.TempDir(), Store: st, Dialer: a.shims, StageSocket: a.stageSocket}
+	n := nodeagent.Node{Name: a.node, SandlotRoot: t.TempDir(), Store: st, Dialer: a.shims, StageSocket: a.stageSocket, APIService: a.api()}
 	if err := nodeagent.Setup(mgr, n); err != nil {
 		t.Fatalf("set up the agent: %v", err)
 	}
@@ -199,6 +200,12 @@ func (a *agent) pod(name string, labels, annotations map[string]string, phase co
 		a.setStatus(pod, func() { pod.Status.Phase = phase })
 	}
 	return pod, v
+}
+
+// api is the sandlot-api Service the test's agent follows: its
+// EndpointSlices in the test's namespace.
+func (a *agent) api() types.NamespacedName {
+	return types.NamespacedName{Namespace: a.ns, Name: "sandlot-api"}
 }
 
 // condition is typ of conds (empty when absent).

@@ -6,10 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
 
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+
+	"github.com/containerd/errdefs"
 	"github.com/containerd/ttrpc"
 
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
@@ -143,6 +147,32 @@ func (a *controlAPI) SetIdentity(ctx context.Context, r *controlapi.SetIdentityR
 		}
 		id.Network = a.pod.identity.Network
 		a.pod.identity = id
+		return nil
+	})
+}
+
+// SetNetwork applies the sandbox's rules the agent read from the pod's
+// annotation (decoded by the API's codec: unknown fields are refused).
+func (a *controlAPI) SetNetwork(_ context.Context, r *controlapi.SetNetworkRequest) (*controlapi.SetNetworkResponse, error) {
+	n, _, err := sandlotv1.DecodeNetwork(r.GetNetworkJson())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+	}
+	var ingress []netip.Prefix
+	for _, s := range r.GetIngressFrom() {
+		a, err := netip.ParseAddr(s)
+		if err != nil || !a.Is4() {
+			return nil, fmt.Errorf("%w: ingress_from %q: want an IPv4 address", errdefs.ErrInvalidArgument, s)
+		}
+		ingress = append(ingress, netip.PrefixFrom(a, 32))
+	}
+	return &controlapi.SetNetworkResponse{}, a.withVM(func() error {
+		if a.pod.guard == nil {
+			return fmt.Errorf("%w: the pod's network is not attached", errdefs.ErrFailedPrecondition)
+		}
+		if err := a.pod.guard.Apply(n, ingress); err != nil {
+			return fmt.Errorf("set network: %w", err)
+		}
 		return nil
 	})
 }

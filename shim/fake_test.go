@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"net/netip"
 	"sync"
 
 	"github.com/sandlot-dev/sandlot/api/node"
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/guest/control"
 	"github.com/sandlot-dev/sandlot/guest/identity"
 	"github.com/sandlot-dev/sandlot/shim/podnet"
@@ -267,6 +269,7 @@ type fakeNetwork struct {
 	inspectErr                error
 	attached, gateOpen        bool
 	attaches, detaches, opens int
+	rules                     []*sandlotv1.SandboxNetwork // each Guard and Apply
 }
 
 var fakePodNet = podnet.Pod{Interface: "eth0", Address: "10.88.0.5/16", Gateway: "10.88.0.1", MAC: "02:42:0a:58:00:05", MTU: 1500}
@@ -302,6 +305,26 @@ func (n *fakeNetwork) Detach(string, podnet.Pod, string) error {
 }
 
 func (n *fakeNetwork) Run(_ string, fn func() error) error { return fn() }
+
+// Guard records the rules it was given (the real one is tested in
+// shim/podnet and on the cluster).
+func (n *fakeNetwork) Guard(_ string, _ podnet.Pod, g guardSpec) (netGuard, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.rules = append(n.rules, g.Network)
+	return fakeGuard{n}, nil
+}
+
+type fakeGuard struct{ n *fakeNetwork }
+
+func (g fakeGuard) Apply(r *sandlotv1.SandboxNetwork, _ []netip.Prefix) error {
+	g.n.mu.Lock()
+	defer g.n.mu.Unlock()
+	g.n.rules = append(g.n.rules, r)
+	return nil
+}
+
+func (fakeGuard) Close() error { return nil }
 
 func (n *fakeNetwork) state() (attached bool, attaches, detaches int) {
 	n.mu.Lock()

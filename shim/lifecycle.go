@@ -68,7 +68,10 @@ func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec
 		return vmSpec{}, 0, err
 	}
 	vs := vmSpec{VCPU: req.VCPU, MemoryMiB: req.MemoryMiB, LayerMiB: req.LayerMiB, ImageName: ann[annImageName],
-		Env: envMap(spec.Process.Env), Pool: req.Pool}
+		Env: envMap(spec.Process.Env), Pool: req.Pool, Network: req.Network}
+	if vs.DNS, err = resolvConfOf(spec); err != nil {
+		return vmSpec{}, 0, err
+	}
 	if vs.ImageDigest, err = s.host.digest(ctx, vs.ImageName); err != nil {
 		return vmSpec{}, 0, fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
 	}

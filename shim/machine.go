@@ -81,6 +81,8 @@ type hostNetwork interface {
 	Attach(netns string, n podnet.Pod, tap string) error
 	OpenGate(netns string, n podnet.Pod, tap string) error
 	Detach(netns string, n podnet.Pod, tap string) error
+	// Guard enforces the traffic policy on an attached pod.
+	Guard(netns string, n podnet.Pod, g guardSpec) (netGuard, error)
 	// Run runs fn in the netns (QEMU starts there to open the tap).
 	Run(netns string, fn func() error) error
 }
@@ -148,11 +150,15 @@ type podnetNetwork struct{}
 func (podnetNetwork) Inspect(netns string) (podnet.Pod, error) { return podnet.Inspect(netns, "") }
 
 func (podnetNetwork) Attach(netns string, n podnet.Pod, tap string) error {
-	return podnet.Attach(netns, n, tap)
+	return podnet.Attach(netns, n, tap, podnet.WithResolver(resolverAddr))
 }
 
 func (podnetNetwork) OpenGate(netns string, n podnet.Pod, tap string) error {
-	return podnet.OpenGate(netns, n, tap)
+	return podnet.OpenGate(netns, n, tap, podnet.WithResolver(resolverAddr))
+}
+
+func (podnetNetwork) Guard(netns string, _ podnet.Pod, g guardSpec) (netGuard, error) {
+	return startGuard(netns, g)
 }
 
 func (podnetNetwork) Detach(netns string, n podnet.Pod, tap string) error {

@@ -43,6 +43,7 @@ type pod struct {
 	vm       machine
 	net      podnet.Pod
 	attached bool // the tap and filters are in place
+	guard    netGuard
 	identity identity.Identity
 	labels   map[string]string
 	vmSpec   vmSpec // what the VM was started with, for a restore in place
@@ -75,6 +76,10 @@ type vmSpec struct {
 	ImageDigest string
 	ImageName   string
 	Env         map[string]string
+	// Network is the sandbox's rules (the pod's annotation), DNS its
+	// resolv.conf: the guard enforces and serves them.
+	Network *sandlotv1.SandboxNetwork
+	DNS     dnsConfig
 }
 
 func (p *pod) dir() string { return p.cfg.Layout().PodDir(p.uid) }
@@ -95,13 +100,13 @@ func (p *pod) start(ctx context.Context, s vmSpec, api controlapi.VMControlServi
 			p.teardownLocked()
 		}
 	}()
-	if err := p.attachNetwork(); err != nil {
+	if err := p.attachNetwork(s); err != nil {
 		return err
 	}
 	if err := p.prepareJail(); err != nil {
 		return err
 	}
-	p.identity = p.newIdentity(s.Env)
+	p.identity = p.newIdentity(s.Env, s.DNS)
 	p.labels = map[string]string{labelImageDigest: s.ImageDigest, labelImageName: s.ImageName}
 	cfg := p.vmConfig(s)
 	trace := time.Now()
@@ -147,7 +152,7 @@ func (p *pod) vmConfig(s vmSpec) vm.Config {
 
 // attachNetwork reads the pod's interface and puts the tap in front of it,
 // gate closed: nothing from the guest leaves before it took the pod's MAC.
-func (p *pod) attachNetwork() error {
+func (p *pod) attachNetwork(s vmSpec) error {
 	if p.netns == "" {
 		return errors.New("the pod has no network namespace (host-network pods cannot run in a VM)")
 	}
@@ -160,6 +165,11 @@ func (p *pod) attachNetwork() error {
 		return fmt.Errorf("attach the VM to the pod's network: %w", err)
 	}
 	p.attached = true
+	g, err := p.host.network.Guard(p.netns, n, guardSpec{Defaults: p.cfg.Network, DNS: s.DNS, Gateway: n.Gateway, Network: s.Network})
+	if err != nil {
+		return fmt.Errorf("enforce the pod's traffic policy: %w", err)
+	}
+	p.guard = g
 	return nil
 }
 
@@ -176,7 +186,7 @@ func (p *pod) openNetwork(ctx context.Context) error {
 // warm pool's, until a claim pushes the sandbox's; a plain pod of the
 // runtime class) gets a random one nobody knows: the guest answers
 // nothing until the token it may be reached with arrives.
-func (p *pod) newIdentity(env map[string]string) identity.Identity {
+func (p *pod) newIdentity(env map[string]string, dns dnsConfig) identity.Identity {
 	token := env[sandlotv1.EnvAccessToken]
 	if token == "" {
 		token = rand.Text()
@@ -186,8 +196,9 @@ func (p *pod) newIdentity(env map[string]string) identity.Identity {
 		AccessToken: token,
 		Env:         maps.Clone(env),
 		Hostname:    p.hostname,
-		Network:     &identity.Network{Interface: "eth0", Address: p.net.Address, Gateway: p.net.Gateway, MAC: p.net.MAC},
-		UnixNano:    time.Now().UnixNano(),
+		Network: &identity.Network{Interface: "eth0", Address: p.net.Address, Gateway: p.net.Gateway, MAC: p.net.MAC,
+			DNS: guestDNS(dns)},
+		UnixNano: time.Now().UnixNano(),
 	}
 }
 
@@ -227,6 +238,10 @@ func (p *pod) teardownLocked() error {
 	if p.vm != nil {
 		errs = append(errs, p.vm.Stop())
 		p.vm = nil
+	}
+	if p.guard != nil {
+		errs = append(errs, p.guard.Close())
+		p.guard = nil
 	}
 	if p.attached {
 		errs = append(errs, p.host.network.Detach(p.netns, p.net, tapName))

@@ -3,7 +3,9 @@ package node
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
+	"slices"
 )
 
 // Config is the node's shim configuration: a JSON file named by the
@@ -43,7 +45,29 @@ type Config struct {
 	// node wrote it); without it the pod's restore-location annotation
 	// must be a directory on this node.
 	AgentSocket string `json:"agentSocket,omitempty"`
+	// Network is the traffic policy every sandbox on the node starts
+	// from, enforced on its tap; a sandbox's spec.network adds to it.
+	Network NetworkConfig `json:"network"`
 }
+
+// NetworkConfig is the node's default sandbox traffic policy.
+type NetworkConfig struct {
+	// DenyOut are the CIDRs no sandbox may open connections to unless its
+	// allowOut names them (nil: DefaultDenyOut). The node's own
+	// addresses are always denied.
+	DenyOut []string `json:"denyOut,omitempty"`
+	// IngressFrom are the CIDRs that may open connections to any sandbox,
+	// besides the node itself (where sandlot-api's proxy runs).
+	IngressFrom []string `json:"ingressFrom,omitempty"`
+	// IngressOpen lets anyone open connections to every sandbox.
+	IngressOpen bool `json:"ingressOpen,omitempty"`
+}
+
+// DefaultDenyOut: link-local (the cloud metadata address), private and
+// shared ranges (pods, services and nodes live there), loopback, this
+// network, multicast and reserved: a sandbox reaches public addresses.
+var DefaultDenyOut = []string{"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+	"172.16.0.0/12", "192.168.0.0/16", "224.0.0.0/4", "240.0.0.0/4"}
 
 // IDRange is Count ids from First.
 type IDRange struct {
@@ -94,6 +118,9 @@ func (c *Config) Defaults() {
 	if c.VMMGroup == 0 {
 		c.VMMGroup = DefaultVMMGroup
 	}
+	if c.Network.DenyOut == nil {
+		c.Network.DenyOut = slices.Clone(DefaultDenyOut)
+	}
 }
 
 // Validate refuses what no shim can run with: a missing kernel or
@@ -123,8 +150,38 @@ func (c Config) Validate() error {
 	if g := c.VMMGroup; g < 0 || (g > 0 && g >= c.VMUIDs.First && g < c.VMUIDs.First+c.VMUIDs.Count) {
 		errs = append(errs, fmt.Errorf("shim config: vmmGroup %d: want > 0 and outside vmUIDs", g))
 	}
+	if _, _, err := c.Network.Prefixes(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Accel != "" && c.Accel != "kvm" && c.Accel != "tcg" {
 		errs = append(errs, fmt.Errorf("shim config: accel %q: want kvm, tcg or empty (detect)", c.Accel))
 	}
 	return errors.Join(errs...)
+}
+
+// Prefixes parses DenyOut and IngressFrom (IPv4 CIDRs or addresses).
+func (n NetworkConfig) Prefixes() (deny, ingress []netip.Prefix, err error) {
+	parse := func(field string, in []string) ([]netip.Prefix, error) {
+		var out []netip.Prefix
+		for _, s := range in {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				a, aerr := netip.ParseAddr(s)
+				if aerr != nil {
+					return nil, fmt.Errorf("shim config: network.%s %q: want an IPv4 CIDR or address", field, s)
+				}
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+			if !p.Addr().Is4() || p.Masked() != p {
+				return nil, fmt.Errorf("shim config: network.%s %q: want an IPv4 CIDR without host bits", field, s)
+			}
+			out = append(out, p)
+		}
+		return out, nil
+	}
+	if deny, err = parse("denyOut", n.DenyOut); err != nil {
+		return nil, nil, err
+	}
+	ingress, err = parse("ingressFrom", n.IngressFrom)
+	return deny, ingress, err
 }

@@ -24,6 +24,10 @@ const (
 	// ConditionRolledBack: the Sandbox's last rollback request (owned by
 	// the node agent, like VMReady): True once done, False with why not.
 	ConditionRolledBack = "RolledBack"
+	// ConditionNetworkApplied: the node enforces the Sandbox's
+	// spec.network on its VM (controller, from the pod's
+	// AnnotationNetworkApplied, which the node agent sets).
+	ConditionNetworkApplied = "NetworkApplied"
 )
 
 // Reasons of ConditionScheduled.
@@ -88,3 +92,16 @@ const (
 // ReasonBaseSnapshotNotReady: a sandbox of a template waits for the
 // template's base snapshot (it never boots cold).
 const ReasonBaseSnapshotNotReady = "BaseSnapshotNotReady"
+
+// Reasons of ConditionNetworkApplied.
+const (
+	// ReasonNetworkApplied: the node agent applied spec.network (or there
+	// are no rules and no VM to apply them to).
+	ReasonNetworkApplied = "NetworkApplied"
+	// ReasonNetworkPending: the node agent has not applied spec.network
+	// yet, or no VM runs to apply it to (it applies when one starts).
+	ReasonNetworkPending = "NetworkPending"
+	// ReasonInvalidNetwork: spec.network is refused (ParseNetwork); no
+	// pod is created or changed with it.
+	ReasonInvalidNetwork = "InvalidNetwork"
+)

@@ -51,6 +51,8 @@ type VMAnnotations struct {
 	Claim *PoolClaim
 	// ClaimActivated is the claim the node agent carried out (raw).
 	ClaimActivated string
+	// Network is the sandbox's spec.network (nil: the node's defaults).
+	Network *SandboxNetwork
 }
 
 // Encode renders the annotations.
@@ -77,6 +79,11 @@ func (a VMAnnotations) Encode() (map[string]string, error) {
 		m[AnnotationRestoreKind], m[AnnotationRestoreName] = r.Kind, r.Name
 		m[AnnotationRestoreUID], m[AnnotationRestoreLocation] = r.UID, r.Location
 	}
+	netv, err := EncodeNetwork(a.Network)
+	if err != nil {
+		return nil, err
+	}
+	set(AnnotationNetwork, netv)
 	if a.Claim != nil {
 		b, err := json.Marshal(a.Claim)
 		if err != nil {
@@ -112,6 +119,10 @@ func DecodeVMAnnotations(m map[string]string) (VMAnnotations, error) {
 			UID: m[AnnotationRestoreUID], Location: m[AnnotationRestoreLocation]}
 	default:
 		errs = append(errs, fmt.Errorf("annotation %s=%q: want %q or %q", AnnotationBoot, boot, BootCold, BootRestore))
+	}
+	var err error
+	if a.Network, _, err = DecodeNetwork(m[AnnotationNetwork]); err != nil {
+		errs = append(errs, err)
 	}
 	if raw, ok := m[AnnotationClaim]; ok {
 		a.Claim = &PoolClaim{}

@@ -86,6 +86,46 @@ type SandboxSpec struct {
 	// Rollback restores the sandbox in place from one of its snapshots.
 	// +optional
 	Rollback *RollbackRequest `json:"rollback,omitempty"`
+
+	// Network is the sandbox's traffic rules, enforced on its VM's tap by
+	// the shim; changed live. Omitted: the node's defaults (ingress only
+	// from sandlot-api's proxy and the node; egress to public addresses).
+	// +optional
+	Network *SandboxNetwork `json:"network,omitempty"`
+}
+
+// SandboxNetwork is E2B's network configuration: allowOut beats denyOut
+// and the node's default denials; allowInternetAccess false is denyOut
+// 0.0.0.0/0.
+// +kubebuilder:validation:XValidation:rule="!has(self.allowOut) || self.allowOut.all(e, isCIDR(e) ? (cidr(e).ip().family() == 4 && cidr(e).masked() == cidr(e)) : isIP(e) ? ip(e).family() == 4 : e.lowerAscii().matches('^([*][.])?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?[.])*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?[.]?$'))",message="allowOut: each entry is an IPv4 CIDR (no host bits), an IPv4 address, a domain or *.domain"
+// +kubebuilder:validation:XValidation:rule="!has(self.denyOut) || self.denyOut.all(e, isCIDR(e) ? (cidr(e).ip().family() == 4 && cidr(e).masked() == cidr(e)) : (isIP(e) && ip(e).family() == 4))",message="denyOut: each entry is an IPv4 CIDR (no host bits) or an IPv4 address; domains cannot be denied"
+type SandboxNetwork struct {
+	// AllowOut lists destinations the sandbox may open connections to: a
+	// CIDR ("8.8.8.0/24"), an IP, a domain ("example.com") or a wildcard
+	// ("*.example.com", its subdomains). A domain is opened for the
+	// addresses the sandbox's resolver answers for it, for the answer's TTL.
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=253
+	// +listType=atomic
+	// +optional
+	AllowOut []string `json:"allowOut,omitempty"`
+
+	// DenyOut lists CIDRs or IPs the sandbox may not open connections to.
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=43
+	// +listType=atomic
+	// +optional
+	DenyOut []string `json:"denyOut,omitempty"`
+
+	// AllowInternetAccess false denies every destination AllowOut does
+	// not name (E2B's allow_internet_access).
+	// +optional
+	AllowInternetAccess *bool `json:"allowInternetAccess,omitempty"`
+
+	// Ingress opens the sandbox to new connections from any address, not
+	// only from sandlot-api's proxy and its node.
+	// +optional
+	Ingress bool `json:"ingress,omitempty"`
 }
 
 // SandboxPhase is the observed lifecycle state of a Sandbox.
@@ -158,6 +198,10 @@ type SandboxStatus struct {
 	// LastRollbackRequestID is the last rollback the agent carried out.
 	// +optional
 	LastRollbackRequestID string `json:"lastRollbackRequestID,omitempty"`
+	// Network is the spec.network the node enforces on the sandbox's VM
+	// now (set once its agent applied it; nil with no rules or no VM).
+	// +optional
+	Network *SandboxNetwork `json:"network,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// +optional

@@ -10,6 +10,9 @@ import (
 const (
 	// ReasonClaimFailed: a warm pool claim (or its activation) failed.
 	ReasonClaimFailed = "ClaimFailed"
+	// ReasonNetworkFailed: the node agent could not apply the sandbox's
+	// network rules on its VM's tap.
+	ReasonNetworkFailed = "NetworkFailed"
 	// ReasonPlacementFailed: placement could not read what it decides on.
 	ReasonPlacementFailed = "PlacementFailed"
 	// ReasonDataHandedOff: the data's node is gone; another node's agent
@@ -24,7 +27,7 @@ var failureReasons = []string{
 	ReasonNoEligibleNode, ReasonInsufficientCapacity, ReasonSourceNotFound, ReasonSourceFailed, ReasonTemplateNotAccepted,
 	ReasonPodFailed, ReasonPodLost, ReasonPodRejected, ReasonPodCreateFailed, ReasonPauseFailed, ReasonPausedStateDiscarded,
 	ReasonInvalidSpec, ReasonClaimFailed, ReasonPlacementFailed, ReasonInvalidImage, ReasonImageMissing, ReasonProbeTimeout,
-	ReasonBuildFailed, ReasonRollbackRefused, ReasonRollbackFailed, ReasonExpired, ReasonDataLost, "Failed",
+	ReasonBuildFailed, ReasonRollbackRefused, ReasonRollbackFailed, ReasonExpired, ReasonDataLost, ReasonInvalidNetwork, "Failed",
 }
 
 // Transition is one change of a condition, worded as its Event.

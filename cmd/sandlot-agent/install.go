@@ -55,6 +55,15 @@ func (f *installFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&c.DefaultMemoryMiB, "default-memory-mib", 0, "shim config: memory of a VM whose pod does not say (0: the shim's default)")
 	fs.IntVar(&c.DefaultVCPU, "default-vcpu", 0, "shim config: vCPUs of a VM whose pod does not say (0: the shim's default)")
 	fs.IntVar(&c.LayerMiB, "layer-mib", 0, "shim config: a cold-booted VM's writable layer (0: the shim's default)")
+	fs.Func("deny-out", "shim config: comma-separated CIDRs no sandbox may connect to (default: link-local, private, shared, loopback, multicast, reserved)", func(v string) error {
+		c.Network.DenyOut = splitList(v)
+		return nil
+	})
+	fs.Func("ingress-from", "shim config: comma-separated CIDRs that may open connections to every sandbox, besides the node and sandlot-api", func(v string) error {
+		c.Network.IngressFrom = splitList(v)
+		return nil
+	})
+	fs.BoolVar(&c.Network.IngressOpen, "ingress-open", false, "shim config: anyone may open connections to every sandbox")
 	fs.StringVar(&f.ctrConfig, "containerd-config", "/etc/containerd/config.toml", "containerd's main config on the host (must import --containerd-dropin)")
 	fs.StringVar(&f.dropIn, "containerd-dropin", "", "containerd drop-in registering the runtime (empty: do not register it)")
 	fs.BoolVar(&f.runtimePath, "runtime-path", false, "name the shim binary in the drop-in (runtime_path) instead of relying on containerd's PATH")
@@ -210,4 +219,15 @@ func resolveGlob(pattern string) (string, error) {
 		return "", fmt.Errorf("%q matches %d paths %v, want one", pattern, len(matches), matches)
 	}
 	return matches[0], nil
+}
+
+// splitList splits a comma-separated flag value, empty items dropped.
+func splitList(v string) []string {
+	out := []string{}
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

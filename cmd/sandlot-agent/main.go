@@ -13,7 +13,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	nodeapi "github.com/sandlot-dev/sandlot/api/node"
 
@@ -140,6 +144,7 @@ func run(ctx context.Context) error {
 	flag.StringVar(&node.Name, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	flag.StringVar(&node.SandlotRoot, "sandlot-root", nodeapi.DefaultRoot, "the shims' <root> (the runtime option in containerd's config)")
 	flag.StringVar(&node.StageSocket, "stage-socket", "", "where shims ask for data to restore (default <sandlot-root>/agent.sock)")
+	apiService := flag.String("api-service", "", "sandlot-api's Service as namespace/name: its pods may open connections to the sandboxes (empty: only the node may)")
 	hostRoot := flag.String("host-root", "", "where the node's / is mounted when the agent runs in a container (its QEMU is fingerprinted there)")
 	qemu := flag.String("qemu", "", "the node's QEMU, as the shims run it (default qemu-system-x86_64 on the PATH)")
 	stf.bind(flag.CommandLine)
@@ -154,6 +159,13 @@ func run(ctx context.Context) error {
 	}
 	if node.StageSocket == "" {
 		node.StageSocket = nodeapi.Layout{Root: node.SandlotRoot}.StageSocket()
+	}
+	if *apiService != "" {
+		ns, name, ok := strings.Cut(*apiService, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("--api-service %q: want namespace/name", *apiService)
+		}
+		node.APIService = types.NamespacedName{Namespace: ns, Name: name}
 	}
 	var err error
 	if node.Store, node.SharedStore, err = stf.open(ctx, node.Name); err != nil {
@@ -173,7 +185,7 @@ func run(ctx context.Context) error {
 // published on the Node.
 func serve(ctx context.Context, node nodeagent.Node, fp sandlotv1.Fingerprint, metricsAddr, probeAddr string) error {
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, sandlotv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, discoveryv1.AddToScheme, sandlotv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return err
 		}
@@ -182,7 +194,7 @@ func serve(ctx context.Context, node nodeagent.Node, fp sandlotv1.Fingerprint, m
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Cache: nodeagent.CacheOptions(node.Name),
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Cache: nodeagent.CacheOptions(node.Name, node.APIService),
 		Metrics: metricsserver.Options{BindAddress: metricsAddr}, HealthProbeBindAddress: probeAddr})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)

@@ -41,6 +41,15 @@ type Network struct {
 	Address   string `json:"address"`             // CIDR, e.g. 10.88.0.5/24
 	Gateway   string `json:"gateway,omitempty"`
 	MAC       string `json:"mac,omitempty"`
+	// DNS is the guest's resolv.conf (nil: left as it is).
+	DNS *DNS `json:"dns,omitempty"`
+}
+
+// DNS is a resolv.conf: the host's forwarder and the pod's search path.
+type DNS struct {
+	Nameservers []string `json:"nameservers"`
+	Search      []string `json:"search,omitempty"`
+	Options     []string `json:"options,omitempty"`
 }
 
 // Store is the current identity, safe for concurrent use.

@@ -2,6 +2,7 @@ package install
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -99,7 +100,7 @@ func TestRenderShimConfig(t *testing.T) {
 			}
 			// The shim reads exactly this type back.
 			var back nodeapi.Config
-			if err := json.Unmarshal(b, &back); err != nil || back != c {
+			if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, c) {
 				t.Fatalf("round trip: %+v, %v; want %+v", back, err, c)
 			}
 		})

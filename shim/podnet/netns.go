@@ -75,6 +75,7 @@ func runLocked(target netns.NsHandle, nsPath string, fn func() error) error {
 // calling thread, so concurrent shim goroutines are unaffected.
 type podNS struct {
 	path string
+	ns   netns.NsHandle // kept open for nftables connections
 	h    *netlink.Handle
 }
 
@@ -83,15 +84,18 @@ func dial(nsPath string) (*podNS, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer ns.Close()
 	h, err := netlink.NewHandleAt(ns)
 	if err != nil {
+		ns.Close()
 		return nil, fmt.Errorf("netlink handle in netns %s: %w", nsPath, err)
 	}
-	return &podNS{path: nsPath, h: h}, nil
+	return &podNS{path: nsPath, ns: ns, h: h}, nil
 }
 
-func (n *podNS) Close() { n.h.Close() }
+func (n *podNS) Close() {
+	n.h.Close()
+	n.ns.Close()
+}
 
 // errorf formats "<what> in netns <path>: <err>".
 func (n *podNS) errorf(err error, format string, args ...any) error {

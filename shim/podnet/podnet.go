@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -106,12 +107,13 @@ func isDefault(r netlink.Route) bool {
 	return ones == 0
 }
 
-// Option tunes Attach.
+// Option tunes Attach and OpenGate.
 type Option func(*options)
 
 type options struct {
 	owner    bool
 	uid, gid int
+	resolver netip.Addr
 }
 
 // WithOwner makes the tap openable by an unprivileged QEMU running as
@@ -120,17 +122,21 @@ func WithOwner(uid, gid int) Option {
 	return func(o *options) { o.owner, o.uid, o.gid = true, uid, gid }
 }
 
+// WithResolver gives the netns the resolver address on the tap (with a
+// route and a fixed neighbour for the pod IP, so its answers reach the
+// VM) and lets the VM's DNS to it through to this netns's stack.
+func WithResolver(a netip.Addr) Option {
+	return func(o *options) { o.resolver = a }
+}
+
 // Attach creates tap `tap` in the netns (MTU of the pod interface, up),
-// installs ingress qdiscs on both, redirects everything arriving on the pod
-// interface to the tap and removes the pod interface's IPv4 addresses (the VM
-// owns the IP now; the netns kernel must not answer ARP for it). The
-// tap→pod direction stays closed until OpenGate. On failure after the tap was
-// created everything is rolled back with Detach.
+// installs the pod's nftables table (frames to the VM pass by the policy,
+// which starts empty; none from it until OpenGate) and removes the pod
+// interface's IPv4 addresses (the VM owns the IP now; the netns kernel
+// must not answer ARP for it). On failure after the tap was created
+// everything is rolled back with Detach.
 func Attach(nsPath string, p Pod, tap string, opts ...Option) (err error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := collect(opts)
 	n, err := dial(nsPath)
 	if err != nil {
 		return err
@@ -144,10 +150,18 @@ func Attach(nsPath string, p Pod, tap string, opts ...Option) (err error) {
 			err = errors.Join(err, Detach(nsPath, p, tap))
 		}
 	}()
-	return n.attach(p, tap)
+	return n.attach(p, tap, o)
 }
 
-func (n *podNS) attach(p Pod, tap string) error {
+func collect(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+func (n *podNS) attach(p Pod, tap string, o options) error {
 	pod, err := n.link(p.Interface)
 	if err != nil {
 		return err
@@ -160,15 +174,53 @@ func (n *podNS) attach(p Pod, tap string) error {
 	if err != nil {
 		return err
 	}
-	for _, l := range []netlink.Link{pod, tapLink} {
-		if err := n.addIngress(l); err != nil {
-			return err
-		}
-	}
-	if err := n.redirect(pod, tapLink); err != nil {
+	e, err := endsOf(p, pod, tapLink, o)
+	if err != nil {
 		return err
 	}
-	return n.flushV4(pod)
+	if err := n.installTable(e); err != nil {
+		return err
+	}
+	if err := n.flushV4(pod); err != nil {
+		return err
+	}
+	if o.resolver.IsValid() {
+		return n.addResolver(tapLink, e)
+	}
+	return nil
+}
+
+// endsOf is what the rules need of the pod and its tap.
+func endsOf(p Pod, pod, tap netlink.Link, o options) (ends, error) {
+	mac, err := net.ParseMAC(p.MAC)
+	if err != nil {
+		return ends{}, fmt.Errorf("pod MAC %q: %w", p.MAC, err)
+	}
+	prefix, err := netip.ParsePrefix(p.Address)
+	if err != nil || !prefix.Addr().Is4() {
+		return ends{}, fmt.Errorf("pod address %q: want an IPv4 CIDR", p.Address)
+	}
+	return ends{pod: pod.Attrs().Index, tap: tap.Attrs().Index, podName: pod.Attrs().Name, tapName: tap.Attrs().Name,
+		mac: mac, ip: prefix.Addr(), resolver: o.resolver}, nil
+}
+
+// addResolver: the resolver's address on the tap, the pod IP routed to
+// the tap from it, and the VM's MAC fixed (no ARP from the netns).
+func (n *podNS) addResolver(tap netlink.Link, e ends) error {
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: e.resolver.AsSlice(), Mask: net.CIDRMask(32, 32)}}
+	if err := n.h.AddrAdd(tap, addr); err != nil && !errors.Is(err, unix.EEXIST) {
+		return n.errorf(err, "add resolver address %s to %s", e.resolver, e.tapName)
+	}
+	ip := e.ip.AsSlice()
+	r := &netlink.Route{LinkIndex: e.tap, Dst: &net.IPNet{IP: ip, Mask: net.CIDRMask(32, 32)}, Scope: netlink.SCOPE_LINK, Src: e.resolver.AsSlice()}
+	if err := n.h.RouteReplace(r); err != nil {
+		return n.errorf(err, "route %s to %s", e.ip, e.tapName)
+	}
+	neigh := &netlink.Neigh{LinkIndex: e.tap, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT, IP: ip, HardwareAddr: e.mac}
+	if err := n.h.NeighSet(neigh); err != nil {
+		return n.errorf(err, "fix neighbour %s on %s", e.ip, e.tapName)
+	}
+	return nil
 }
 
 func (n *podNS) upTap(tap string, mtu int) (netlink.Link, error) {
@@ -198,10 +250,10 @@ func (n *podNS) flushV4(link netlink.Link) error {
 	return nil
 }
 
-// OpenGate installs the tap→pod redirect. Call it only after the guest took
-// the pod's MAC and IP, so no frame with a template identity reaches the
-// bridge. Opening an open gate is a no-op.
-func OpenGate(nsPath string, p Pod, tap string) error {
+// OpenGate lets the VM's frames out (with the pod's MAC and IP only).
+// Call it only after the guest took the pod's identity, with the options
+// Attach had. Opening an open gate is a no-op.
+func OpenGate(nsPath string, p Pod, tap string, opts ...Option) error {
 	n, err := dial(nsPath)
 	if err != nil {
 		return err
@@ -215,7 +267,11 @@ func OpenGate(nsPath string, p Pod, tap string) error {
 	if err != nil {
 		return err
 	}
-	return n.redirect(tapLink, pod)
+	e, err := endsOf(p, pod, tapLink, collect(opts))
+	if err != nil {
+		return err
+	}
+	return n.openGate(e)
 }
 
 // Detach undoes Attach/OpenGate and gives the pod interface its address and
@@ -237,7 +293,11 @@ func Detach(nsPath string, p Pod, tap string) error {
 	} else if err != nil {
 		return n.errorf(err, "find link %s", p.Interface)
 	}
-	// Stop pod→tap first so nothing is mirrored to a vanishing device.
+	// Stop pod→tap first so nothing is forwarded to a vanishing device
+	// (the ingress qdisc: what a shim before the nftables table made).
+	if err := n.deleteTable(); err != nil {
+		return err
+	}
 	if pod != nil {
 		if err := n.delIngress(pod); err != nil {
 			return err

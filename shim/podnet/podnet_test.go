@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -149,11 +150,12 @@ func (e *env) want() Pod {
 	return Pod{Interface: "eth0", Address: e.prefix + ".5/24", Gateway: e.prefix + ".1", MAC: e.podMAC.String(), MTU: podMTU}
 }
 
-// mustTC fails with the kernel options to enable when tc pieces are missing.
+// mustTC fails with the kernel options to enable when nftables pieces
+// are missing.
 func mustTC(t *testing.T, what string, err error) {
 	t.Helper()
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) {
-		t.Fatalf("%s: %v\nthe kernel lacks tc support: enable NET_SCH_INGRESS, NET_CLS_U32, NET_CLS_ACT and NET_ACT_MIRRED", what, err)
+		t.Fatalf("%s: %v\nthe kernel lacks netdev nftables: enable NF_TABLES_NETDEV, NFT_DUP_NETDEV and NFT_REJECT_NETDEV", what, err)
 	}
 	must(t, what, err)
 }
@@ -177,6 +179,7 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	tapFile := e.openTap(t, tap)
+	e.admitHost(t)
 	e.checkHostToTap(t, tapFile)
 	e.checkTapToHost(t, tapFile, false)
 
@@ -206,14 +209,12 @@ func (e *env) checkAttached(t *testing.T, tap string, gateOpen bool) {
 	}
 	eth0, err := h.LinkByName("eth0")
 	must(t, "find eth0", err)
-	n := &podNS{path: e.ns, h: h}
-	for _, l := range []netlink.Link{eth0, tl} {
-		if !hasIngress(t, h, l) {
-			t.Errorf("no ingress qdisc on %s", l.Attrs().Name)
-		}
+	if rules := e.rules(t, chainToVM); len(rules) == 0 {
+		t.Error("no rules in to_vm: frames for the VM are all dropped")
 	}
-	checkRedirects(t, n, eth0, tl, true)
-	checkRedirects(t, n, tl, eth0, gateOpen)
+	if rules := e.rules(t, chainFromVM); (len(rules) > 0) != gateOpen {
+		t.Errorf("from_vm has %d rules with the gate open=%v", len(rules), gateOpen)
+	}
 	addrs, err := h.AddrList(eth0, netlink.FAMILY_V4)
 	must(t, "list eth0 addresses", err)
 	if len(addrs) != 0 {
@@ -221,28 +222,35 @@ func (e *env) checkAttached(t *testing.T, tap string, gateOpen bool) {
 	}
 }
 
-func hasIngress(t *testing.T, h *netlink.Handle, l netlink.Link) bool {
-	qs, err := h.QdiscList(l)
-	must(t, "list qdiscs", err)
-	for _, q := range qs {
-		if _, ok := q.(*netlink.Ingress); ok {
+// rules lists a chain of the pod's table.
+func (e *env) rules(t *testing.T, chain string) []*nftables.Rule {
+	t.Helper()
+	n, err := dial(e.ns)
+	must(t, "dial netns", err)
+	defer n.Close()
+	conn, err := n.nft()
+	must(t, "nftables", err)
+	rules, err := conn.GetRules(filterTable(), &nftables.Chain{Name: chain})
+	must(t, "list rules of "+chain, err)
+	return rules
+}
+
+// hasTable reports whether the pod netns has sandlot's table.
+func (e *env) hasTable(t *testing.T) bool {
+	t.Helper()
+	n, err := dial(e.ns)
+	must(t, "dial netns", err)
+	defer n.Close()
+	conn, err := n.nft()
+	must(t, "nftables", err)
+	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyNetdev)
+	must(t, "list tables", err)
+	for _, tb := range tables {
+		if tb.Name == tableName {
 			return true
 		}
 	}
 	return false
-}
-
-// checkRedirects wants exactly one mirred from→to, or none at all.
-func checkRedirects(t *testing.T, n *podNS, from, to netlink.Link, want bool) {
-	t.Helper()
-	ms, err := n.redirects(from)
-	must(t, "list filters", err)
-	switch {
-	case want && (len(ms) != 1 || ms[0].Ifindex != to.Attrs().Index || ms[0].MirredAction != netlink.TCA_EGRESS_REDIR):
-		t.Errorf("filters on %s: %+v, want one egress redirect to %s (index %d)", from.Attrs().Name, ms, to.Attrs().Name, to.Attrs().Index)
-	case !want && len(ms) != 0:
-		t.Errorf("filters on %s: %+v, want none", from.Attrs().Name, ms)
-	}
 }
 
 // openTap attaches to the tap as QEMU would: TUNSETIFF from a thread inside
@@ -260,7 +268,7 @@ func (e *env) openTap(t *testing.T, tap string) *os.File {
 }
 
 // checkHostToTap sends UDP from the host to the pod IP and expects the frame
-// on the tap: bridge → veth → eth0 ingress → mirred → tap.
+// on the tap: bridge → veth → eth0 ingress (to_vm) → tap.
 func (e *env) checkHostToTap(t *testing.T, tapFile *os.File) {
 	t.Helper()
 	// Nobody answers ARP for the pod IP until a guest runs; pin it.
@@ -293,7 +301,7 @@ func (e *env) checkHostToTap(t *testing.T, tapFile *os.File) {
 }
 
 // checkTapToHost writes a UDP frame as the guest would and expects it at a
-// host socket only when the gate is open: tap ingress → mirred → eth0 →
+// host socket only when the gate is open: tap ingress (from_vm) → eth0 →
 // veth → bridge → host stack.
 func (e *env) checkTapToHost(t *testing.T, tapFile *os.File, gateOpen bool) {
 	t.Helper()
@@ -358,11 +366,8 @@ func (e *env) checkDetached(t *testing.T, p Pod) {
 	if got != p {
 		t.Errorf("after Detach Inspect = %+v, want %+v", got, p)
 	}
-	h := e.handle(t)
-	eth0, err := h.LinkByName("eth0")
-	must(t, "find eth0", err)
-	if hasIngress(t, h, eth0) {
-		t.Error("ingress qdisc left on eth0")
+	if e.hasTable(t) {
+		t.Error("nftables table left in the pod netns")
 	}
 }
 

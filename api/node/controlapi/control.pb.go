@@ -587,6 +587,98 @@ func (*SetIdentityResponse) Descriptor() ([]byte, []int) {
 	return file_control_proto_rawDescGZIP(), []int{11}
 }
 
+type SetNetworkRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// network_json is the pod's sandlot.dev/network annotation (a
+	// SandboxNetwork as JSON; empty: the node's defaults only).
+	NetworkJson string `protobuf:"bytes,1,opt,name=network_json,json=networkJson,proto3" json:"network_json,omitempty"`
+	// ingress_from: besides the node, who may open connections to the VM
+	// (sandlot-api's pods, whose addresses the agent follows).
+	IngressFrom   []string `protobuf:"bytes,2,rep,name=ingress_from,json=ingressFrom,proto3" json:"ingress_from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNetworkRequest) Reset() {
+	*x = SetNetworkRequest{}
+	mi := &file_control_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNetworkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNetworkRequest) ProtoMessage() {}
+
+func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNetworkRequest.ProtoReflect.Descriptor instead.
+func (*SetNetworkRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SetNetworkRequest) GetNetworkJson() string {
+	if x != nil {
+		return x.NetworkJson
+	}
+	return ""
+}
+
+func (x *SetNetworkRequest) GetIngressFrom() []string {
+	if x != nil {
+		return x.IngressFrom
+	}
+	return nil
+}
+
+type SetNetworkResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNetworkResponse) Reset() {
+	*x = SetNetworkResponse{}
+	mi := &file_control_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNetworkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNetworkResponse) ProtoMessage() {}
+
+func (x *SetNetworkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNetworkResponse.ProtoReflect.Descriptor instead.
+func (*SetNetworkResponse) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{13}
+}
+
 var File_control_proto protoreflect.FileDescriptor
 
 const file_control_proto_rawDesc = "" +
@@ -625,14 +717,20 @@ const file_control_proto_rawDesc = "" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x15\n" +
-	"\x13SetIdentityResponse2\x9b\x04\n" +
+	"\x13SetIdentityResponse\"Y\n" +
+	"\x11SetNetworkRequest\x12!\n" +
+	"\fnetwork_json\x18\x01 \x01(\tR\vnetworkJson\x12!\n" +
+	"\fingress_from\x18\x02 \x03(\tR\vingressFrom\"\x14\n" +
+	"\x12SetNetworkResponse2\xfc\x04\n" +
 	"\tVMControl\x12P\n" +
 	"\x05Pause\x12\".sandlot.vmcontrol.v1.PauseRequest\x1a#.sandlot.vmcontrol.v1.PauseResponse\x12S\n" +
 	"\x06Resume\x12#.sandlot.vmcontrol.v1.ResumeRequest\x1a$.sandlot.vmcontrol.v1.ResumeResponse\x12Y\n" +
 	"\bSnapshot\x12%.sandlot.vmcontrol.v1.SnapshotRequest\x1a&.sandlot.vmcontrol.v1.SnapshotResponse\x12V\n" +
 	"\aRestore\x12$.sandlot.vmcontrol.v1.RestoreRequest\x1a%.sandlot.vmcontrol.v1.RestoreResponse\x12P\n" +
 	"\x05Stats\x12\".sandlot.vmcontrol.v1.StatsRequest\x1a#.sandlot.vmcontrol.v1.StatsResponse\x12b\n" +
-	"\vSetIdentity\x12(.sandlot.vmcontrol.v1.SetIdentityRequest\x1a).sandlot.vmcontrol.v1.SetIdentityResponseB?Z=github.com/sandlot-dev/sandlot/api/node/controlapi;controlapib\x06proto3"
+	"\vSetIdentity\x12(.sandlot.vmcontrol.v1.SetIdentityRequest\x1a).sandlot.vmcontrol.v1.SetIdentityResponse\x12_\n" +
+	"\n" +
+	"SetNetwork\x12'.sandlot.vmcontrol.v1.SetNetworkRequest\x1a(.sandlot.vmcontrol.v1.SetNetworkResponseB?Z=github.com/sandlot-dev/sandlot/api/node/controlapi;controlapib\x06proto3"
 
 var (
 	file_control_proto_rawDescOnce sync.Once
@@ -646,7 +744,7 @@ func file_control_proto_rawDescGZIP() []byte {
 	return file_control_proto_rawDescData
 }
 
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_control_proto_goTypes = []any{
 	(*PauseRequest)(nil),        // 0: sandlot.vmcontrol.v1.PauseRequest
 	(*PauseResponse)(nil),       // 1: sandlot.vmcontrol.v1.PauseResponse
@@ -660,24 +758,28 @@ var file_control_proto_goTypes = []any{
 	(*StatsResponse)(nil),       // 9: sandlot.vmcontrol.v1.StatsResponse
 	(*SetIdentityRequest)(nil),  // 10: sandlot.vmcontrol.v1.SetIdentityRequest
 	(*SetIdentityResponse)(nil), // 11: sandlot.vmcontrol.v1.SetIdentityResponse
-	nil,                         // 12: sandlot.vmcontrol.v1.SetIdentityRequest.EnvEntry
+	(*SetNetworkRequest)(nil),   // 12: sandlot.vmcontrol.v1.SetNetworkRequest
+	(*SetNetworkResponse)(nil),  // 13: sandlot.vmcontrol.v1.SetNetworkResponse
+	nil,                         // 14: sandlot.vmcontrol.v1.SetIdentityRequest.EnvEntry
 }
 var file_control_proto_depIdxs = []int32{
-	12, // 0: sandlot.vmcontrol.v1.SetIdentityRequest.env:type_name -> sandlot.vmcontrol.v1.SetIdentityRequest.EnvEntry
+	14, // 0: sandlot.vmcontrol.v1.SetIdentityRequest.env:type_name -> sandlot.vmcontrol.v1.SetIdentityRequest.EnvEntry
 	0,  // 1: sandlot.vmcontrol.v1.VMControl.Pause:input_type -> sandlot.vmcontrol.v1.PauseRequest
 	2,  // 2: sandlot.vmcontrol.v1.VMControl.Resume:input_type -> sandlot.vmcontrol.v1.ResumeRequest
 	4,  // 3: sandlot.vmcontrol.v1.VMControl.Snapshot:input_type -> sandlot.vmcontrol.v1.SnapshotRequest
 	6,  // 4: sandlot.vmcontrol.v1.VMControl.Restore:input_type -> sandlot.vmcontrol.v1.RestoreRequest
 	8,  // 5: sandlot.vmcontrol.v1.VMControl.Stats:input_type -> sandlot.vmcontrol.v1.StatsRequest
 	10, // 6: sandlot.vmcontrol.v1.VMControl.SetIdentity:input_type -> sandlot.vmcontrol.v1.SetIdentityRequest
-	1,  // 7: sandlot.vmcontrol.v1.VMControl.Pause:output_type -> sandlot.vmcontrol.v1.PauseResponse
-	3,  // 8: sandlot.vmcontrol.v1.VMControl.Resume:output_type -> sandlot.vmcontrol.v1.ResumeResponse
-	5,  // 9: sandlot.vmcontrol.v1.VMControl.Snapshot:output_type -> sandlot.vmcontrol.v1.SnapshotResponse
-	7,  // 10: sandlot.vmcontrol.v1.VMControl.Restore:output_type -> sandlot.vmcontrol.v1.RestoreResponse
-	9,  // 11: sandlot.vmcontrol.v1.VMControl.Stats:output_type -> sandlot.vmcontrol.v1.StatsResponse
-	11, // 12: sandlot.vmcontrol.v1.VMControl.SetIdentity:output_type -> sandlot.vmcontrol.v1.SetIdentityResponse
-	7,  // [7:13] is the sub-list for method output_type
-	1,  // [1:7] is the sub-list for method input_type
+	12, // 7: sandlot.vmcontrol.v1.VMControl.SetNetwork:input_type -> sandlot.vmcontrol.v1.SetNetworkRequest
+	1,  // 8: sandlot.vmcontrol.v1.VMControl.Pause:output_type -> sandlot.vmcontrol.v1.PauseResponse
+	3,  // 9: sandlot.vmcontrol.v1.VMControl.Resume:output_type -> sandlot.vmcontrol.v1.ResumeResponse
+	5,  // 10: sandlot.vmcontrol.v1.VMControl.Snapshot:output_type -> sandlot.vmcontrol.v1.SnapshotResponse
+	7,  // 11: sandlot.vmcontrol.v1.VMControl.Restore:output_type -> sandlot.vmcontrol.v1.RestoreResponse
+	9,  // 12: sandlot.vmcontrol.v1.VMControl.Stats:output_type -> sandlot.vmcontrol.v1.StatsResponse
+	11, // 13: sandlot.vmcontrol.v1.VMControl.SetIdentity:output_type -> sandlot.vmcontrol.v1.SetIdentityResponse
+	13, // 14: sandlot.vmcontrol.v1.VMControl.SetNetwork:output_type -> sandlot.vmcontrol.v1.SetNetworkResponse
+	8,  // [8:15] is the sub-list for method output_type
+	1,  // [1:8] is the sub-list for method input_type
 	1,  // [1:1] is the sub-list for extension type_name
 	1,  // [1:1] is the sub-list for extension extendee
 	0,  // [0:1] is the sub-list for field type_name
@@ -694,7 +796,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

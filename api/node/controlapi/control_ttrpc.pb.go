@@ -14,6 +14,7 @@ type VMControlService interface {
 	Restore(context.Context, *RestoreRequest) (*RestoreResponse, error)
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
 	SetIdentity(context.Context, *SetIdentityRequest) (*SetIdentityResponse, error)
+	SetNetwork(context.Context, *SetNetworkRequest) (*SetNetworkResponse, error)
 }
 
 func RegisterVMControlService(srv *ttrpc.Server, svc VMControlService) {
@@ -60,6 +61,13 @@ func RegisterVMControlService(srv *ttrpc.Server, svc VMControlService) {
 					return nil, err
 				}
 				return svc.SetIdentity(ctx, &req)
+			},
+			"SetNetwork": func(ctx context.Context, unmarshal func(interface{}) error) (interface{}, error) {
+				var req SetNetworkRequest
+				if err := unmarshal(&req); err != nil {
+					return nil, err
+				}
+				return svc.SetNetwork(ctx, &req)
 			},
 		},
 	})
@@ -118,6 +126,14 @@ func (c *vmcontrolClient) Stats(ctx context.Context, req *StatsRequest) (*StatsR
 func (c *vmcontrolClient) SetIdentity(ctx context.Context, req *SetIdentityRequest) (*SetIdentityResponse, error) {
 	var resp SetIdentityResponse
 	if err := c.client.Call(ctx, "sandlot.vmcontrol.v1.VMControl", "SetIdentity", req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+func (c *vmcontrolClient) SetNetwork(ctx context.Context, req *SetNetworkRequest) (*SetNetworkResponse, error) {
+	var resp SetNetworkResponse
+	if err := c.client.Call(ctx, "sandlot.vmcontrol.v1.VMControl", "SetNetwork", req, &resp); err != nil {
 		return nil, err
 	}
 	return &resp, nil

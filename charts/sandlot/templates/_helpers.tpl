@@ -96,6 +96,13 @@ uninstall removes what install wrote), restart command excluded.
 - {{ printf "--vmm-group=%d" (int $n.vmmGroup) | quote }}
 - {{ printf "--memory-dir=%v" ($n.memoryDir) | quote }}
 - {{ printf "--modules=%v" ($a.install.guestModules) | quote }}
+- {{ printf "--deny-out=%v" (join "," .Values.network.denyOut) | quote }}
+{{- with .Values.network.ingressFrom }}
+- {{ printf "--ingress-from=%v" (join "," .) | quote }}
+{{- end }}
+{{- if .Values.network.ingressOpen }}
+- --ingress-open
+{{- end }}
 {{- with $n.qemu }}
 - {{ printf "--qemu=%v" (.) | quote }}
 {{- end }}

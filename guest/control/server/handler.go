@@ -46,6 +46,9 @@ type Options struct {
 	// hostnameFile follows the hostname when ApplyHost (tests point it
 	// elsewhere); default /etc/hostname if it exists.
 	hostnameFile string
+	// resolvConf is written from the identity's DNS (tests point it
+	// elsewhere).
+	resolvConf string
 }
 
 const (
@@ -88,6 +91,9 @@ func NewHandler(store *identity.Store, opts Options) *Handler {
 	}
 	if opts.MaxExited <= 0 {
 		opts.MaxExited = defaultMaxExited
+	}
+	if opts.resolvConf == "" {
+		opts.resolvConf = "/etc/resolv.conf"
 	}
 	if opts.hostnameFile == "" {
 		opts.hostnameFile = "/etc/hostname"

@@ -1,0 +1,213 @@
+package shim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandlot-dev/sandlot/api/node"
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/guest/identity"
+	"github.com/sandlot-dev/sandlot/shim/dnsfwd"
+	"github.com/sandlot-dev/sandlot/shim/podnet"
+)
+
+// resolverAddr is the VM's resolver: the shim's forwarder, on the tap in
+// the pod's netns. Link-local, so it is the same in every pod and no
+// pod or service range collides with it.
+var resolverAddr = netip.MustParseAddr("169.254.53.53")
+
+// netGuard enforces a pod's traffic policy: the node's defaults with the
+// sandbox's rules, changed live.
+type netGuard interface {
+	// Apply sets the sandbox's rules; ingress adds who may open
+	// connections to it (sandlot-api's pods).
+	Apply(n *sandlotv1.SandboxNetwork, ingress []netip.Prefix) error
+	Close() error
+}
+
+// guardSpec is what a pod's guard starts from.
+type guardSpec struct {
+	Defaults node.NetworkConfig
+	DNS      dnsConfig
+	Gateway  string
+	Network  *sandlotv1.SandboxNetwork
+}
+
+// dnsConfig is the pod's resolv.conf (CRI's DNSConfig, as containerd
+// wrote it for the pod).
+type dnsConfig struct {
+	Servers, Search, Options []string
+}
+
+// resolvConfOf reads the resolv.conf the container's spec mounts ("" and
+// no error when it mounts none: the VM then has no resolver upstream).
+func resolvConfOf(spec *specs.Spec) (dnsConfig, error) {
+	for _, m := range spec.Mounts {
+		if m.Destination != "/etc/resolv.conf" {
+			continue
+		}
+		cc, err := dns.ClientConfigFromFile(m.Source)
+		if err != nil {
+			return dnsConfig{}, fmt.Errorf("read the pod's resolv.conf %s: %w", m.Source, err)
+		}
+		d := dnsConfig{Search: cc.Search}
+		for _, s := range cc.Servers {
+			d.Servers = append(d.Servers, net.JoinHostPort(s, cc.Port))
+		}
+		if cc.Ndots != 1 {
+			d.Options = append(d.Options, fmt.Sprintf("ndots:%d", cc.Ndots))
+		}
+		return d, nil
+	}
+	return dnsConfig{}, nil
+}
+
+// guard is the real netGuard: the pod's nftables filter and its DNS
+// forwarder.
+type guard struct {
+	filter  *podnet.Filter
+	fwd     *dnsfwd.Forwarder
+	base    podnet.Policy
+	closers []func() error
+}
+
+// startGuard opens the filter Attach made, applies the policy and serves
+// the resolver in the pod's netns.
+func startGuard(netns string, g guardSpec) (*guard, error) {
+	base, err := basePolicy(g)
+	if err != nil {
+		return nil, err
+	}
+	f, err := podnet.OpenFilter(netns)
+	if err != nil {
+		return nil, err
+	}
+	gd := &guard{filter: f, base: base, closers: []func() error{f.Close}}
+	if err := gd.Apply(g.Network, nil); err != nil {
+		return nil, errors.Join(err, gd.Close())
+	}
+	if len(g.DNS.Servers) > 0 {
+		if err := gd.serveDNS(netns, g.DNS.Servers); err != nil {
+			return nil, errors.Join(err, gd.Close())
+		}
+	}
+	return gd, nil
+}
+
+// basePolicy: the node's denials and its own addresses denied; the node,
+// the pod's gateway and the configured ranges admitted.
+func basePolicy(g guardSpec) (podnet.Policy, error) {
+	deny, ingress, err := g.Defaults.Prefixes()
+	if err != nil {
+		return podnet.Policy{}, err
+	}
+	local, err := nodeAddrs()
+	if err != nil {
+		return podnet.Policy{}, err
+	}
+	if gw, err := netip.ParseAddr(g.Gateway); err == nil && gw.Is4() {
+		local = append(local, netip.PrefixFrom(gw, 32))
+	}
+	return podnet.Policy{DenyOut: append(deny, local...), IngressFrom: append(ingress, local...),
+		Ingress: g.Defaults.IngressOpen}, nil
+}
+
+// nodeAddrs are the node's IPv4 addresses (the shim runs in its netns).
+func nodeAddrs() ([]netip.Prefix, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("list the node's addresses: %w", err)
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(ipn.IP.To4()); ok && ipn.IP.To4() != nil {
+				out = append(out, netip.PrefixFrom(ip, 32))
+			}
+		}
+	}
+	return out, nil
+}
+
+// Apply sets the sandbox's rules on top of the node's (nil: none).
+func (g *guard) Apply(n *sandlotv1.SandboxNetwork, ingress []netip.Prefix) error {
+	rules, err := sandlotv1.ParseNetwork(n)
+	if err != nil {
+		return err
+	}
+	p := g.base
+	p.IngressFrom = append(append([]netip.Prefix{}, p.IngressFrom...), ingress...)
+	p.AllowOut = rules.AllowCIDRs
+	p.DenyOut = append(append([]netip.Prefix{}, p.DenyOut...), rules.DenyCIDRs...)
+	p.Ingress = p.Ingress || rules.Ingress
+	if g.fwd != nil {
+		g.fwd.SetMatcher(rules.MatchDomain)
+	}
+	return g.filter.Update(p)
+}
+
+// serveDNS listens on the resolver address inside the netns (sockets
+// keep the netns they were made in) and forwards from the node's.
+func (g *guard) serveDNS(netns string, upstreams []string) error {
+	var pc net.PacketConn
+	var l net.Listener
+	addr := net.JoinHostPort(resolverAddr.String(), fmt.Sprint(podnet.DNSPort))
+	err := podnet.Run(netns, func() (err error) {
+		if pc, err = net.ListenPacket("udp4", addr); err != nil {
+			return err
+		}
+		if l, err = net.Listen("tcp4", addr); err != nil {
+			pc.Close()
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("listen for the VM's DNS on %s: %w", addr, err)
+	}
+	fwd, err := dnsfwd.New(dnsfwd.Config{Upstreams: upstreams, Learner: learner{g.filter}})
+	if err != nil {
+		pc.Close()
+		l.Close()
+		return fmt.Errorf("the VM's resolver: %w", err)
+	}
+	g.fwd = fwd
+	g.closers = append([]func() error{fwd.Close}, g.closers...)
+	go func() { _ = fwd.ServePacket(pc) }()
+	go func() { _ = fwd.ServeListener(l) }()
+	return nil
+}
+
+// Close stops the resolver and releases the filter (the table goes with
+// Detach).
+func (g *guard) Close() error {
+	var errs []error
+	for _, c := range g.closers {
+		errs = append(errs, c())
+	}
+	return errors.Join(errs...)
+}
+
+// learner opens what the resolver answered for an allowed name.
+type learner struct{ f *podnet.Filter }
+
+func (l learner) Learn(addrs []netip.Addr, ttl time.Duration) {
+	if err := l.f.Learn(addrs, ttl); err != nil {
+		logf(context.Background(), "learn %v for %v: %v", addrs, ttl, err)
+	}
+}
+
+// guestDNS is what the guest's /etc/resolv.conf says: the forwarder,
+// with the pod's search domains and options (nil: no resolver).
+func guestDNS(d dnsConfig) *identity.DNS {
+	if len(d.Servers) == 0 {
+		return nil
+	}
+	return &identity.DNS{Nameservers: []string{resolverAddr.String()}, Search: d.Search, Options: d.Options}
+}
