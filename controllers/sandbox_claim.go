@@ -42,7 +42,7 @@ func (r *SandboxReconciler) claimPoolPod(ctx context.Context, sbx *sandlotv1.San
 			continue
 		}
 		orig := pod.DeepCopy()
-		ann, err := claimAnnotations(pod, claim)
+		ann, err := claimAnnotations(pod, claim, sbx.Spec.Network)
 		if err != nil {
 			return nil, fmt.Errorf("claim pool pod %s: %w", pod.Name, err)
 		}
@@ -63,14 +63,15 @@ func (r *SandboxReconciler) claimPoolPod(ctx context.Context, sbx *sandlotv1.San
 	return nil, nil
 }
 
-// claimAnnotations are a pool pod's annotations with the claim added,
-// through the codec the shim and the agent decode them with.
-func claimAnnotations(pod *corev1.Pod, claim *sandlotv1.PoolClaim) (map[string]string, error) {
+// claimAnnotations are a pool pod's annotations with the claim and the
+// sandbox's network rules added, through the codec the shim and the agent
+// decode them with.
+func claimAnnotations(pod *corev1.Pod, claim *sandlotv1.PoolClaim, network *sandlotv1.SandboxNetwork) (map[string]string, error) {
 	a, err := sandlotv1.DecodeVMAnnotations(pod.Annotations)
 	if err != nil {
 		return nil, err
 	}
-	a.Claim = claim
+	a.Claim, a.Network = claim, network
 	enc, err := a.Encode()
 	if err != nil {
 		return nil, err

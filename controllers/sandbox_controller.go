@@ -126,6 +126,9 @@ func (r *SandboxReconciler) lifecycle(ctx context.Context, sbx *sandlotv1.Sandbo
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.syncPodNetwork(ctx, sbx, pod); err != nil {
+		return ctrl.Result{}, err
+	}
 	pkg, err := r.pausedSandbox(ctx, sbx)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -136,6 +139,10 @@ func (r *SandboxReconciler) lifecycle(ctx context.Context, sbx *sandlotv1.Sandbo
 	}
 	if !d.Run {
 		applyDecision(&sbx.Status, sbx.Generation, d)
+		if d.DeletePod {
+			pod = nil
+		}
+		observeNetwork(sbx, pod)
 		return ctrl.Result{}, nil
 	}
 	if d.Restore {
@@ -149,7 +156,8 @@ func (r *SandboxReconciler) lifecycle(ctx context.Context, sbx *sandlotv1.Sandbo
 			r.setExpiry(sbx, src)
 		}
 	}
-	res, err := r.run(ctx, sbx, src, pod)
+	res, live, err := r.run(ctx, sbx, src, pod)
+	observeNetwork(sbx, live)
 	if d.Resuming && (sbx.Status.Phase == sandlotv1.SandboxStarting || sbx.Status.Phase == sandlotv1.SandboxPending) {
 		// Until the package's pod runs — waiting for a node or for the
 		// paused pod to go included — the sandbox is Resuming (and does
@@ -160,6 +168,15 @@ func (r *SandboxReconciler) lifecycle(ctx context.Context, sbx *sandlotv1.Sandbo
 		sbx.Status.Reason, sbx.Status.Message = d.Reason, d.Message
 	}
 	return res, err
+}
+
+// observeNetwork shows in the status the rules the node enforces on the
+// sandbox's live pod (nil: none).
+func observeNetwork(sbx *sandlotv1.Sandbox, pod *corev1.Pod) {
+	if !podLive(pod) {
+		pod = nil
+	}
+	applyNetworkView(&sbx.Status, sbx.Generation, viewNetwork(sbx.Spec.Network, specNetworkError(sbx.Spec.Network), pod))
 }
 
 // finalize removes the Pod (and with it the VM), the token and any pause

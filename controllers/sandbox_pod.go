@@ -32,6 +32,8 @@ type podPlan struct {
 	// Constraints are the template's tolerations and node selector: the
 	// placement honoured them, the kubelet's admission checks them again.
 	Constraints nodeConstraints
+	// Network is the sandbox's spec.network (AnnotationNetwork).
+	Network *sandlotv1.SandboxNetwork
 }
 
 // buildPod renders the Pod whose VM is the sandbox. The shim reads the
@@ -115,7 +117,8 @@ func readinessProbe(p *sandlotv1.ReadinessProbe) *corev1.Probe {
 // vmAnnotations is what the pod's annotations tell its shim.
 func vmAnnotations(plan podPlan) sandlotv1.VMAnnotations {
 	a := sandlotv1.VMAnnotations{SandboxID: plan.SandboxID, VCPU: plan.VM.Resources.VCPU,
-		MemoryMiB: plan.VM.Resources.MemoryMiB, WritableLayerMiB: plan.VM.WritableLayerMiB, Pool: plan.Pool}
+		MemoryMiB: plan.VM.Resources.MemoryMiB, WritableLayerMiB: plan.VM.WritableLayerMiB, Pool: plan.Pool,
+		Network: plan.Network}
 	if plan.Restore.Kind != "" {
 		r := plan.Restore
 		a.Restore = &r

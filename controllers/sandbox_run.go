@@ -21,8 +21,9 @@ import (
 // the node events that wake it.
 const retryPlacement = 30 * time.Second
 
-// run mirrors the sandbox's pod, or places the sandbox and starts one.
-func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource, pod *corev1.Pod) (ctrl.Result, error) {
+// run mirrors the sandbox's pod, or places the sandbox and starts one. It
+// returns the pod the sandbox has afterwards (nil: none, or one going).
+func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource, pod *corev1.Pod) (ctrl.Result, *corev1.Pod, error) {
 	st := &sbx.Status
 	if pod != nil {
 		if st.Resources == nil && !src.Wait && !src.Fail {
@@ -31,7 +32,8 @@ func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src
 		}
 		v := viewPod(pod)
 		if v.Replace {
-			return r.replacePod(ctx, sbx, pod, v)
+			res, err := r.replacePod(ctx, sbx, pod, v)
+			return res, nil, err
 		}
 		st.PodName, st.NodeName = pod.Name, pod.Spec.NodeName
 		if base := pod.Annotations[sandlotv1.AnnotationRestoreName]; sbx.Spec.Source.Template != "" &&
@@ -39,23 +41,23 @@ func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src
 			st.BaseSnapshot = base // from the pod: the write at its creation may have been lost
 		}
 		applyPodView(st, sbx.Generation, v)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, pod, nil
 	}
 	switch {
 	case st.PodName != "" && (st.Phase == sandlotv1.SandboxStarting || st.Phase == sandlotv1.SandboxRunning ||
 		st.Phase == sandlotv1.SandboxResuming):
 		lost, err := r.confirmLost(ctx, sbx)
 		if err != nil || !lost {
-			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, err
+			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil, err
 		}
 		setFailed(st, sbx.Generation, sandlotv1.ReasonPodLost, "pod "+st.PodName+" disappeared")
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, nil, nil
 	case src.Fail:
 		setFailed(st, sbx.Generation, src.Reason, src.Message)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, nil, nil
 	case src.Wait:
 		setPending(st, sbx.Generation, src.Reason, src.Message)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, nil, nil
 	}
 	return r.startPod(ctx, sbx, src)
 }
@@ -111,39 +113,31 @@ func (r *SandboxReconciler) replacePod(ctx context.Context, sbx *sandlotv1.Sandb
 	return ctrl.Result{RequeueAfter: time.Second}, nil
 }
 
-// startPod places the sandbox and creates its pod. The pod's name is the
-// sandbox's, so a restarted controller finds the pod it created instead of
-// creating another.
-func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource) (ctrl.Result, error) {
+// startPod places the sandbox and creates its pod (or claims a warm pool
+// pod), and returns it. The pod's name is the sandbox's, so a restarted
+// controller finds the pod it created instead of creating another. A
+// refused spec.network starts nothing: the sandbox waits for a fix.
+func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource) (ctrl.Result, *corev1.Pod, error) {
 	st := &sbx.Status
-	if len(src.PerNode) > 0 && sbx.Spec.Source.Template != "" {
-		pod, err := r.claimPoolPod(ctx, sbx, src)
-		if err != nil {
-			// Retried with backoff; the status and an Event say why meanwhile.
-			setPending(st, sbx.Generation, sandlotv1.ReasonClaimFailed, err.Error())
-			return ctrl.Result{}, err
-		}
-		if pod != nil {
-			poolClaims.WithLabelValues(sbx.Spec.Source.Template, "hit").Inc()
-			adoptPoolPod(sbx, pod, src)
-			return ctrl.Result{}, nil
-		}
-		if src.WarmPool > 0 {
-			poolClaims.WithLabelValues(sbx.Spec.Source.Template, "miss").Inc()
-		}
+	if err := specNetworkError(sbx.Spec.Network); err != nil {
+		setPending(st, sbx.Generation, sandlotv1.ReasonInvalidNetwork, err.Error())
+		return ctrl.Result{}, nil, nil
+	}
+	if claimed, done, res, err := r.tryPoolClaim(ctx, sbx, src); done {
+		return res, claimed, err
 	}
 	key := types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Name}
 	p, cons, err := r.placeSandbox(ctx, sbx, src)
 	if err != nil {
 		setPending(st, sbx.Generation, sandlotv1.ReasonPlacementFailed, err.Error())
-		return ctrl.Result{}, err
+		return ctrl.Result{}, nil, err
 	}
 	if p.Node == "" {
 		setPending(st, sbx.Generation, p.Reason, p.Message)
-		return ctrl.Result{RequeueAfter: retryPlacement}, nil
+		return ctrl.Result{RequeueAfter: retryPlacement}, nil, nil
 	}
 	plan := podPlan{Name: sbx.Name, Node: p.Node, SandboxID: st.SandboxID, VM: src.VM, Env: src.Env, Restore: src.restoreFor(p.Node),
-		Probe: src.Probe, MilliCPUPerVCPU: r.milliCPUPerVCPU(), Constraints: cons}
+		Probe: src.Probe, MilliCPUPerVCPU: r.milliCPUPerVCPU(), Constraints: cons, Network: sbx.Spec.Network}
 	pod, err := buildPod(sbx, plan)
 	if err == nil {
 		err = r.Create(ctx, pod)
@@ -152,14 +146,16 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 		if waiting, werr := r.previousPodTerminating(ctx, key); werr != nil || waiting {
 			r.assumed.forget(key)
 			setPending(st, sbx.Generation, sandlotv1.ReasonPodPending, "waiting for the previous pod "+sbx.Name+" to go")
-			return ctrl.Result{RequeueAfter: 500 * time.Millisecond}, werr
+			return ctrl.Result{RequeueAfter: 500 * time.Millisecond}, nil, werr
 		}
-		err = nil // ours, from a reconcile whose status write was lost
+		// Ours, from a reconcile whose status write was lost: the next
+		// reconcile reads it (and syncs its rules).
+		pod, err = nil, nil
 	}
 	if err != nil {
 		r.assumed.forget(key)
 		setPending(st, sbx.Generation, sandlotv1.ReasonPodCreateFailed, err.Error())
-		return ctrl.Result{}, fmt.Errorf("create pod for sandbox %s: %w", key, err)
+		return ctrl.Result{}, nil, fmt.Errorf("create pod for sandbox %s: %w", key, err)
 	}
 	res := src.VM.Resources
 	st.Resources = &res
@@ -172,7 +168,30 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 	setCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionScheduled, metav1.ConditionTrue, p.Reason, p.Message)
 	setCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionReady, metav1.ConditionFalse,
 		sandlotv1.ReasonPodPending, "pod "+sbx.Name+" created on "+p.Node)
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, pod, nil
+}
+
+// tryPoolClaim gives a template's sandbox one of its warm pool pods when
+// one is ready; done says the start ends here (claimed, or failed).
+func (r *SandboxReconciler) tryPoolClaim(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource) (*corev1.Pod, bool, ctrl.Result, error) {
+	if len(src.PerNode) == 0 || sbx.Spec.Source.Template == "" {
+		return nil, false, ctrl.Result{}, nil
+	}
+	pod, err := r.claimPoolPod(ctx, sbx, src)
+	if err != nil {
+		// Retried with backoff; the status and an Event say why meanwhile.
+		setPending(&sbx.Status, sbx.Generation, sandlotv1.ReasonClaimFailed, err.Error())
+		return nil, true, ctrl.Result{}, err
+	}
+	if pod != nil {
+		poolClaims.WithLabelValues(sbx.Spec.Source.Template, "hit").Inc()
+		adoptPoolPod(sbx, pod, src)
+		return pod, true, ctrl.Result{}, nil
+	}
+	if src.WarmPool > 0 {
+		poolClaims.WithLabelValues(sbx.Spec.Source.Template, "miss").Inc()
+	}
+	return nil, false, ctrl.Result{}, nil
 }
 
 // placeSandbox picks a node for the sandbox among sandlot's nodes that

@@ -34,7 +34,7 @@ func TestAuth(t *testing.T) {
 		"POST /sandboxes/" + id + "/refreshes", "POST /sandboxes/" + id + "/pause", "POST /sandboxes/" + id + "/resume",
 		"POST /sandboxes/" + id + "/connect", "POST /v2/sandboxes/" + id + "/connect", "POST /sandboxes/" + id + "/snapshots",
 		"POST /sandboxes/" + id + "/fork", "POST /sandboxes/" + id + "/rollback", "GET /sandboxes/" + id + "/metrics",
-		"GET /snapshots", "GET /templates", "GET /templates/" + defaultTpl, "DELETE /templates/" + defaultTpl,
+		"PUT /sandboxes/" + id + "/network", "GET /snapshots", "GET /templates", "GET /templates/" + defaultTpl, "DELETE /templates/" + defaultTpl,
 		"POST /templates", "POST /v2/templates", "POST /v3/templates",
 		"POST /v2/templates/x/builds/y", "GET /no/such/route", "PUT /v2/sandboxes",
 	}

@@ -68,9 +68,10 @@ func TestForwardedHeaders(t *testing.T) {
 	got := forwarded(t, "X-API-KEY", "e2b_secret", "Cookie", "session=abc", "Proxy-Authorization", "Basic cHJveHk6cHc=",
 		"X-Access-Token", "tok-sandbox", "X-Forwarded-For", "203.0.113.7", "X-Forwarded-Host", "api.example",
 		"X-Forwarded-Proto", "https", "X-Forwarded-Port", "443", "Forwarded", "for=203.0.113.7", "X-Real-Ip", "203.0.113.7",
-		"Connection", "X-Hop", "X-Hop", "1", "Authorization", "Bearer e2b_secret", "Connect-Protocol-Version", "1")
+		"Connection", "X-Hop", "X-Hop", "1", "Authorization", "Bearer e2b_secret", "Connect-Protocol-Version", "1",
+		"E2B-Traffic-Access-Token", "tok-traffic")
 	for _, h := range []string{"X-Api-Key", "Cookie", "Proxy-Authorization", "Authorization", "X-Forwarded-For", "X-Forwarded-Host",
-		"X-Forwarded-Proto", "X-Forwarded-Port", "Forwarded", "X-Real-Ip", "X-Hop"} {
+		"X-Forwarded-Proto", "X-Forwarded-Port", "Forwarded", "X-Real-Ip", "X-Hop", "E2b-Traffic-Access-Token"} {
 		if v, ok := got[h]; ok {
 			t.Errorf("the sandbox got %s: %q", h, v)
 		}

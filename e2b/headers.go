@@ -10,8 +10,9 @@ import (
 // front of it). None is the sandbox's business, and a sandbox runs code
 // nobody vouches for, which could replay them against the API. The
 // sandbox's own X-Access-Token passes: envd checks it, and it opens only
-// that sandbox.
-var credentialHeaders = []string{"X-Api-Key", "Cookie", "Proxy-Authorization"}
+// that sandbox. The traffic access token (E2B-Traffic-Access-Token) is
+// this proxy's business only.
+var credentialHeaders = []string{"X-Api-Key", "Cookie", "Proxy-Authorization", trafficTokenHeader}
 
 // stripCredentials removes from a request bound for a sandbox the API's
 // credentials and what tells about the client's network. Authorization

@@ -25,6 +25,7 @@ type newSandbox struct {
 	Metadata        map[string]string `json:"metadata,omitempty"`
 	EnvVars         map[string]string `json:"envVars,omitempty"`
 	AllowInternet   *bool             `json:"allow_internet_access,omitempty"`
+	Network         *networkConfig    `json:"network,omitempty"`
 	Mcp             json.RawMessage   `json:"mcp,omitempty"`
 	VolumeMounts    []json.RawMessage `json:"volumeMounts,omitempty"`
 }
@@ -56,7 +57,10 @@ type sandboxJSON struct {
 	ClientID        string `json:"clientID"`
 	EnvdVersion     string `json:"envdVersion"`
 	EnvdAccessToken string `json:"envdAccessToken,omitempty"`
-	Domain          string `json:"domain,omitempty"`
+	// TrafficAccessToken opens the sandbox's ports when its traffic is
+	// private (network.allowPublicTraffic false).
+	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
+	Domain             string `json:"domain,omitempty"`
 }
 
 // sandboxDetail is E2B's SandboxDetail and ListedSandbox.
@@ -75,6 +79,10 @@ type sandboxDetail struct {
 	Metadata        map[string]string `json:"metadata"`
 	State           string            `json:"state"`
 	Lifecycle       *lifecycleJSON    `json:"lifecycle,omitempty"`
+	// Network and AllowInternetAccess are SandboxDetail's (GET
+	// /sandboxes/{id}), not ListedSandbox's.
+	Network             *networkJSON `json:"network,omitempty"`
+	AllowInternetAccess *bool        `json:"allowInternetAccess,omitempty"`
 }
 
 type lifecycleJSON struct {
@@ -217,10 +225,8 @@ func (n *newSandbox) validate() *apiError {
 	if len(n.Mcp) > 0 && string(n.Mcp) != "null" {
 		return errorf(http.StatusBadRequest, "field \"mcp\": MCP gateways are not supported by sandlot")
 	}
-	if n.AllowInternet != nil && !*n.AllowInternet {
-		return errorf(http.StatusBadRequest, "field \"allow_internet_access\": sandlot does not restrict a sandbox's egress (use a NetworkPolicy)")
-	}
-	return nil
+	_, _, err := n.network()
+	return err
 }
 
 func validateMetadata(m map[string]string) *apiError {

@@ -143,8 +143,12 @@ func (p *proxy) refuse(w http.ResponseWriter, outcome string, err *apiError) {
 
 // checkAccess: envd's and the interpreter's ports need the sandbox's
 // own token (a pre-signed /files URL carries its signature instead,
-// which envd checks); other ports are public, as on E2B.
+// which envd checks); other ports are public, as on E2B, unless the
+// sandbox's traffic is private (checkTraffic).
 func (s *Server) checkAccess(r *http.Request, sbx *sandlotv1.Sandbox, port int) *apiError {
+	if err := s.checkTraffic(r, sbx, port); err != nil {
+		return err
+	}
 	if port != sandlotv1.EnvdPort && port != sandlotv1.CodeInterpreterPort {
 		return nil
 	}

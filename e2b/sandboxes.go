@@ -48,20 +48,26 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) (int, any
 	if err != nil {
 		return 0, nil, err
 	}
-	sbx, err := s.startSandbox(r.Context(), &req, source)
+	sbx, err := s.newSandboxObject(&req, source)
 	if err != nil {
+		return 0, nil, err
+	}
+	if sbx, err = s.startSandbox(r.Context(), sbx); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusCreated, s.sandboxJSON(r.Context(), sbx), nil
 }
 
-// startSandbox creates a Sandbox of source as req asks and waits until
-// it is usable; a sandbox that does not get there is deleted.
-func (s *Server) startSandbox(ctx context.Context, req *newSandbox, source sandlotv1.SandboxSource) (*sandlotv1.Sandbox, *apiError) {
+// newSandboxObject is the Sandbox of source that req asks for.
+func (s *Server) newSandboxObject(req *newSandbox, source sandlotv1.SandboxSource) (*sandlotv1.Sandbox, *apiError) {
+	network, private, err := req.network()
+	if err != nil {
+		return nil, err
+	}
 	sbx := &sandlotv1.Sandbox{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "e2b-", Namespace: s.cfg.Namespace,
 			Annotations: map[string]string{AnnotationTemplateID: req.TemplateID}},
-		Spec: sandlotv1.SandboxSpec{Source: source, Metadata: req.Metadata, Env: envList(req.EnvVars)},
+		Spec: sandlotv1.SandboxSpec{Source: source, Metadata: req.Metadata, Env: envList(req.EnvVars), Network: network},
 	}
 	if req.Timeout != nil && *req.Timeout > 0 {
 		sbx.Spec.TimeoutSeconds = ptr.To(int32(*req.Timeout))
@@ -72,6 +78,15 @@ func (s *Server) startSandbox(ctx context.Context, req *newSandbox, source sandl
 	if req.AutoResume != nil && req.AutoResume.Enabled {
 		sbx.Annotations[AnnotationAutoResume] = "true"
 	}
+	if private {
+		sbx.Annotations[AnnotationPrivateTraffic] = "true"
+	}
+	return sbx, nil
+}
+
+// startSandbox creates sbx and waits until it is usable; a sandbox that
+// does not get there is deleted.
+func (s *Server) startSandbox(ctx context.Context, sbx *sandlotv1.Sandbox) (*sandlotv1.Sandbox, *apiError) {
 	if err := s.kube.Create(ctx, sbx); err != nil {
 		return nil, kubeError("create the sandbox", err)
 	}
@@ -149,8 +164,12 @@ func (s *Server) token(ctx context.Context, sbx *sandlotv1.Sandbox) string {
 }
 
 func (s *Server) sandboxJSON(ctx context.Context, sbx *sandlotv1.Sandbox) *sandboxJSON {
-	return &sandboxJSON{TemplateID: templateIDOf(sbx), SandboxID: sandlotv1.SandboxIDFor(sbx.UID), ClientID: s.cfg.ClientID,
+	out := &sandboxJSON{TemplateID: templateIDOf(sbx), SandboxID: sandlotv1.SandboxIDFor(sbx.UID), ClientID: s.cfg.ClientID,
 		EnvdVersion: s.cfg.EnvdVersion, EnvdAccessToken: s.token(ctx, sbx), Domain: s.cfg.Domain}
+	if privateTraffic(sbx) {
+		out.TrafficAccessToken = trafficToken(out.EnvdAccessToken)
+	}
+	return out
 }
 
 func templateIDOf(sbx *sandlotv1.Sandbox) string {
@@ -196,7 +215,9 @@ func state(sbx *sandlotv1.Sandbox) string {
 	return "running"
 }
 
-func (s *Server) detail(ctx context.Context, sbx *sandlotv1.Sandbox, withToken bool) *sandboxDetail {
+// detail is a SandboxDetail when full (GET /sandboxes/{id}: with the
+// envd token and the network rules), a ListedSandbox otherwise.
+func (s *Server) detail(ctx context.Context, sbx *sandlotv1.Sandbox, full bool) *sandboxDetail {
 	started := sbx.CreationTimestamp.Time
 	if sbx.Status.StartedAt != nil {
 		started = sbx.Status.StartedAt.Time
@@ -215,8 +236,12 @@ func (s *Server) detail(ctx context.Context, sbx *sandlotv1.Sandbox, withToken b
 	if res := sbx.Status.Resources; res != nil {
 		d.CPUCount, d.MemoryMB = res.VCPU, res.MemoryMiB
 	}
-	if withToken {
+	if full {
 		d.EnvdAccessToken = s.token(ctx, sbx)
+		d.Network = networkOf(sbx)
+		if n := sbx.Spec.Network; n != nil {
+			d.AllowInternetAccess = n.AllowInternetAccess
+		}
 	}
 	return d
 }

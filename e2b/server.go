@@ -141,6 +141,7 @@ func (s *Server) routes() *http.ServeMux {
 	handle("POST", "/sandboxes/{id}/fork", s.fork)
 	handle("POST", "/sandboxes/{id}/rollback", s.rollback)
 	handle("GET", "/sandboxes/{id}/metrics", s.metrics)
+	handle("PUT", "/sandboxes/{id}/network", s.updateNetwork)
 	handle("GET", "/snapshots", s.listSnapshots)
 	handle("GET", "/templates", s.listTemplates)
 	handle("GET", "/templates/{id}", s.getTemplate)

@@ -166,8 +166,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) (int, any, *apiErr
 	var wg sync.WaitGroup
 	for i := range results {
 		wg.Go(func() {
-			req := newSandbox{TemplateID: snap.Name, Timeout: body.Timeout, Metadata: parent.Spec.Metadata}
-			sbx, err := s.startSandbox(r.Context(), &req, sandlotv1.SandboxSource{Snapshot: snap.Name})
+			sbx, err := s.startSandbox(r.Context(), s.forkOf(parent, snap.Name, body.Timeout))
 			if err != nil {
 				results[i].Error = err
 				return
@@ -177,6 +176,18 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) (int, any, *apiErr
 	}
 	wg.Wait()
 	return http.StatusCreated, results, nil
+}
+
+// forkOf is a fork of parent from its snapshot: the parent's metadata
+// and network rules (egress rules and private traffic) are the child's.
+func (s *Server) forkOf(parent *sandlotv1.Sandbox, snapshot string, timeout *int64) *sandlotv1.Sandbox {
+	req := newSandbox{TemplateID: snapshot, Timeout: timeout, Metadata: parent.Spec.Metadata}
+	sbx, _ := s.newSandboxObject(&req, sandlotv1.SandboxSource{Snapshot: snapshot}) // no network asked: nothing to refuse
+	sbx.Spec.Network = parent.Spec.Network.DeepCopy()
+	if privateTraffic(parent) {
+		sbx.Annotations[AnnotationPrivateTraffic] = "true"
+	}
+	return sbx
 }
 
 // rollback restores a sandbox in place from one of its own snapshots

@@ -246,7 +246,7 @@ func TestValidate(t *testing.T) {
 		{"autoResume disabled", with(func(n *newSandbox) { n.AutoResume = &autoResume{} }), ""},
 		{"volume mounts", with(func(n *newSandbox) { n.VolumeMounts = []json.RawMessage{[]byte("{}")} }), `"volumeMounts"`},
 		{"mcp", with(func(n *newSandbox) { n.Mcp = []byte(`{"x":1}`) }), `"mcp"`},
-		{"no internet", with(func(n *newSandbox) { n.AllowInternet = new(false) }), `"allow_internet_access"`},
+		{"no internet", with(func(n *newSandbox) { n.AllowInternet = new(false) }), ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

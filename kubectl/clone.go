@@ -47,13 +47,13 @@ func (o *cloneOptions) check(cmd *cobra.Command) error {
 
 func (r *root) clone(cmd *cobra.Command, o *cloneOptions, source string) error {
 	return r.begin(cmd, o, func(ctx context.Context, s *session) error {
-		snap, metadata, err := s.cloneSource(ctx, &o.waitFlags, source)
+		snap, parent, err := s.cloneSource(ctx, &o.waitFlags, source)
 		if err != nil {
 			return err
 		}
 		gens := map[string]int64{}
 		for range o.count {
-			sbx := newClone(s.ns, snap, metadata)
+			sbx := newClone(s.ns, snap, parent)
 			if err := s.c.Create(ctx, sbx); err != nil {
 				return fmt.Errorf("create clone %d of %d from snapshot %s: %w", len(gens)+1, o.count, snap, err)
 			}
@@ -70,8 +70,9 @@ func (r *root) clone(cmd *cobra.Command, o *cloneOptions, source string) error {
 // cloneSource resolves the argument of clone to a snapshot name, taking
 // a snapshot of a sandbox first (and, with --wait, waiting until it is
 // Ready, so that a failed snapshot leaves no failed clones behind).
-// Clones of a sandbox keep its metadata, as the E2B facade's forks do.
-func (s *session) cloneSource(ctx context.Context, w *waitFlags, arg string) (string, map[string]string, error) {
+// Clones of a sandbox keep its metadata and network rules, as the E2B
+// facade's forks do: it returns that sandbox (nil for a snapshot).
+func (s *session) cloneSource(ctx context.Context, w *waitFlags, arg string) (string, *sandlotv1.Sandbox, error) {
 	kind, name, typed := strings.Cut(arg, "/")
 	if !typed {
 		kind, name = "", arg
@@ -103,5 +104,5 @@ func (s *session) cloneSource(ctx context.Context, w *waitFlags, arg string) (st
 		}
 		fmt.Fprintln(s.out, snapshotLine(snap))
 	}
-	return snap.Name, sbx.Spec.Metadata, nil
+	return snap.Name, sbx, nil
 }

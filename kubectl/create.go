@@ -144,10 +144,15 @@ func parseEnv(pairs []string) ([]sandlotv1.EnvVar, error) {
 	return env, nil
 }
 
-// newClone is a Sandbox restoring snapshot, named after it.
-func newClone(ns, snapshot string, metadata map[string]string) *sandlotv1.Sandbox {
-	return &sandlotv1.Sandbox{
+// newClone is a Sandbox restoring snapshot, named after it; a clone of
+// a sandbox (parent, nil for none) keeps its metadata and network rules.
+func newClone(ns, snapshot string, parent *sandlotv1.Sandbox) *sandlotv1.Sandbox {
+	sbx := &sandlotv1.Sandbox{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: snapshot + "-", Namespace: ns},
-		Spec:       sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Snapshot: snapshot}, Metadata: metadata},
+		Spec:       sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Snapshot: snapshot}},
 	}
+	if parent != nil {
+		sbx.Spec.Metadata, sbx.Spec.Network = parent.Spec.Metadata, parent.Spec.Network.DeepCopy()
+	}
+	return sbx
 }

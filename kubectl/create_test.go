@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -187,7 +188,10 @@ func TestCloneFromSnapshot(t *testing.T) {
 
 func TestCloneFromSandboxSnapshotsFirstAndWaits(t *testing.T) {
 	f, ns := setup(t)
-	parent := f.sandbox(t, ns, "parent", func(s *sandlotv1.Sandbox) { s.Spec.Metadata = map[string]string{"job": "42"} })
+	rules := &sandlotv1.SandboxNetwork{AllowOut: []string{"example.com"}, DenyOut: []string{"0.0.0.0/0"}, Ingress: true}
+	parent := f.sandbox(t, ns, "parent", func(s *sandlotv1.Sandbox) {
+		s.Spec.Metadata, s.Spec.Network = map[string]string{"job": "42"}, rules
+	})
 	f.running(t, parent, "node-1", "10.0.0.2")
 
 	cmd := f.start(ns, "clone", "sandbox/parent", "--count", "2", "--wait")
@@ -233,6 +237,9 @@ func TestCloneFromSandboxSnapshotsFirstAndWaits(t *testing.T) {
 	for _, c := range clones {
 		if c.Spec.Metadata["job"] != "42" {
 			t.Errorf("clone %s metadata %v, want the parent's", c.Name, c.Spec.Metadata)
+		}
+		if !equality.Semantic.DeepEqual(c.Spec.Network, rules) {
+			t.Errorf("clone %s network %+v, want the parent's %+v", c.Name, c.Spec.Network, rules)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -113,6 +114,11 @@ func TestTenantCannotPatchSandlotKeys(t *testing.T) {
 		"remove the sandbox label": {func(p *corev1.Pod) { delete(p.Labels, sandlotv1.LabelSandbox) }, "label " + sandlotv1.LabelSandbox},
 		"forge a claim": {func(p *corev1.Pod) { p.Annotations[sandlotv1.AnnotationClaimActivated] = "x" },
 			"annotation " + sandlotv1.AnnotationClaimActivated},
+		"change the network rules": {func(p *corev1.Pod) { p.Annotations[sandlotv1.AnnotationNetwork] = "{}" },
+			"annotation " + sandlotv1.AnnotationNetwork},
+		"forge the applied rules": {func(p *corev1.Pod) {
+			p.Annotations[sandlotv1.AnnotationNetworkApplied] = p.Annotations[sandlotv1.AnnotationNetwork]
+		}, "annotation " + sandlotv1.AnnotationNetworkApplied},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if err := refusedWith(patch(c, made, tc.mutate), tc.want, refusal); err != nil {
@@ -126,14 +132,24 @@ func TestTenantCannotPatchSandlotKeys(t *testing.T) {
 }
 
 // TestControllerWritesSandlotKeys: the controller's service account
-// creates sandbox and warm pool pods with their keys and claims a pool
-// pod (annotation, labels and owner patched in one request), as
+// creates sandbox and warm pool pods with their keys, changes a running
+// pod's network rules (one annotation's merge patch) and claims a pool
+// pod (annotations, labels and owner patched in one request), as
 // controllers/ does.
 func TestControllerWritesSandlotKeys(t *testing.T) {
 	cluster(t)
 	c := as(t, controllerUser)
-	if err := createProbe(c, sandboxPod(t)); err != nil {
+	made := sandboxPod(t)
+	if err := c.Create(context.Background(), made); err != nil {
 		t.Fatalf("sandbox pod refused: %v", err)
+	}
+	raw := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+sandlotv1.AnnotationNetwork+`":"{\"denyOut\":[\"10.0.0.0/8\"]}"}}}`))
+	if err := c.Patch(context.Background(), made, raw); err != nil {
+		t.Fatalf("network rules change refused: %v", err)
+	}
+	raw = client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+sandlotv1.AnnotationNetwork+`":null}}}`))
+	if err := c.Patch(context.Background(), made, raw); err != nil {
+		t.Fatalf("network rules removal refused: %v", err)
 	}
 	pool := poolPod(t)
 	if err := c.Create(context.Background(), pool); err != nil {
@@ -145,7 +161,8 @@ func TestControllerWritesSandlotKeys(t *testing.T) {
 }
 
 // TestAgentRecordsClaimsOnly: the node agent may record the claim it
-// carried out (sandlot.dev/claim-activated) and nothing else.
+// carried out (sandlot.dev/claim-activated) and the rules it applied
+// (sandlot.dev/network-applied), and nothing else.
 func TestAgentRecordsClaimsOnly(t *testing.T) {
 	cluster(t)
 	pool := poolPod(t)
@@ -165,6 +182,24 @@ func TestAgentRecordsClaimsOnly(t *testing.T) {
 		p.Annotations[sandlotv1.AnnotationClaimActivated] = p.Annotations[sandlotv1.AnnotationClaim]
 	}); err != nil {
 		t.Errorf("agent recording the claim refused: %v", err)
+	}
+	if err := refusedWith(patch(agent, pool, func(p *corev1.Pod) { p.Annotations[sandlotv1.AnnotationNetwork] = "{}" }),
+		"annotation "+sandlotv1.AnnotationNetwork, refusal); err != nil {
+		t.Errorf("agent changing the rules to enforce: %v", err)
+	}
+	for _, step := range []struct {
+		name   string
+		mutate func(*corev1.Pod)
+	}{
+		{"set", func(p *corev1.Pod) {
+			p.Annotations[sandlotv1.AnnotationNetworkApplied] = p.Annotations[sandlotv1.AnnotationNetwork]
+		}},
+		{"change", func(p *corev1.Pod) { p.Annotations[sandlotv1.AnnotationNetworkApplied] = "{}" }},
+		{"remove", func(p *corev1.Pod) { delete(p.Annotations, sandlotv1.AnnotationNetworkApplied) }},
+	} {
+		if err := patch(agent, pool, step.mutate); err != nil {
+			t.Errorf("agent recording the applied rules (%s) refused: %v", step.name, err)
+		}
 	}
 }
 

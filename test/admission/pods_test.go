@@ -23,10 +23,17 @@ func restoreRef() *sandlotv1.RestoreRef {
 		UID: "0b1e4c8a-6d2f-4a73-9e15-c4d8f0a2b6e7", Location: "/var/lib/sandlot/store/snapshots/python-base-n1"}
 }
 
-// sandboxPod is a Sandbox's pod restoring a Snapshot of its namespace.
+// rules are a sandbox's spec.network, as its pods carry them.
+func rules() *sandlotv1.SandboxNetwork {
+	return &sandlotv1.SandboxNetwork{AllowOut: []string{"example.com"}, DenyOut: []string{"0.0.0.0/0"}}
+}
+
+// sandboxPod is a Sandbox's pod restoring a Snapshot of its namespace,
+// with network rules.
 func sandboxPod(t *testing.T) *corev1.Pod {
 	t.Helper()
-	ann, err := sandlotv1.VMAnnotations{SandboxID: "sbx00000000000000001", Restore: restoreRef(), VCPU: 1, MemoryMiB: 512}.Encode()
+	ann, err := sandlotv1.VMAnnotations{SandboxID: "sbx00000000000000001", Restore: restoreRef(), VCPU: 1, MemoryMiB: 512,
+		Network: rules()}.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,8 +57,8 @@ func poolPod(t *testing.T) *corev1.Pod {
 }
 
 // claim gives pool pod to sandbox "claimer" as claimPoolPod does: the
-// claim annotation, the sandbox labels and the owner in one patch guarded
-// by the pod's resourceVersion.
+// claim and network annotations, the sandbox labels and the owner in one
+// patch guarded by the pod's resourceVersion.
 func claim(c client.Client, pod *corev1.Pod) error {
 	cur := &corev1.Pod{}
 	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pod), cur); err != nil {
@@ -63,6 +70,7 @@ func claim(c client.Client, pod *corev1.Pod) error {
 		return err
 	}
 	a.Claim = &sandlotv1.PoolClaim{Sandbox: "claimer", SandboxID: "claimer0000000000001", Env: map[string]string{"A": "b"}}
+	a.Network = rules()
 	enc, err := a.Encode()
 	if err != nil {
 		return err
