@@ -54,9 +54,9 @@ vm-assets: ## Build the guest kernel, initramfs and base disks into the cache (r
 
 .PHONY: test
 test: deps envtest-assets vm-assets cluster-bins minio-bins ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), store (real MinIO), shim (real containerd + CNI + QEMU), e2e and agent (real two-node clusters).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/release$$\|/test/vm$$\|/test/shim$$\|/test/e2e$$\|/test/agent$$\|/test/lifecycle$$\|/test/e2b$$\|/test/isolation$$')
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/release$$\|/test/vm$$\|/test/shim$$\|/test/e2e$$\|/test/agent$$\|/test/lifecycle$$\|/test/e2b$$\|/test/isolation$$\|/test/network$$')
 	@# The VM, shim and cluster tests run QEMU guests under TCG on both cores: alone, one package at a time, after the rest.
-	go test -count=1 -p 1 -timeout 60m ./test/vm/ ./test/shim/ ./test/e2e/ ./test/agent/ ./test/lifecycle/ ./test/e2b/ ./test/isolation/
+	go test -count=1 -p 1 -timeout 60m ./test/vm/ ./test/shim/ ./test/e2e/ ./test/agent/ ./test/lifecycle/ ./test/e2b/ ./test/isolation/ ./test/network/
 
 .PHONY: image
 image: build vm-assets ## Build the sandlot images (controller, API, agent) as OCI archives in bin/images/, without Docker.
@@ -141,6 +141,10 @@ e2e: ## End to end on a running `NODES=2 make up` cluster: kubectl sandlot, cros
 .PHONY: test-isolation
 test-isolation: cluster-bins vm-assets minio-bins ## The sandbox boundary tried as a tenant would, on a real two-node cluster with MinIO: jailed QEMUs, full disks and console floods, a VM over its pod's memory, the admission policy as an `edit` user, a tampered bucket, warm pool tokens, credentials through sandlot-api.
 	go test -count=1 -v -timeout 30m ./test/isolation/
+
+.PHONY: test-network
+test-network: cluster-bins vm-assets ## Each sandbox's network policy tried from inside its VM against a test "internet" (a netns with TEST-NET hosts, a metadata-like server and the pods' DNS) on a real two-node cluster: closed by default, allowOut domains and CIDRs, live edits, pause and fork, spoofed frames.
+	go test -count=1 -v -timeout 20m ./test/network/
 
 .PHONY: test-e2b
 test-e2b: cluster-bins vm-assets ## sandlot-api (the E2B REST facade and sandbox proxy) driven by the real e2b and @e2b/code-interpreter SDKs on a real two-node cluster, in both proxy modes.

@@ -63,6 +63,9 @@ type Options struct {
 	// MinIO runs a MinIO server on the API bridge (pods reach it) as the
 	// s3 store every node shares: a chart cluster's cross-node store.
 	MinIO bool
+	// DNS, when set, are the pods' nameservers (a resolv.conf of its own
+	// for every kubelet) instead of the host's /etc/resolv.conf.
+	DNS []string
 }
 
 // S3Store is an S3-compatible endpoint the node agents share.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sandlot-dev/sandlot/api/node"
@@ -178,6 +179,10 @@ func (c *Cluster) shimConfig(t crienv.T, n *Node, i int, assets vmtest.Env) (str
 // ports, cgroup root and directories (two kubelets share this host).
 func (c *Cluster) kubeletConfig(n *Node) (string, error) {
 	pki := c.PKI.Kubelets[n.Name]
+	resolv, err := c.resolvConf(n)
+	if err != nil {
+		return "", err
+	}
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: %[1]s
@@ -198,7 +203,7 @@ cgroupRoot: /%[6]s
 failCgroupV1: false
 failSwapOn: false
 clusterDomain: cluster.local
-resolvConf: /etc/resolv.conf
+resolvConf: %[9]s
 podLogsDir: %[7]s
 staticPodPath: ""
 registerNode: true
@@ -209,9 +214,23 @@ volumePluginDir: %[8]s
 oomScoreAdj: 0
 nodeStatusUpdateFrequency: 5s
 `, n.IP, c.PKI.CACert, pki.ServingCert, pki.ServingKey, n.CRI.Address, n.cgroupRoot(c),
-		filepath.Join(n.dir, "kubelet", "pod-logs"), filepath.Join(n.dir, "kubelet", "volume-plugins"))
+		filepath.Join(n.dir, "kubelet", "pod-logs"), filepath.Join(n.dir, "kubelet", "volume-plugins"), resolv)
 	path := filepath.Join(n.dir, "kubelet.yaml")
 	return path, os.WriteFile(path, []byte(cfg), 0o644)
+}
+
+// resolvConf is the resolv.conf the kubelet gives pods: the host's, or
+// one naming Options.DNS (there is no cluster DNS).
+func (c *Cluster) resolvConf(n *Node) (string, error) {
+	if len(c.DNS) == 0 {
+		return "/etc/resolv.conf", nil
+	}
+	var b strings.Builder
+	for _, ns := range c.DNS {
+		fmt.Fprintf(&b, "nameserver %s\n", ns)
+	}
+	path := filepath.Join(n.dir, "resolv.conf")
+	return path, os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 // cgroupRoot is the node's cgroup subtree (its pods' kubepods inside).
