@@ -36,6 +36,7 @@ const (
 	tcpFlowIdle = time.Hour
 	udpFlowIdle = 2 * time.Minute
 	maxFlows    = 65536
+	maxLearned  = 16384
 )
 
 // DNSPort is where the VM's resolver listens.

@@ -41,7 +41,9 @@ func newLayout(conn *nftables.Conn, e ends) (*layout, error) {
 		{Name: setAllow, KeyType: nftables.TypeIPAddr, Interval: true},
 		{Name: setDeny, KeyType: nftables.TypeIPAddr, Interval: true},
 		{Name: setIngress, KeyType: nftables.TypeIPAddr, Interval: true},
-		{Name: setLearned, KeyType: nftables.TypeIPAddr, HasTimeout: true},
+		// Bounded: a guest resolving endless names of an allowed wildcard
+		// fills only its own table (further answers open nothing).
+		{Name: setLearned, KeyType: nftables.TypeIPAddr, HasTimeout: true, Size: maxLearned},
 		{Name: setFlows, KeyType: flowKey, Concatenation: true, HasTimeout: true, Dynamic: true, Size: maxFlows},
 	} {
 		s.Table = t
