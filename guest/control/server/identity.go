@@ -62,26 +62,8 @@ func (h *Handler) SetIdentity(p control.SetIdentityParams) control.SetIdentityRe
 			}
 			took("hostname")
 		}
-		// A VM whose network was dropped, given none, gets the recorded one.
 		if n := p.Network; n != nil || h.nic.networkDropped() {
-			prev := h.store.Get().Network
-			if n == nil {
-				n, p.Network = prev, prev
-			}
-			if n == nil {
-				fail("network", errors.New("network dropped and none recorded"))
-			} else if err := h.nic.apply(*n, prev, took); err != nil {
-				fail("network", err)
-			} else {
-				res.Network = true
-			}
-			took("network")
-			if n != nil && n.DNS != nil {
-				if err := writeResolvConf(h.opts.resolvConf, *n.DNS); err != nil {
-					fail("dns", err)
-				}
-				took("dns")
-			}
+			res.Network = h.applyNetwork(&p, fail, took)
 		}
 	}
 	h.store.Set(p.Identity)
@@ -90,6 +72,34 @@ func (h *Handler) SetIdentity(p control.SetIdentityParams) control.SetIdentityRe
 		h.log.Warn("control: setIdentity incomplete", "errors", res.Errors)
 	}
 	return res
+}
+
+// applyNetwork moves the NIC to p's network and points the resolver at
+// the host's forwarder. A VM whose network was dropped, given none, gets
+// the recorded one (p takes it, so the store keeps it).
+func (h *Handler) applyNetwork(p *control.SetIdentityParams, fail func(string, error), took func(string)) bool {
+	n, prev := p.Network, h.store.Get().Network
+	if n == nil {
+		n, p.Network = prev, prev
+	}
+	if n == nil {
+		fail("network", errors.New("network dropped and none recorded"))
+		took("network")
+		return false
+	}
+	ok := true
+	if err := h.nic.apply(*n, prev, took); err != nil {
+		fail("network", err)
+		ok = false
+	}
+	took("network")
+	if n.DNS != nil {
+		if err := writeResolvConf(h.opts.resolvConf, *n.DNS); err != nil {
+			fail("dns", err)
+		}
+		took("dns")
+	}
+	return ok
 }
 
 // applyHostname sets the kernel hostname. The hostname file, when it
