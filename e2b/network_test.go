@@ -47,11 +47,7 @@ func TestNetworkPatch(t *testing.T) {
 // check it, and what sandlot does not build is refused, naming the field.
 func TestValidateNetwork(t *testing.T) {
 	with := func(change func(*newSandbox)) newSandbox { n := newSandbox{TemplateID: "base"}; change(&n); return n }
-	tests := []struct {
-		name string
-		req  newSandbox
-		msg  string // "" when valid
-	}{
+	tests := []validateCase{
 		{"network rules", with(func(n *newSandbox) {
 			n.Network = &networkConfig{AllowOut: []string{"example.com", "*.example.org", "8.8.8.8", "1.1.1.0/24"}, DenyOut: []string{"0.0.0.0/0"},
 				AllowPublicTraffic: new(false), Rules: []byte("{}"), EgressProxy: []byte("null"), MaskRequestHost: new("")}
@@ -76,17 +72,7 @@ func TestValidateNetwork(t *testing.T) {
 		{"mask request host", with(func(n *newSandbox) { n.Network = &networkConfig{MaskRequestHost: new("${PORT}-x.example")} }),
 			`field "network.maskRequestHost": masking the request host is not supported by sandlot`},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.req.validate()
-			switch {
-			case tc.msg == "" && err != nil:
-				t.Errorf("got %v, want valid", err)
-			case tc.msg != "" && (err == nil || err.Code != http.StatusBadRequest || !strings.Contains(err.Message, tc.msg)):
-				t.Errorf("got %v, want a 400 containing %q", err, tc.msg)
-			}
-		})
-	}
+	checkValidate(t, tests)
 }
 
 func TestSpecNetworkNamesTheField(t *testing.T) {

@@ -218,11 +218,7 @@ func TestValidate(t *testing.T) {
 	envKey := func(i int) string { return fmt.Sprint("V", i) }
 	ok := newSandbox{TemplateID: "base"}
 	with := func(change func(*newSandbox)) newSandbox { n := ok; change(&n); return n }
-	tests := []struct {
-		name string
-		req  newSandbox
-		msg  string // "" when valid
-	}{
+	tests := []validateCase{
 		{"minimal", ok, ""},
 		{"full", with(func(n *newSandbox) {
 			n.Timeout, n.AutoPause, n.AutoResume = new(int64(maxTimeoutSeconds)), new(true), &autoResume{Enabled: true}
@@ -248,17 +244,7 @@ func TestValidate(t *testing.T) {
 		{"mcp", with(func(n *newSandbox) { n.Mcp = []byte(`{"x":1}`) }), `"mcp"`},
 		{"no internet", with(func(n *newSandbox) { n.AllowInternet = new(false) }), ""},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.req.validate()
-			switch {
-			case tc.msg == "" && err != nil:
-				t.Errorf("got %v, want valid", err)
-			case tc.msg != "" && (err == nil || err.Code != http.StatusBadRequest || !strings.Contains(err.Message, tc.msg)):
-				t.Errorf("got %v, want a 400 containing %q", err, tc.msg)
-			}
-		})
-	}
+	checkValidate(t, tests)
 }
 
 func TestDecodeJSON(t *testing.T) {
@@ -286,5 +272,28 @@ func TestDecodeJSON(t *testing.T) {
 		case tc.msg != "" && (err == nil || err.Code != http.StatusBadRequest || !strings.Contains(err.Message, tc.msg)):
 			t.Errorf("decode %q: %v, want a 400 containing %q", tc.body, err, tc.msg)
 		}
+	}
+}
+
+// validateCase is a create body and the 400 its validation gives ("":
+// valid).
+type validateCase struct {
+	name string
+	req  newSandbox
+	msg  string
+}
+
+func checkValidate(t *testing.T, tests []validateCase) {
+	t.Helper()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.req.validate()
+			switch {
+			case tc.msg == "" && err != nil:
+				t.Errorf("got %v, want valid", err)
+			case tc.msg != "" && (err == nil || err.Code != http.StatusBadRequest || !strings.Contains(err.Message, tc.msg)):
+				t.Errorf("got %v, want a 400 containing %q", err, tc.msg)
+			}
+		})
 	}
 }
