@@ -101,7 +101,7 @@ func startGuard(netns string, g guardSpec) (*guard, error) {
 	return gd, nil
 }
 
-// basePolicy: the node's denials and its own addresses denied; the node,
+// basePolicy: the node's denials, its own addresses blocked; the node,
 // the pod's gateway and the configured ranges admitted.
 func basePolicy(g guardSpec) (podnet.Policy, error) {
 	deny, ingress, err := g.Defaults.Prefixes()
@@ -115,7 +115,9 @@ func basePolicy(g guardSpec) (podnet.Policy, error) {
 	if gw, err := netip.ParseAddr(g.Gateway); err == nil && gw.Is4() {
 		local = append(local, netip.PrefixFrom(gw, 32))
 	}
-	return podnet.Policy{DenyOut: append(deny, local...), IngressFrom: append(ingress, local...),
+	// The node's own addresses (kubelet, agent, the pod's gateway) are
+	// blocked, not only denied: no sandbox's allowOut opens them.
+	return podnet.Policy{Blocked: local, DenyOut: deny, IngressFrom: append(ingress, local...),
 		Ingress: g.Defaults.IngressOpen}, nil
 }
 

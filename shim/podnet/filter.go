@@ -25,7 +25,8 @@ const (
 	chainVMOut  = "vm_out"
 	chainVMIn   = "vm_in"
 
-	setAllow   = "allow"   // allowOut CIDRs: beat every denial
+	setBlocked = "blocked" // the node's own addresses: no rule opens them
+	setAllow   = "allow"   // allowOut CIDRs: beat the deny set
 	setDeny    = "deny"    // the node's default denials + denyOut
 	setLearned = "learned" // addresses of allowed domains, for their TTL
 	setIngress = "ingress" // who may open connections to the VM
@@ -45,6 +46,7 @@ const DNSPort = 53
 // Policy is what a pod's filter enforces beyond anti-spoofing and the
 // flows its VM opened: set live by Update.
 type Policy struct {
+	Blocked     []netip.Prefix // never opened (the node itself)
 	AllowOut    []netip.Prefix // beats DenyOut
 	DenyOut     []netip.Prefix
 	IngressFrom []netip.Prefix // may open connections to the VM
@@ -74,7 +76,7 @@ func OpenFilter(nsPath string) (*Filter, error) {
 	}
 	f := &Filter{conn: conn, ns: h, sets: map[string]*nftables.Set{}}
 	t := &nftables.Table{Name: tableName, Family: nftables.TableFamilyNetdev}
-	for _, name := range []string{setAllow, setDeny, setLearned, setIngress, setFlows} {
+	for _, name := range []string{setBlocked, setAllow, setDeny, setLearned, setIngress, setFlows} {
 		s, err := conn.GetSetByName(t, name)
 		if err != nil {
 			f.Close()
@@ -101,7 +103,7 @@ func (f *Filter) Update(p Policy) error {
 	if p.Ingress {
 		ingress = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
 	}
-	for name, prefixes := range map[string][]netip.Prefix{setAllow: p.AllowOut, setDeny: p.DenyOut, setIngress: ingress} {
+	for name, prefixes := range map[string][]netip.Prefix{setBlocked: p.Blocked, setAllow: p.AllowOut, setDeny: p.DenyOut, setIngress: ingress} {
 		s := f.sets[name]
 		f.conn.FlushSet(s)
 		if els := intervalElements(prefixes); len(els) > 0 {

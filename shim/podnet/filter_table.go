@@ -38,6 +38,7 @@ func newLayout(conn *nftables.Conn, e ends) (*layout, error) {
 	l := &layout{t: t, sets: map[string]*nftables.Set{}}
 	flowKey := nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeInetService)
 	for _, s := range []*nftables.Set{
+		{Name: setBlocked, KeyType: nftables.TypeIPAddr, Interval: true},
 		{Name: setAllow, KeyType: nftables.TypeIPAddr, Interval: true},
 		{Name: setDeny, KeyType: nftables.TypeIPAddr, Interval: true},
 		{Name: setIngress, KeyType: nftables.TypeIPAddr, Interval: true},
@@ -105,9 +106,10 @@ func (l *layout) addToVM(conn *nftables.Conn, e ends) {
 
 // addFromVM opens the gate: frames from the VM leave only with its own
 // MAC and IP; DNS to the resolver goes to this netns's forwarder; a
-// tracked flow passes; a new connection passes to what allowOut or a
-// learned domain names, is refused to what the deny set holds, and
-// passes otherwise (opening a flow).
+// tracked flow passes; a new connection is refused to the node itself
+// (whatever the rules say), passes to what allowOut or a learned domain
+// names, is refused to what the deny set holds, and passes otherwise
+// (opening a flow).
 func (l *layout) addFromVM(conn *nftables.Conn, e ends) {
 	fwd := forward(e.pod)
 	flows := l.sets[setFlows]
@@ -126,6 +128,8 @@ func (l *layout) addFromVM(conn *nftables.Conn, e ends) {
 	l.add(conn, l.fromVM,
 		cat(l4proto(unix.IPPROTO_TCP), flowKey(true), one(lookupFlow(flows), updateFlow(flows, tcpFlowIdle)), fwd),
 		cat(l4proto(unix.IPPROTO_UDP), flowKey(true), one(lookupFlow(flows), updateFlow(flows, udpFlowIdle)), fwd),
+		cat(inSet(ipDst, l.sets[setBlocked]), l4proto(unix.IPPROTO_TCP), one(rejectTCP())),
+		cat(inSet(ipDst, l.sets[setBlocked]), one(rejectOther())),
 		cat(inSet(ipDst, l.sets[setAllow]), one(goTo(chainVMOut))),
 		cat(inSet(ipDst, l.sets[setLearned]), one(goTo(chainVMOut))),
 		cat(inSet(ipDst, l.sets[setDeny]), l4proto(unix.IPPROTO_TCP), one(rejectTCP())),
@@ -180,7 +184,7 @@ func (n *podNS) openGate(e ends) error {
 		return nil
 	}
 	l := &layout{t: filterTable(), sets: map[string]*nftables.Set{}}
-	for _, name := range []string{setAllow, setDeny, setLearned, setFlows} {
+	for _, name := range []string{setBlocked, setAllow, setDeny, setLearned, setFlows} {
 		if l.sets[name], err = conn.GetSetByName(l.t, name); err != nil {
 			return n.errorf(err, "find set %s", name)
 		}

@@ -164,6 +164,10 @@ func TestEgressRules(t *testing.T) {
 	if !send("allowed") {
 		t.Error("allowOut did not beat the deny set")
 	}
+	e.update(t, Policy{Blocked: []netip.Prefix{gw}, AllowOut: []netip.Prefix{gw}})
+	if send("blocked") {
+		t.Error("allowOut opened a blocked address (the node's own)")
+	}
 	e.update(t, Policy{DenyOut: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}})
 	f, err := OpenFilter(e.ns)
 	must(t, "OpenFilter", err)
