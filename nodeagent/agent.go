@@ -59,6 +59,9 @@ const dataWorkers = 4
 func Setup(mgr ctrl.Manager, n Node) error {
 	l := &layout{store: n.Store, shared: n.SharedStore}
 	c, rec := mgr.GetClient(), mgr.GetEventRecorder(EventSource)
+	if s, ok := n.Store.(interface{ HoldWhile(func(string) bool) }); ok {
+		s.HoldWhile((&restoreHolds{pods: c, layout: l}).held)
+	}
 	// Snapshots of different VMs are taken side by side (the shim
 	// serializes those of one VM).
 	opts := controller.Options{MaxConcurrentReconciles: dataWorkers}

@@ -180,7 +180,7 @@ func (l *layout) remote(ctx context.Context, key string) (store.Status, error) {
 		return store.Status{}, err
 	}
 	for _, d := range deps {
-		ds, err := l.store.Status(ctx, d)
+		ds, err := l.confirm(ctx, d)
 		if err != nil {
 			return store.Status{}, fmt.Errorf("%s depends on %s: %w", key, d, err)
 		}
@@ -193,6 +193,18 @@ func (l *layout) remote(ctx context.Context, key string) (store.Status, error) {
 		}
 	}
 	return st, nil
+}
+
+// confirm is a dependency's status as another node would find it: a
+// store that can check its record against the remote does (store.S3's
+// Confirm), so a dependent is never remote Ready on a stale record.
+func (l *layout) confirm(ctx context.Context, key string) (store.Status, error) {
+	if c, ok := l.store.(interface {
+		Confirm(context.Context, string) (store.Status, error)
+	}); ok {
+		return c.Confirm(ctx, key)
+	}
+	return l.store.Status(ctx, key)
 }
 
 // open makes key and its dependencies available on this node (downloads

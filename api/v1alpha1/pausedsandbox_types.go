@@ -3,8 +3,9 @@ package v1alpha1
 import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // PausedSandboxSpec is what resuming the sandbox needs; the controller
-// writes it when it creates the PausedSandbox, and it never changes.
-// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable"
+// writes it when it creates the PausedSandbox, and only its expiry may
+// change afterwards (a user keeps a package longer, or lets it go sooner).
+// +kubebuilder:validation:XValidation:rule="self.sandboxID == oldSelf.sandboxID && self.nodeName == oldSelf.nodeName && self.podName == oldSelf.podName && self.vm == oldSelf.vm && has(self.dependsOn) == has(oldSelf.dependsOn) && (!has(self.dependsOn) || self.dependsOn == oldSelf.dependsOn)",message="spec is immutable except expireAfterSeconds"
 type PausedSandboxSpec struct {
 	// SandboxID is the paused sandbox's ID, kept across the resume.
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]{20}$`
@@ -24,7 +25,7 @@ type PausedSandboxSpec struct {
 	// ExpireAfterSeconds deletes the package (discarding the paused state)
 	// that long after its creation; from the controller's default (the
 	// chart's controller.pausedExpirySeconds; none by default, as E2B keeps
-	// a paused sandbox until it is killed).
+	// a paused sandbox until it is killed). It may be set or changed later.
 	// +kubebuilder:validation:Minimum=1
 	// +optional
 	ExpireAfterSeconds *int64 `json:"expireAfterSeconds,omitempty"`

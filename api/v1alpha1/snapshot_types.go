@@ -27,8 +27,9 @@ type SnapshotImport struct {
 	NodeName string `json:"nodeName,omitempty"`
 }
 
-// SnapshotSpec is immutable: a snapshot is taken once.
-// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable"
+// SnapshotSpec: a snapshot is taken once, so its source never changes;
+// its expiry may be set or changed later.
+// +kubebuilder:validation:XValidation:rule="self.source == oldSelf.source",message="spec.source is immutable"
 type SnapshotSpec struct {
 	Source SnapshotSource `json:"source"`
 	// ExpireAfterSeconds deletes the Snapshot (and its data) that long

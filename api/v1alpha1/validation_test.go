@@ -111,15 +111,26 @@ func TestRejectsBadManifests(t *testing.T) {
 	}
 }
 
-// TestRejectsChangedSource: a sandbox's source and a snapshot's spec are
-// immutable.
+// goodPaused is a PausedSandbox as the controller writes it (%s: name).
+const goodPaused = `{apiVersion: sandlot.dev/v1alpha1, kind: PausedSandbox, metadata: {name: %s},
+  spec: {sandboxID: abcdefghij0123456789, nodeName: node-a, podName: pod-a, vm: {image: "registry.local/a:1"},
+    dependsOn: {kind: Snapshot, name: base, uid: u}}}`
+
+// TestRejectsChangedSource: a sandbox's source, a snapshot's source and
+// everything of a pause package but its expiry are immutable; the expiry
+// of a snapshot or a package may be set or changed later (want "").
 func TestRejectsChangedSource(t *testing.T) {
 	ctx := context.Background()
 	cases := []struct {
 		name, manifest, path, value, want string
 	}{
 		{"sandbox source", fmt.Sprintf(goodSandbox, "immut"), "source", `{"snapshot": "s"}`, "spec.source: Invalid value: source is immutable"},
-		{"snapshot spec", fmt.Sprintf(goodSnapshot, "immut"), "source", `{"sandbox": "other"}`, "spec: Invalid value: spec is immutable"},
+		{"snapshot source", fmt.Sprintf(goodSnapshot, "immut"), "source", `{"sandbox": "other"}`, "spec: Invalid value: spec.source is immutable"},
+		{"snapshot expiry", fmt.Sprintf(goodSnapshot, "expiry"), "expireAfterSeconds", `60`, ""},
+		{"package node", fmt.Sprintf(goodPaused, "node"), "nodeName", `other`, "spec is immutable except expireAfterSeconds"},
+		{"package dependsOn", fmt.Sprintf(goodPaused, "deps"), "dependsOn", `{"kind": "Snapshot", "name": "x", "uid": "v"}`, "spec is immutable except expireAfterSeconds"},
+		{"package vm", fmt.Sprintf(goodPaused, "vm"), "vm", `{"image": "registry.local/b:1"}`, "spec is immutable except expireAfterSeconds"},
+		{"package expiry", fmt.Sprintf(goodPaused, "expiry"), "expireAfterSeconds", `5`, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -131,7 +142,10 @@ func TestRejectsChangedSource(t *testing.T) {
 			_ = yaml.Unmarshal([]byte(tc.value), &v)
 			_ = unstructured.SetNestedField(u.Object, v, "spec", tc.path)
 			err := env.Client.Update(ctx, u)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("update of spec.%s refused: %v", tc.path, err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 				t.Fatalf("update: got %v, want an error containing %q", err, tc.want)
 			}
 		})

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -116,6 +117,9 @@ type S3 struct {
 	locks  keyLocks
 	pins   pins
 	cache  cacheIndex
+	// held says whether something on this node still restores from a
+	// key (HoldWhile); such a key is never evicted.
+	held atomic.Pointer[func(key string) bool]
 
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -251,6 +252,9 @@ func (s *S3) evict(ctx context.Context, key string) error {
 	if s.pins.pinned(key) || !s.cache.has(key) {
 		return nil
 	}
+	if held := s.held.Load(); held != nil && (*held)(key) {
+		return errHeld
+	}
 	st, ok, err := s.loadState(key)
 	if err != nil {
 		return fmt.Errorf("evict: %w", err)
@@ -281,6 +285,17 @@ func (s *S3) evict(ctx context.Context, key string) error {
 	s.cfg.Logf("store: cache: evicted %s (%d bytes)", key, bytes)
 	return nil
 }
+
+// errHeld: a sandbox on this node was restored from the key (or from
+// data that builds on it), so its copy stays whatever the cap.
+var errHeld = errors.New("a sandbox on this node restores from it")
+
+// HoldWhile makes eviction ask held first: a key it holds is kept, as an
+// open one is. The node agent holds what its running sandboxes were
+// restored from (and what that builds on): a later snapshot, rollback or
+// restore on this node finds those files where their manifests say,
+// long after the restore's own Open was released.
+func (s *S3) HoldWhile(held func(key string) bool) { s.held.Store(&held) }
 
 // trimLater trims in the background if the cache is over its cap.
 func (s *S3) trimLater() {

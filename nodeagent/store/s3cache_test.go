@@ -151,6 +151,38 @@ func TestS3CacheKeepsPinned(t *testing.T) {
 	release2()
 }
 
+// TestS3CacheKeepsHeld: a key the node agent holds (a running sandbox was
+// restored from it, long after the restore released its Open) is never
+// evicted, whatever the cap; once no longer held it goes like any other.
+func TestS3CacheKeepsHeld(t *testing.T) {
+	srv := miniotest.Start(t)
+	a := mustS3(t, s3Config(t, srv, srv.Bucket, t.TempDir(), "node-a"))
+	k := readyKeys(t, a, "held", 3)
+	cfg := s3Config(t, srv, srv.Bucket, t.TempDir(), "node-b")
+	cfg.CacheMaxBytes = cacheCap
+	b := mustS3(t, cfg)
+	var mu sync.Mutex
+	holding := map[string]bool{k[0].Key: true}
+	b.HoldWhile(func(key string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return holding[key]
+	})
+
+	open(t, b, k[0])() // restored from, released, still held
+	open(t, b, k[1])()
+	open(t, b, k[2])() // over the cap: k[1], the least recent unheld, goes
+	wantCached(t, b, []string{k[0].Key, k[2].Key}, []string{k[1].Key})
+	open(t, b, k[1])() // k[2] goes, not the older but held k[0]
+	wantCached(t, b, []string{k[0].Key, k[1].Key}, []string{k[2].Key})
+
+	mu.Lock()
+	holding = map[string]bool{}
+	mu.Unlock()
+	open(t, b, k[2])() // now k[0], the least recently used, goes
+	wantCached(t, b, []string{k[1].Key, k[2].Key}, []string{k[0].Key})
+}
+
 // TestS3CacheKeepsUnuploaded: with a cap nothing fits in, this node's
 // keys are evicted once uploaded and verified, but a key whose upload has
 // not finished (the only copy) stays, however full the cache is.

@@ -112,11 +112,12 @@ func (c *Cluster) startNode(t crienv.T, i int, assets vmtest.Env) (*Node, error)
 
 // startAgent runs sandlot's node agent for n (a DaemonSet in production)
 // with a local store, or the s3 store, under the node's directory.
-func (c *Cluster) startAgent(t crienv.T, n *Node) error {
+func (c *Cluster) startAgent(t crienv.T, n *Node, extra ...string) error {
 	if c.NoController {
 		return nil
 	}
 	args, env := c.agentArgs(n)
+	args = append(args, extra...)
 	kc, err := c.componentKubeconfig("sandlot-agent")
 	if err != nil {
 		return err
@@ -366,14 +367,15 @@ func (c *Cluster) KillAgent(node string) error {
 	return nil
 }
 
-// RestartAgent starts a node's agent again (after KillAgent) and waits
-// until it is ready. It lives as long as the cluster.
-func (c *Cluster) RestartAgent(node string) error {
+// RestartAgent starts a node's agent again (after KillAgent), with extra
+// flags after the cluster's own, and waits until it is ready. It lives as
+// long as the cluster.
+func (c *Cluster) RestartAgent(node string, extra ...string) error {
 	n, err := c.node(node)
 	if err != nil {
 		return err
 	}
-	return c.startAgent(c.t, n)
+	return c.startAgent(c.t, n, extra...)
 }
 
 // StoreDir is the node agent's store (its cache, for s3).

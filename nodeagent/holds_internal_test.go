@@ -1,0 +1,90 @@
+package nodeagent
+
+import (
+	"os"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/nodeagent/store"
+	"github.com/sandlot-dev/sandlot/vm"
+)
+
+// TestRestoreHolds: the store may evict a key only when no live pod on
+// the node was restored from it or from data that builds on it. A fake
+// pod cache here; test/agent's TestCacheCapKeepsWhatSandboxesNeed runs
+// the same hold against a real cluster and MinIO.
+func TestRestoreHolds(t *testing.T) {
+	local, err := store.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &layout{store: local, shared: true}
+	manifest := func(key, memory string) {
+		t.Helper()
+		dir := local.Dir(key)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		m := &vm.Manifest{Version: vm.ManifestVersion, State: vm.FileRef{Path: vm.StateFile},
+			Disk: vm.FileRef{Path: vm.DiskFile}, Memory: vm.FileRef{Path: memory},
+			BaseDisk: vm.FileRef{Path: "../../disks/d/" + baseDiskFile}}
+		if err := m.Write(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// base <- snap (its VM was restored from base) ; other stands alone.
+	manifest("snapshots/base", vm.MemoryFile)
+	manifest("snapshots/snap", "../base/"+vm.MemoryFile)
+	manifest("snapshots/other", vm.MemoryFile)
+
+	pod := func(name, uid string, phase corev1.PodPhase) *corev1.Pod {
+		ann, err := sandlotv1.VMAnnotations{SandboxID: "abcdefghij0123456789",
+			Restore: &sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: uid, UID: uid, Location: "snapshots/" + uid}}.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: ann},
+			Status: corev1.PodStatus{Phase: phase}}
+	}
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		pods  []*corev1.Pod
+		held  []string
+		freed []string
+	}{
+		{"no pods", nil, nil, []string{"snapshots/base", "snapshots/snap", "disks/d"}},
+		{"restored from snap", []*corev1.Pod{pod("a", "snap", corev1.PodRunning)},
+			[]string{"snapshots/snap", "snapshots/base", "disks/d"}, []string{"snapshots/other"}},
+		{"restored from base", []*corev1.Pod{pod("a", "base", corev1.PodPending)},
+			[]string{"snapshots/base", "disks/d"}, []string{"snapshots/snap", "snapshots/other"}},
+		{"its pod finished", []*corev1.Pod{pod("a", "snap", corev1.PodFailed)},
+			nil, []string{"snapshots/snap", "snapshots/base"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := fake.NewClientBuilder().WithScheme(scheme)
+			for _, p := range tc.pods {
+				b = b.WithObjects(p)
+			}
+			h := &restoreHolds{pods: b.Build(), layout: l}
+			for _, k := range tc.held {
+				if !h.held(k) {
+					t.Errorf("%s not held, want held", k)
+				}
+			}
+			for _, k := range tc.freed {
+				if h.held(k) {
+					t.Errorf("%s held, want it free to go", k)
+				}
+			}
+		})
+	}
+}
