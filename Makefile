@@ -146,6 +146,10 @@ test-isolation: cluster-bins vm-assets minio-bins ## The sandbox boundary tried 
 test-network: cluster-bins vm-assets ## Each sandbox's network policy tried from inside its VM against a test "internet" (a netns with TEST-NET hosts, a metadata-like server and the pods' DNS) on a real two-node cluster: closed by default, allowOut domains and CIDRs, live edits, pause and fork, spoofed frames.
 	go test -count=1 -v -timeout 20m ./test/network/
 
+.PHONY: bench-network
+bench-network: cluster-bins vm-assets ## What each sandbox's network filter costs: new-connection latency and TCP throughput from a VM to the test internet with no rules, 100 CIDR rules and 20 domains, beside a bare forward (no filter) in the same run (BENCH_ARGS=-json).
+	go run ./test/bench/network $(BENCH_ARGS)
+
 .PHONY: test-e2b
 test-e2b: cluster-bins vm-assets ## sandlot-api (the E2B REST facade and sandbox proxy) driven by the real e2b and @e2b/code-interpreter SDKs on a real two-node cluster, in both proxy modes.
 	go test -count=1 -v -timeout 30m ./test/e2b/

@@ -17,7 +17,8 @@ import (
 // TestRestoreHolds: the store may evict a key only when no live pod on
 // the node was restored from it or from data that builds on it. A fake
 // pod cache here; test/agent's TestCacheCapKeepsWhatSandboxesNeed runs
-// the same hold against a real cluster and MinIO.
+// the same hold against a real cluster and MinIO. (Over 60 lines: a
+// table of cases.)
 func TestRestoreHolds(t *testing.T) {
 	local, err := store.NewLocal(t.TempDir())
 	if err != nil {
@@ -42,15 +43,6 @@ func TestRestoreHolds(t *testing.T) {
 	manifest("snapshots/snap", "../base/"+vm.MemoryFile)
 	manifest("snapshots/other", vm.MemoryFile)
 
-	pod := func(name, uid string, phase corev1.PodPhase) *corev1.Pod {
-		ann, err := sandlotv1.VMAnnotations{SandboxID: "abcdefghij0123456789",
-			Restore: &sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: uid, UID: uid, Location: "snapshots/" + uid}}.Encode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: ann},
-			Status: corev1.PodStatus{Phase: phase}}
-	}
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -62,11 +54,11 @@ func TestRestoreHolds(t *testing.T) {
 		freed []string
 	}{
 		{"no pods", nil, nil, []string{"snapshots/base", "snapshots/snap", "disks/d"}},
-		{"restored from snap", []*corev1.Pod{pod("a", "snap", corev1.PodRunning)},
+		{"restored from snap", []*corev1.Pod{restoredPod(t, "a", "snap", corev1.PodRunning)},
 			[]string{"snapshots/snap", "snapshots/base", "disks/d"}, []string{"snapshots/other"}},
-		{"restored from base", []*corev1.Pod{pod("a", "base", corev1.PodPending)},
+		{"restored from base", []*corev1.Pod{restoredPod(t, "a", "base", corev1.PodPending)},
 			[]string{"snapshots/base", "disks/d"}, []string{"snapshots/snap", "snapshots/other"}},
-		{"its pod finished", []*corev1.Pod{pod("a", "snap", corev1.PodFailed)},
+		{"its pod finished", []*corev1.Pod{restoredPod(t, "a", "snap", corev1.PodFailed)},
 			nil, []string{"snapshots/snap", "snapshots/base"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -87,4 +79,16 @@ func TestRestoreHolds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// restoredPod is a pod whose VM was restored from Snapshot uid.
+func restoredPod(t *testing.T, name, uid string, phase corev1.PodPhase) *corev1.Pod {
+	t.Helper()
+	ann, err := sandlotv1.VMAnnotations{SandboxID: "abcdefghij0123456789",
+		Restore: &sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: uid, UID: uid, Location: "snapshots/" + uid}}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: ann},
+		Status: corev1.PodStatus{Phase: phase}}
 }

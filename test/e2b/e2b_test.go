@@ -52,7 +52,7 @@ func TestSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := []string{"E2B_API_URL=" + apiURL, "E2B_API_KEY=" + key}
+	base := append([]string{"E2B_API_URL=" + apiURL, "E2B_API_KEY=" + key}, inetEnv()...)
 	t.Run("sandbox-url", func(t *testing.T) {
 		runSDK(t, append(base, "SANDLOT_MODE=sandbox-url", "E2B_SANDBOX_URL="+apiURL))
 	})

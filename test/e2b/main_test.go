@@ -1,15 +1,31 @@
 // Package e2b drives sandlot-api, the E2B REST facade and sandbox proxy,
 // with the real, unmodified E2B SDKs (sdk.test.mjs) on a real two-node
-// cluster running sandlot's controller and node agents.
+// cluster running sandlot's controller and node agents; the pods reach a
+// test internet (test/inet), which the SDK's network rules open and close.
 package e2b
 
 import (
 	"testing"
 
 	"github.com/sandlot-dev/sandlot/test/cluster"
+	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/test/inet"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
 var c *cluster.Cluster
 
-func TestMain(m *testing.M) { sbxtest.Main(m, "e2b", &c, nil) }
+func TestMain(m *testing.M) {
+	sbxtest.Main(m, "e2b", &c, func(t crienv.T, _ string, o *cluster.Options) {
+		inet.Start(t)
+		o.Prefix = inet.PodPrefix // the test internet's policy route matches the pods
+		o.DNS = []string{inet.IPDNS}
+	})
+}
+
+// inetEnv tells sdk.test.mjs what of the test internet to try.
+func inetEnv() []string {
+	return []string{"SANDLOT_NET_PUBLIC=" + inet.IPPublic, "SANDLOT_NET_PUBLIC_BODY=" + inet.Bodies[inet.IPPublic],
+		"SANDLOT_NET_RANGE=" + inet.IPRange, "SANDLOT_NET_RANGE_BODY=" + inet.Bodies[inet.IPRange],
+		"SANDLOT_NET_DOMAIN=api.allowed.test", "SANDLOT_NET_DOMAIN_BODY=" + inet.Bodies[inet.IPAllowed]}
+}

@@ -207,6 +207,50 @@ test('rollback: back to a snapshot in place', async () => {
   assert.equal(refused.status, 409, JSON.stringify(refused.json))
 })
 
+// The test internet (test/inet) the pods reach: a public host, a host in
+// another range, and a name the zone resolves.
+const net = {
+  public: process.env.SANDLOT_NET_PUBLIC, publicBody: process.env.SANDLOT_NET_PUBLIC_BODY,
+  range: process.env.SANDLOT_NET_RANGE, rangeBody: process.env.SANDLOT_NET_RANGE_BODY,
+  domain: process.env.SANDLOT_NET_DOMAIN, domainBody: process.env.SANDLOT_NET_DOMAIN_BODY,
+}
+
+// fetchIn fetches http://<host>/ from inside a sandbox: its body, or
+// REFUSED when the sandbox may not open the connection.
+async function fetchIn(s, host) {
+  const py = `import urllib.request; print(urllib.request.urlopen("http://${host}/", timeout=3).read().decode())`
+  const r = await s.commands.run(`python3 -c '${py}' 2>/dev/null || echo REFUSED`)
+  return r.stdout.trim()
+}
+
+test('network: allowInternetAccess false with allowOut, updateNetwork, shown in the info', async () => {
+  assert.ok(net.public && net.range && net.domain, 'run with the SANDLOT_NET_* of the test internet')
+  const s = track(await Sandbox.create({ metadata: { run }, allowInternetAccess: false,
+    network: { allowOut: [net.domain, net.range] } }))
+  assert.equal(await fetchIn(s, net.domain), net.domainBody, 'an allowOut domain is reached')
+  assert.equal(await fetchIn(s, net.range), net.rangeBody, 'an allowOut address is reached')
+  assert.equal(await fetchIn(s, net.public), 'REFUSED', 'the rest of the internet is closed')
+  const info = await api('GET', `/sandboxes/${s.sandboxId}`)
+  assert.deepEqual(info.json.network?.allowOut, [net.domain, net.range], JSON.stringify(info.json.network))
+
+  // Live: the update answers once the node enforces it.
+  await s.updateNetwork({ allowOut: [net.domain], denyOut: ['0.0.0.0/0'] })
+  assert.equal(await fetchIn(s, net.range), 'REFUSED', 'no longer allowed after updateNetwork')
+  assert.equal(await fetchIn(s, net.domain), net.domainBody)
+  await s.updateNetwork({})
+  assert.equal(await fetchIn(s, net.public), net.publicBody, 'open again with no rules')
+})
+
+test('network: denyOut on an open internet; kept across pause and resume', async () => {
+  const s = track(await Sandbox.create({ metadata: { run }, network: { denyOut: [`${net.range}/32`] } }))
+  assert.equal(await fetchIn(s, net.public), net.publicBody)
+  assert.equal(await fetchIn(s, net.range), 'REFUSED', 'a denyOut address is closed')
+  await s.pause()
+  const back = await Sandbox.connect(s.sandboxId)
+  assert.equal(await fetchIn(back, net.range), 'REFUSED', 'still closed after a resume')
+  assert.equal(await fetchIn(back, net.public), net.publicBody)
+})
+
 test('kill, kill again', async () => {
   assert.equal(await sbx.kill(), true)
   assert.equal(await sbx.kill(), false)

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/test/inet"
 	"github.com/sandlot-dev/sandlot/test/poll"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
@@ -42,7 +43,7 @@ func TestClosedByDefault(t *testing.T) {
 	for _, addr := range private {
 		wants = append(wants, refused(addr))
 	}
-	wants = append(wants, refused(ipMeta+":80"), reached(ipPublic), resolves("public.test", ipPublic))
+	wants = append(wants, refused(inet.IPMeta+":80"), reached(inet.IPPublic), resolves("public.test", inet.IPPublic))
 	expect(t, k, a, wants...)
 	if code := envdHealth(t, a); code != http.StatusNoContent {
 		t.Fatalf("the host's GET /health of %s's envd: %d, want 204", a.Name, code)

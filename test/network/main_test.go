@@ -13,12 +13,13 @@ import (
 
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/test/inet"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
 var (
 	c    *cluster.Cluster
-	inet *internet
+	tnet *inet.Internet
 )
 
 // tpl is the suite's template (sbxtest.Template: the default image, its
@@ -27,9 +28,9 @@ const tpl = "net"
 
 func TestMain(m *testing.M) {
 	sbxtest.Main(m, "network", &c, func(t crienv.T, _ string, o *cluster.Options) {
-		inet = startInternet(t)
+		tnet = inet.Start(t)
 		// The policy route to the test internet matches the pods' sources.
-		o.Prefix = podPrefix
-		o.DNS = []string{ipDNS}
+		o.Prefix = inet.PodPrefix
+		o.DNS = []string{inet.IPDNS}
 	})
 }

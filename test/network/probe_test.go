@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/test/inet"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
@@ -72,7 +73,7 @@ func refused(addr string) want { return want{"tcp " + addr, "REFUSED"} }
 // refusedHTTP is refused for a second check of an address in one probe.
 func refusedHTTP(addr string) want { return want{"http " + addr, "REFUSED"} }
 
-func reached(ip string) want        { return want{"http " + ip + ":80", "OK 200 " + bodies[ip]} }
+func reached(ip string) want        { return want{"http " + ip + ":80", "OK 200 " + inet.Bodies[ip]} }
 func resolves(name, ip string) want { return want{"dns " + name, ip} }
 
 // expect runs wants' checks in the sandbox, in order, and fails on any

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/test/inet"
 	"github.com/sandlot-dev/sandlot/test/poll"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
@@ -23,15 +24,15 @@ func TestAllowOutRules(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	sbxtest.Template(t, k, tpl)
 	s := newSandbox(t, k, "net-allow", sandlotv1.SandboxSource{Template: tpl}, &sandlotv1.SandboxNetwork{
-		AllowInternetAccess: ptr.To(false), AllowOut: []string{"api.allowed.test", "*.wild.test", ipMeta + "/32"}})
+		AllowInternetAccess: ptr.To(false), AllowOut: []string{"api.allowed.test", "*.wild.test", inet.IPMeta + "/32"}})
 	expect(t, k, s,
 		// Before any lookup: the domains' addresses are not open yet.
-		refused(ipPublic+":80"), refused(ipAllowed+":80"), refused(ipWild+":80"),
-		reached(ipMeta),
-		resolves("api.allowed.test", ipAllowed), reached(ipAllowed),
-		resolves("x.wild.test", ipWild), reached(ipWild),
-		resolves("denied.test", ipRange), refused(ipRange+":80"),
-		resolves("public.test", ipPublic), refusedHTTP(ipPublic+":80"),
+		refused(inet.IPPublic+":80"), refused(inet.IPAllowed+":80"), refused(inet.IPWild+":80"),
+		reached(inet.IPMeta),
+		resolves("api.allowed.test", inet.IPAllowed), reached(inet.IPAllowed),
+		resolves("x.wild.test", inet.IPWild), reached(inet.IPWild),
+		resolves("denied.test", inet.IPRange), refused(inet.IPRange+":80"),
+		resolves("public.test", inet.IPPublic), refusedHTTP(inet.IPPublic+":80"),
 	)
 	startLoop(t, k, s)
 	openLive(t, k, s)
@@ -46,7 +47,7 @@ const loopScript = `
 import socket, time
 end = time.time() + 150
 while time.time() < end:
-    for a in (("` + ipMeta + `", 80), ("` + ipRange + `", 80)):
+    for a in (("` + inet.IPMeta + `", 80), ("` + inet.IPRange + `", 80)):
         try:
             socket.create_connection(a, timeout=1).close()
         except OSError:
@@ -64,8 +65,8 @@ func startLoop(t *testing.T, k client.Client, s *sandlotv1.Sandbox) {
 // `after`.
 func loopAlive(t *testing.T, pod string, after time.Time) {
 	t.Helper()
-	poll.Eventually(t, 30*time.Second, "the loop in the VM connecting to "+ipMeta, func() error {
-		if a := inet.arrivals(ipMeta, pod); len(a) > 0 && a[len(a)-1].After(after) {
+	poll.Eventually(t, 30*time.Second, "the loop in the VM connecting to "+inet.IPMeta, func() error {
+		if a := tnet.Arrivals(inet.IPMeta, pod); len(a) > 0 && a[len(a)-1].After(after) {
 			return nil
 		}
 		return errors.New("no connection since " + after.Format(time.StampMilli))
@@ -78,16 +79,16 @@ func loopAlive(t *testing.T, pod string, after time.Time) {
 func openLive(t *testing.T, k client.Client, s *sandlotv1.Sandbox) {
 	t.Helper()
 	pod := s.Status.PodIP
-	if n := len(inet.arrivals(ipRange, pod)); n > 0 {
-		t.Fatalf("%d connections reached %s with the internet off", n, ipRange)
+	if n := len(tnet.Arrivals(inet.IPRange, pod)); n > 0 {
+		t.Fatalf("%d connections reached %s with the internet off", n, inet.IPRange)
 	}
 	gen, sent := editNetwork(t, k, s.Name, func(n *sandlotv1.SandboxNetwork) {
 		n.DenyOut, n.AllowInternetAccess = []string{"198.51.100.0/24"}, nil
 	})
 	_, applied := waitApplied(t, k, s.Name, gen, fast)
 	var first time.Time
-	poll.Eventually(t, 30*time.Second, "a loop connection at "+ipRange, func() error {
-		if a := inet.arrivals(ipRange, pod); len(a) > 0 {
+	poll.Eventually(t, 30*time.Second, "a loop connection at "+inet.IPRange, func() error {
+		if a := tnet.Arrivals(inet.IPRange, pod); len(a) > 0 {
 			first = a[0]
 			return nil
 		}
@@ -96,12 +97,12 @@ func openLive(t *testing.T, k client.Client, s *sandlotv1.Sandbox) {
 	t.Logf("internet on: NetworkApplied %v after the update; the first new connection through %v after it (%v after NetworkApplied)",
 		applied.Sub(sent), first.Sub(sent), first.Sub(applied))
 	if first.Before(sent) {
-		t.Fatalf("a connection reached %s before the update, with the internet off", ipRange)
+		t.Fatalf("a connection reached %s before the update, with the internet off", inet.IPRange)
 	}
 	if d := first.Sub(applied); d > time.Second {
-		t.Fatalf("new connections to %s passed only %v after NetworkApplied turned True: want at most 1 s", ipRange, d)
+		t.Fatalf("new connections to %s passed only %v after NetworkApplied turned True: want at most 1 s", inet.IPRange, d)
 	}
-	expect(t, k, s, refused(ipPublic+":80"), reached(ipRange), reached(ipMeta))
+	expect(t, k, s, refused(inet.IPPublic+":80"), reached(inet.IPRange), reached(inet.IPMeta))
 }
 
 // closeLive: 203.0.113.0/24 added to denyOut: no new connection to
@@ -110,19 +111,19 @@ func openLive(t *testing.T, k client.Client, s *sandlotv1.Sandbox) {
 func closeLive(t *testing.T, k client.Client, s *sandlotv1.Sandbox) {
 	t.Helper()
 	pod := s.Status.PodIP
-	gen, sent := editNetwork(t, k, s.Name, func(n *sandlotv1.SandboxNetwork) { n.DenyOut = append(n.DenyOut, rangeNet) })
+	gen, sent := editNetwork(t, k, s.Name, func(n *sandlotv1.SandboxNetwork) { n.DenyOut = append(n.DenyOut, inet.RangeNet) })
 	_, applied := waitApplied(t, k, s.Name, gen, fast)
 	// The loop still running 2 s after: its attempts from 1 s to 2 s after
 	// NetworkApplied (and before) are all in.
 	loopAlive(t, pod, applied.Add(2*time.Second))
-	a := inet.arrivals(ipRange, pod)
+	a := tnet.Arrivals(inet.IPRange, pod)
 	last := a[len(a)-1] // openLive saw at least one
 	t.Logf("%s denied: NetworkApplied %v after the update; the last new connection through %v after it (%v after NetworkApplied)",
-		rangeNet, applied.Sub(sent), last.Sub(sent), last.Sub(applied))
+		inet.RangeNet, applied.Sub(sent), last.Sub(sent), last.Sub(applied))
 	if d := last.Sub(applied); d > time.Second {
-		t.Fatalf("new connections to %s still passed %v after NetworkApplied turned True: want at most 1 s", ipRange, d)
+		t.Fatalf("new connections to %s still passed %v after NetworkApplied turned True: want at most 1 s", inet.IPRange, d)
 	}
-	expect(t, k, s, refused(ipRange+":80"), reached(ipMeta))
+	expect(t, k, s, refused(inet.IPRange+":80"), reached(inet.IPMeta))
 }
 
 // TestRulesKeptAcrossPauseAndFork: a sandbox's denyOut holds after a
@@ -133,8 +134,8 @@ func TestRulesKeptAcrossPauseAndFork(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	sbxtest.Template(t, k, tpl)
 	s := newSandbox(t, k, "net-keep", sandlotv1.SandboxSource{Template: tpl},
-		&sandlotv1.SandboxNetwork{DenyOut: []string{ipPublic + "/32"}})
-	wants := []want{refused(ipPublic + ":80"), reached(ipAllowed)}
+		&sandlotv1.SandboxNetwork{DenyOut: []string{inet.IPPublic + "/32"}})
+	wants := []want{refused(inet.IPPublic + ":80"), reached(inet.IPAllowed)}
 	expect(t, k, s, wants...)
 	s = pauseResume(t, k, s)
 	expect(t, k, s, wants...)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/test/inet"
 	"github.com/sandlot-dev/sandlot/test/poll"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
@@ -71,16 +72,16 @@ func TestSpoofedFramesStayIn(t *testing.T) {
 	s := sbxtest.Create(t, k, tpl, "net-spoof")["net-spoof"]
 	pod := s.Status.PodIP
 	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
-	cmd := strings.Join([]string{"python3 -c", shq(frameScript), inetSide, strconv.Itoa(udpPort),
+	cmd := strings.Join([]string{"python3 -c", shq(frameScript), inet.InetSide, strconv.Itoa(inet.UDPPort),
 		neighbour(t, pod), "02534c000001", tag, "2>&1"}, " ")
 	if out := sbxtest.EnvdRun(t, k, s, cmd); !strings.Contains(out, "sent 6") {
 		t.Fatalf("raw frames from %s: %q", s.Name, out)
 	}
-	var got []datagram
+	var got []inet.Datagram
 	poll.Eventually(t, 30*time.Second, "the VM's own last frame at the counter", func() error {
-		got = inet.datagrams(tag)
+		got = tnet.Datagrams(tag)
 		for _, d := range got {
-			if strings.HasSuffix(d.payload, " genuine-2") {
+			if strings.HasSuffix(d.Payload, " genuine-2") {
 				return nil
 			}
 		}
@@ -88,11 +89,11 @@ func TestSpoofedFramesStayIn(t *testing.T) {
 	})
 	genuine := 0
 	for _, d := range got {
-		if !strings.Contains(d.payload, " genuine-") {
-			t.Fatalf("a forged frame left the VM: %q from %s", d.payload, d.from)
+		if !strings.Contains(d.Payload, " genuine-") {
+			t.Fatalf("a forged frame left the VM: %q from %s", d.Payload, d.From)
 		}
-		if d.from != net.JoinHostPort(pod, "40000") {
-			t.Fatalf("the VM's own frame %q came from %s, want %s:40000", d.payload, d.from, pod)
+		if d.From != net.JoinHostPort(pod, "40000") {
+			t.Fatalf("the VM's own frame %q came from %s, want %s:40000", d.Payload, d.From, pod)
 		}
 		genuine++
 	}

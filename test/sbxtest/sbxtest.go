@@ -150,12 +150,25 @@ func Delete(t *testing.T, k client.Client, name string) {
 	})
 }
 
-// EnvdRun runs a command in a sandbox through its envd API on the pod IP.
+// EnvdRun runs a command in a sandbox through its envd API on the pod IP
+// (Exec with a 30 s bound), failing t on an error.
 func EnvdRun(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox, cmd string) string {
 	t.Helper()
-	var secret corev1.Secret
-	if err := k.Get(context.Background(), client.ObjectKey{Namespace: sbx.Namespace, Name: sandlotv1.TokenSecretName(sbx.Name)}, &secret); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := Exec(ctx, k, sbx, cmd)
+	if err != nil {
 		t.Fatal(err)
+	}
+	return out
+}
+
+// Exec runs a shell command in a sandbox through its envd API on the pod
+// IP, with the sandbox's token, and returns its stdout.
+func Exec(ctx context.Context, k client.Client, sbx *sandlotv1.Sandbox, cmd string) (string, error) {
+	var secret corev1.Secret
+	if err := k.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: sandlotv1.TokenSecretName(sbx.Name)}, &secret); err != nil {
+		return "", fmt.Errorf("token of %s: %w", sbx.Name, err)
 	}
 	// A connection per call: one kept alive across a rollback would carry
 	// the guest's TCP state from before it and hang.
@@ -163,20 +176,18 @@ func EnvdRun(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox, cmd string) 
 	pc := processpbconnect.NewProcessClient(hc, "http://"+sbx.Status.PodIP+":49983", connect.WithProtoJSON())
 	req := connect.NewRequest(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", cmd}}})
 	req.Header().Set("X-Access-Token", string(secret.Data[sandlotv1.TokenSecretKey]))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	stream, err := pc.Start(ctx, req)
 	if err != nil {
-		t.Fatalf("envd at %s: %v", sbx.Status.PodIP, err)
+		return "", fmt.Errorf("envd at %s: %w", sbx.Status.PodIP, err)
 	}
 	var out strings.Builder
 	for stream.Receive() {
 		out.Write(stream.Msg().GetEvent().GetData().GetStdout())
 	}
 	if err := stream.Err(); err != nil && err != io.EOF {
-		t.Fatalf("envd %q: %v", cmd, err)
+		return out.String(), fmt.Errorf("envd %q: %w", cmd, err)
 	}
-	return out.String()
+	return out.String(), nil
 }
 
 func SetPaused(t *testing.T, k client.Client, name string, paused bool) {

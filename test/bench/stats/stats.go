@@ -28,7 +28,7 @@ type Table struct {
 	Results []Result
 }
 
-// Add summarises samples under name (unit "ms", "MiB", "%" or "").
+// Add summarises samples under name (unit "ms", "MiB", "%", "Mbit/s" or "").
 func (t *Table) Add(name, unit string, samples []float64, note string) {
 	if len(samples) == 0 {
 		return
@@ -82,6 +82,8 @@ func format(v float64, unit string) string {
 		return fmt.Sprintf("%.1fMiB", v)
 	case "%":
 		return fmt.Sprintf("%.1f%%", v)
+	case "Mbit/s":
+		return fmt.Sprintf("%.1fMb/s", v)
 	}
 	return fmt.Sprintf("%.2f", v)
 }

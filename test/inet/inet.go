@@ -1,4 +1,11 @@
-package network
+// Package inet is a "test internet" for a cluster's pods: a network
+// namespace on the host with TEST-NET addresses (web hosts, a DNS zone the
+// pods use, a metadata-like server on 169.254.169.254, a UDP counter and a
+// TCP sink for throughput), reached through the host as the real one would
+// be. test/network tries the sandboxes' network policy against it and
+// bench-network measures the filter's cost on it; no traffic leaves the
+// machine.
+package inet
 
 import (
 	"errors"
@@ -20,17 +27,17 @@ import (
 // The test internet's addresses: documentation ranges (TEST-NET-2 and -3),
 // public as far as the node's defaults go, and the metadata address.
 const (
-	hostSide  = "198.51.100.1" // the host's end of the veth pair
-	inetSide  = "198.51.100.2" // the netns's end; the UDP counter listens here
-	ipPublic  = "198.51.100.10"
-	ipAllowed = "198.51.100.20" // api.allowed.test
-	ipWild    = "198.51.100.21" // x.wild.test: its own address, so *.wild.test is tried on its own
-	ipDNS     = "198.51.100.53"
-	ipRange   = "203.0.113.5" // denied.test, in TEST-NET-3
-	ipMeta    = "169.254.169.254"
-	rangeNet  = "203.0.113.0/24"
-	podPrefix = "10.246" // cluster.Options.Prefix: pods are 10.246.<node>.x
-	udpPort   = 9999
+	HostSide  = "198.51.100.1" // the host's end of the veth pair
+	InetSide  = "198.51.100.2" // the netns's end; the UDP counter listens here
+	IPPublic  = "198.51.100.10"
+	IPAllowed = "198.51.100.20" // api.allowed.test
+	IPWild    = "198.51.100.21" // x.wild.test: its own address, so *.wild.test is tried on its own
+	IPDNS     = "198.51.100.53"
+	IPRange   = "203.0.113.5" // denied.test, in TEST-NET-3
+	IPMeta    = "169.254.169.254"
+	RangeNet  = "203.0.113.0/24"
+	PodPrefix = "10.246" // cluster.Options.Prefix: pods are 10.246.<node>.x
+	UDPPort   = 9999
 	// Policy routing takes the pods' traffic for 203.0.113.0/24 and the
 	// metadata address to the netns (a table of this run's own, so the
 	// host keeps its own route to a real metadata service).
@@ -41,13 +48,13 @@ const (
 
 // internet is the test internet of this process: a netns joined to the
 // host, its servers, and what reached them.
-type internet struct {
+type Internet struct {
 	pid     int
 	closers []func() error
 
 	mu     sync.Mutex
 	conns  []arrival
-	frames []datagram
+	frames []Datagram
 }
 
 // arrival is a TCP connection a test internet server accepted.
@@ -56,17 +63,17 @@ type arrival struct {
 	at            time.Time
 }
 
-// datagram is a UDP packet the counter on inetSide received.
-type datagram struct{ payload, from string }
+// Datagram is a UDP packet the counter on InetSide received.
+type Datagram struct{ Payload, From string }
 
-func (x *internet) netns() string  { return namePrefix + strconv.Itoa(x.pid) }
-func (x *internet) nsPath() string { return "/run/netns/" + x.netns() }
+func (x *Internet) netns() string  { return namePrefix + strconv.Itoa(x.pid) }
+func (x *Internet) NsPath() string { return "/run/netns/" + x.netns() }
 
 func vethName(pid int) string { return "slinet" + strconv.Itoa(pid) } // <= 13 chars
 
-// startInternet builds the test internet before the cluster starts; t's
+// Start builds the test internet before the cluster starts; t's
 // cleanups remove it after the cluster is gone.
-func startInternet(t crienv.T) *internet {
+func Start(t crienv.T) *Internet {
 	t.Helper()
 	for _, tool := range []string{"ip", "iptables", "iptables-save"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -76,7 +83,7 @@ func startInternet(t crienv.T) *internet {
 	if err := sweepInternets(); err != nil {
 		t.Fatalf("remove a killed run's test internet: %v", err)
 	}
-	x := &internet{pid: os.Getpid()}
+	x := &Internet{pid: os.Getpid()}
 	// Registered first: a half-built internet is removed too.
 	t.Cleanup(func() {
 		if err := x.teardown(); err != nil {
@@ -97,27 +104,32 @@ func startInternet(t crienv.T) *internet {
 
 // plumb makes the netns, the veth pair, addresses, routes and the FORWARD
 // rules (a host with a DROP policy would otherwise eat the pods' traffic).
-func (x *internet) plumb() error {
+func (x *Internet) plumb() error {
 	ns, veth, table := x.netns(), vethName(x.pid), strconv.Itoa(tableBase+x.pid)
-	if err := newNetns(x.nsPath()); err != nil {
+	if err := newNetns(x.NsPath()); err != nil {
 		return fmt.Errorf("netns %s: %w", ns, err)
 	}
 	steps := [][]string{
 		{"link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
-		{"addr", "add", hostSide + "/24", "dev", veth},
+		{"addr", "add", HostSide + "/24", "dev", veth},
 		{"link", "set", veth, "up"},
 		{"-n", ns, "link", "set", "lo", "up"},
-		{"-n", ns, "addr", "add", inetSide + "/24", "dev", "eth0"},
+		{"-n", ns, "addr", "add", InetSide + "/24", "dev", "eth0"},
 	}
-	for _, a := range []string{ipPublic, ipAllowed, ipWild, ipDNS, ipRange, ipMeta} {
+	addrs := []string{IPPublic, IPAllowed, IPWild, IPDNS, IPRange, IPMeta}
+	for i := range BenchDomains {
+		_, ip := BenchDomain(i)
+		addrs = append(addrs, ip)
+	}
+	for _, a := range addrs {
 		steps = append(steps, []string{"-n", ns, "addr", "add", a + "/32", "dev", "eth0"})
 	}
 	steps = append(steps,
 		[]string{"-n", ns, "link", "set", "eth0", "up"},
-		[]string{"-n", ns, "route", "add", "default", "via", hostSide},
-		[]string{"route", "add", rangeNet, "via", inetSide, "dev", veth, "onlink", "table", table},
-		[]string{"route", "add", ipMeta + "/32", "via", inetSide, "dev", veth, "onlink", "table", table},
-		[]string{"rule", "add", "from", podPrefix + ".0.0/16", "lookup", table, "priority", rulePriority},
+		[]string{"-n", ns, "route", "add", "default", "via", HostSide},
+		[]string{"route", "add", RangeNet, "via", InetSide, "dev", veth, "onlink", "table", table},
+		[]string{"route", "add", IPMeta + "/32", "via", InetSide, "dev", veth, "onlink", "table", table},
+		[]string{"rule", "add", "from", PodPrefix + ".0.0/16", "lookup", table, "priority", rulePriority},
 	)
 	for _, s := range steps {
 		if err := run("ip", s...); err != nil {
@@ -125,7 +137,7 @@ func (x *internet) plumb() error {
 		}
 	}
 	for _, r := range [][]string{{"-o", veth, "-d"}, {"-i", veth, "-s"}} {
-		for _, cidr := range []string{"198.51.100.0/24", rangeNet, ipMeta + "/32"} {
+		for _, cidr := range []string{"198.51.100.0/24", RangeNet, IPMeta + "/32"} {
 			args := append([]string{"-I", "FORWARD"}, r...)
 			args = append(args, cidr, "-m", "comment", "--comment", x.netns(), "-j", "ACCEPT")
 			if err := run("iptables", args...); err != nil {
@@ -137,7 +149,7 @@ func (x *internet) plumb() error {
 }
 
 // teardown stops the servers, then removes what plumb made.
-func (x *internet) teardown() error {
+func (x *Internet) teardown() error {
 	var errs []error
 	for i := len(x.closers) - 1; i >= 0; i-- {
 		errs = append(errs, x.closers[i]())

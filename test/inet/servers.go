@@ -1,4 +1,4 @@
-package network
+package inet
 
 import (
 	"context"
@@ -15,53 +15,78 @@ import (
 )
 
 // What each web host of the test internet answers (HTTP 200).
-var bodies = map[string]string{
-	ipPublic:  "public",
-	ipAllowed: "allowed-by-domain",
-	ipWild:    "allowed-by-wildcard",
-	ipRange:   "test-net-3",
-	ipMeta:    "metadata",
+var Bodies = map[string]string{
+	IPPublic:  "public",
+	IPAllowed: "allowed-by-domain",
+	IPWild:    "allowed-by-wildcard",
+	IPRange:   "test-net-3",
+	IPMeta:    "metadata",
 }
 
 // zone is the test internet's DNS: the pods' resolver, so the upstream of
 // each VM's forwarder.
-var zone = map[string]string{
-	"public.test.":      ipPublic,
-	"api.allowed.test.": ipAllowed,
-	"x.wild.test.":      ipWild,
-	"denied.test.":      ipRange,
+var Zone = map[string]string{
+	"public.test.":      IPPublic,
+	"api.allowed.test.": IPAllowed,
+	"x.wild.test.":      IPWild,
+	"denied.test.":      IPRange,
 }
 
-// zoneTTL is short: the forwarder opens an allowed name's addresses for it.
-const zoneTTL = 30
+// SinkPort: every address of the test internet accepts TCP connections
+// here, reads until the peer's EOF, answers one byte and closes: the
+// target of bench-network's connect latency and throughput.
+const SinkPort = 9000
+
+// BenchDomains is how many names BenchDomain gives the zone.
+const BenchDomains = 20
+
+// BenchDomain is the i-th of the zone's bench names and its address, each
+// its own in RangeNet.
+func BenchDomain(i int) (name, ip string) {
+	return fmt.Sprintf("d%d.bench.test", i), fmt.Sprintf("203.0.113.%d", 100+i)
+}
+
+func init() {
+	for i := range BenchDomains {
+		name, ip := BenchDomain(i)
+		Zone[name+"."] = ip
+	}
+}
+
+// ZoneTTL is short: the forwarder opens an allowed name's addresses for it.
+const ZoneTTL = 30
 
 // serve opens every listener inside the netns (sockets keep the netns they
 // were made in) and serves them from ordinary goroutines.
-func (x *internet) serve() error {
+func (x *Internet) serve() error {
 	var web []net.Listener
 	var dnsUDP, counter net.PacketConn
-	var dnsTCP net.Listener
-	err := podnet.Run(x.nsPath(), func() (err error) {
-		for ip := range bodies {
+	var dnsTCP, sink net.Listener
+	err := podnet.Run(x.NsPath(), func() (err error) {
+		for ip := range Bodies {
 			l, err := x.listen(net.JoinHostPort(ip, "80"))
 			if err != nil {
 				return err
 			}
 			web = append(web, l)
 		}
-		if dnsUDP, err = x.listenPacket(net.JoinHostPort(ipDNS, "53")); err != nil {
+		if dnsUDP, err = x.listenPacket(net.JoinHostPort(IPDNS, "53")); err != nil {
 			return err
 		}
-		if dnsTCP, err = x.listen(net.JoinHostPort(ipDNS, "53")); err != nil {
+		if dnsTCP, err = x.listen(net.JoinHostPort(IPDNS, "53")); err != nil {
 			return err
 		}
-		counter, err = x.listenPacket(fmt.Sprintf("%s:%d", inetSide, udpPort))
+		if counter, err = x.listenPacket(fmt.Sprintf("%s:%d", InetSide, UDPPort)); err != nil {
+			return err
+		}
+		sink, err = x.listen(fmt.Sprintf("0.0.0.0:%d", SinkPort))
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	x.serveWeb(web)
+	go serveSink(sink)
 	for _, srv := range []*dns.Server{{PacketConn: dnsUDP}, {Listener: dnsTCP}} {
 		srv.Handler = dns.HandlerFunc(answerDNS)
 		go func() { _ = srv.ActivateAndServe() }()
@@ -71,9 +96,26 @@ func (x *internet) serve() error {
 	return nil
 }
 
+// serveSink reads each connection to its EOF, answers a byte and closes,
+// until the listener closes.
+func serveSink(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Minute))
+			_, _ = io.Copy(io.Discard, c)
+			_, _ = c.Write([]byte{'k'})
+		}()
+	}
+}
+
 // listen and listenPacket open a socket teardown closes (its server may
 // have closed it first: that error is no news).
-func (x *internet) listen(addr string) (net.Listener, error) {
+func (x *Internet) listen(addr string) (net.Listener, error) {
 	l, err := net.Listen("tcp4", addr)
 	if err == nil {
 		x.closers = append(x.closers, func() error { _ = l.Close(); return nil })
@@ -81,7 +123,7 @@ func (x *internet) listen(addr string) (net.Listener, error) {
 	return l, err
 }
 
-func (x *internet) listenPacket(addr string) (net.PacketConn, error) {
+func (x *Internet) listenPacket(addr string) (net.PacketConn, error) {
 	pc, err := net.ListenPacket("udp4", addr)
 	if err == nil {
 		x.closers = append(x.closers, func() error { _ = pc.Close(); return nil })
@@ -91,11 +133,11 @@ func (x *internet) listenPacket(addr string) (net.PacketConn, error) {
 
 // serveWeb answers each web host's body and records every connection
 // accepted: when the VM's filter let it through, as the server saw it.
-func (x *internet) serveWeb(ls []net.Listener) {
+func (x *Internet) serveWeb(ls []net.Listener) {
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-			_, _ = io.WriteString(w, bodies[hostOf(local)])
+			_, _ = io.WriteString(w, Bodies[hostOf(local)])
 		}),
 		ConnState: func(conn net.Conn, s http.ConnState) {
 			if s == http.StateNew {
@@ -128,19 +170,19 @@ func answerDNS(w dns.ResponseWriter, q *dns.Msg) {
 		return
 	}
 	qq := q.Question[0]
-	ip, ok := zone[strings.ToLower(qq.Name)]
+	ip, ok := Zone[strings.ToLower(qq.Name)]
 	switch {
 	case !ok:
 		m.Rcode = dns.RcodeNameError
 	case qq.Qtype == dns.TypeA:
 		m.Answer = append(m.Answer, &dns.A{A: net.ParseIP(ip).To4(),
-			Hdr: dns.RR_Header{Name: qq.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: zoneTTL}})
+			Hdr: dns.RR_Header{Name: qq.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ZoneTTL}})
 	}
 	_ = w.WriteMsg(m)
 }
 
-// count records every datagram to the counter until its socket closes.
-func (x *internet) count(pc net.PacketConn) {
+// count records every Datagram to the counter until its socket closes.
+func (x *Internet) count(pc net.PacketConn) {
 	buf := make([]byte, 2048)
 	for {
 		n, from, err := pc.ReadFrom(buf)
@@ -148,14 +190,14 @@ func (x *internet) count(pc net.PacketConn) {
 			return
 		}
 		x.mu.Lock()
-		x.frames = append(x.frames, datagram{payload: string(buf[:n]), from: from.String()})
+		x.frames = append(x.frames, Datagram{Payload: string(buf[:n]), From: from.String()})
 		x.mu.Unlock()
 	}
 }
 
 // arrivals are when connections from remote reached the host local,
 // oldest first.
-func (x *internet) arrivals(local, remote string) []time.Time {
+func (x *Internet) Arrivals(local, remote string) []time.Time {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var out []time.Time
@@ -168,12 +210,12 @@ func (x *internet) arrivals(local, remote string) []time.Time {
 }
 
 // datagrams are the counter's datagrams whose payload starts with tag.
-func (x *internet) datagrams(tag string) []datagram {
+func (x *Internet) Datagrams(tag string) []Datagram {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	var out []datagram
+	var out []Datagram
 	for _, d := range x.frames {
-		if strings.HasPrefix(d.payload, tag+" ") {
+		if strings.HasPrefix(d.Payload, tag+" ") {
 			out = append(out, d)
 		}
 	}
@@ -182,26 +224,26 @@ func (x *internet) datagrams(tag string) []datagram {
 
 // selfCheck: the host reaches the public web host and the DNS server
 // answers, before a cluster depends on them.
-func (x *internet) selfCheck() error {
+func (x *Internet) selfCheck() error {
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}
-	resp, err := hc.Get("http://" + ipPublic + "/")
+	resp, err := hc.Get("http://" + IPPublic + "/")
 	if err != nil {
 		return err
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if string(b) != bodies[ipPublic] {
-		return fmt.Errorf("http://%s/ answered %s %q", ipPublic, resp.Status, b)
+	if string(b) != Bodies[IPPublic] {
+		return fmt.Errorf("http://%s/ answered %s %q", IPPublic, resp.Status, b)
 	}
 	q := new(dns.Msg).SetQuestion("public.test.", dns.TypeA)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, _, err := new(dns.Client).ExchangeContext(ctx, q, net.JoinHostPort(ipDNS, "53"))
+	r, _, err := new(dns.Client).ExchangeContext(ctx, q, net.JoinHostPort(IPDNS, "53"))
 	if err != nil {
-		return fmt.Errorf("DNS at %s: %w", ipDNS, err)
+		return fmt.Errorf("DNS at %s: %w", IPDNS, err)
 	}
-	if a, ok := firstA(r); !ok || a != ipPublic {
-		return fmt.Errorf("DNS at %s: public.test is %v", ipDNS, r.Answer)
+	if a, ok := firstA(r); !ok || a != IPPublic {
+		return fmt.Errorf("DNS at %s: public.test is %v", IPDNS, r.Answer)
 	}
 	return nil
 }
