@@ -60,8 +60,8 @@ func restoreKey(pod *corev1.Pod) string {
 	return key
 }
 
-// reaches says whether key is from or something from builds on, by the
-// manifests on this node (a key not here holds nothing further).
+// reaches says whether key is from itself or data that from builds on
+// (through the manifests on this node; a key not here leads nowhere).
 func (h *restoreHolds) reaches(from, key string) bool {
 	seen := map[string]bool{}
 	todo := []string{from}
