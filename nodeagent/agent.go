@@ -60,7 +60,7 @@ func Setup(mgr ctrl.Manager, n Node) error {
 	l := &layout{store: n.Store, shared: n.SharedStore}
 	c, rec := mgr.GetClient(), mgr.GetEventRecorder(EventSource)
 	if s, ok := n.Store.(interface{ HoldWhile(func(string) bool) }); ok {
-		s.HoldWhile((&restoreHolds{pods: c, layout: l}).held)
+		s.HoldWhile((&restoreHolds{cache: c, layout: l}).held)
 	}
 	// Snapshots of different VMs are taken side by side (the shim
 	// serializes those of one VM).

@@ -13,11 +13,13 @@ import (
 
 // restoreHolds answers the store's "may this key's local copy go?" (the
 // s3 cache's eviction): not while a pod on this node was restored from it
-// or from data that builds on it. A restore's own Open is released once
+// or from data that builds on it — a restore's own Open is released once
 // the VM has mapped its files, but the VM's later snapshots, a rollback
-// and the next restore on this node name those files by path.
+// and the next restore on this node name those files by path — and not
+// while this node's Snapshot or pause package of it waits for its remote
+// status, which reads what it builds on from its manifest.
 type restoreHolds struct {
-	pods   client.Reader // the agent's pod cache: this node's pods only
+	cache  client.Reader // the agent's cache: this node's pods and data only
 	layout *layout
 }
 
@@ -31,9 +33,12 @@ const maxDepChain = 64
 func (h *restoreHolds) held(key string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), holdsTimeout)
 	defer cancel()
-	pods := &corev1.PodList{}
-	if err := h.pods.List(ctx, pods); err != nil {
+	if settling, err := h.settling(ctx, key); err != nil || settling {
 		return true // unknown: keeping a copy costs only disk
+	}
+	pods := &corev1.PodList{}
+	if err := h.cache.List(ctx, pods); err != nil {
+		return true
 	}
 	for i := range pods.Items {
 		if src := restoreKey(&pods.Items[i]); src != "" && h.reaches(src, key) {
@@ -41,6 +46,31 @@ func (h *restoreHolds) held(key string) bool {
 		}
 	}
 	return false
+}
+
+// settling: key is the data of a Snapshot or PausedSandbox of this node
+// whose remote status is not final yet.
+func (h *restoreHolds) settling(ctx context.Context, key string) (bool, error) {
+	snaps, pkgs := &sandlotv1.SnapshotList{}, &sandlotv1.PausedSandboxList{}
+	if err := h.cache.List(ctx, snaps); err != nil {
+		return false, err
+	}
+	if err := h.cache.List(ctx, pkgs); err != nil {
+		return false, err
+	}
+	var objs []dataObject
+	for i := range snaps.Items {
+		objs = append(objs, snapshotObject{&snaps.Items[i]})
+	}
+	for i := range pkgs.Items {
+		objs = append(objs, pausedObject{&pkgs.Items[i]})
+	}
+	for _, o := range objs {
+		if k, err := stageapi.Key(o.Kind(), string(o.GetUID())); err == nil && k == key && !remoteFinal(o.Data().RemoteStatus) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // restoreKey is the store key a live pod's VM was restored from ("" for

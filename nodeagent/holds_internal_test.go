@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -15,8 +16,9 @@ import (
 )
 
 // TestRestoreHolds: the store may evict a key only when no live pod on
-// the node was restored from it or from data that builds on it. A fake
-// pod cache here; test/agent's TestCacheCapKeepsWhatSandboxesNeed runs
+// the node was restored from it or from data that builds on it, and no
+// Snapshot of this node still waits for its remote status. A fake
+// cache here; test/agent's TestCacheCapKeepsWhatSandboxesNeed runs
 // the same hold against a real cluster and MinIO. (Over 60 lines: a
 // table of cases.)
 func TestRestoreHolds(t *testing.T) {
@@ -47,26 +49,31 @@ func TestRestoreHolds(t *testing.T) {
 	if err := corev1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
+	if err := sandlotv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	uploading := &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: "up", Namespace: "default", UID: "other"},
+		Status: sandlotv1.SnapshotStatus{DataStatus: sandlotv1.DataStatus{RemoteStatus: sandlotv1.RemoteInProgress}}}
+	uploaded := uploading.DeepCopy()
+	uploaded.Status.RemoteStatus = sandlotv1.RemoteReady
 	for _, tc := range []struct {
 		name  string
-		pods  []*corev1.Pod
+		objs  []client.Object
 		held  []string
 		freed []string
 	}{
 		{"no pods", nil, nil, []string{"snapshots/base", "snapshots/snap", "disks/d"}},
-		{"restored from snap", []*corev1.Pod{restoredPod(t, "a", "snap", corev1.PodRunning)},
+		{"restored from snap", []client.Object{restoredPod(t, "a", "snap", corev1.PodRunning)},
 			[]string{"snapshots/snap", "snapshots/base", "disks/d"}, []string{"snapshots/other"}},
-		{"restored from base", []*corev1.Pod{restoredPod(t, "a", "base", corev1.PodPending)},
+		{"restored from base", []client.Object{restoredPod(t, "a", "base", corev1.PodPending)},
 			[]string{"snapshots/base", "disks/d"}, []string{"snapshots/snap", "snapshots/other"}},
-		{"its pod finished", []*corev1.Pod{restoredPod(t, "a", "snap", corev1.PodFailed)},
+		{"its pod finished", []client.Object{restoredPod(t, "a", "snap", corev1.PodFailed)},
 			nil, []string{"snapshots/snap", "snapshots/base"}},
+		{"its Snapshot still uploading", []client.Object{uploading}, []string{"snapshots/other"}, []string{"snapshots/base"}},
+		{"its Snapshot remote Ready", []client.Object{uploaded}, nil, []string{"snapshots/other"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := fake.NewClientBuilder().WithScheme(scheme)
-			for _, p := range tc.pods {
-				b = b.WithObjects(p)
-			}
-			h := &restoreHolds{pods: b.Build(), layout: l}
+			h := &restoreHolds{cache: fake.NewClientBuilder().WithScheme(scheme).WithObjects(tc.objs...).Build(), layout: l}
 			for _, k := range tc.held {
 				if !h.held(k) {
 					t.Errorf("%s not held, want held", k)
