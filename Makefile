@@ -113,8 +113,12 @@ bench-vm: vm-assets ## VM layer timings and memory, with the bare-QEMU floor in 
 minio-bins: ## Build the MinIO server (the s3 store's tests run against it) from Go modules into the cache.
 	hack/minio-bins.sh
 
+.PHONY: coredns-bins
+coredns-bins: ## Build CoreDNS (the local clusters' DNS behind kube-dns) from the Go module proxy into the cache.
+	hack/coredns-bins.sh
+
 .PHONY: cluster-bins
-cluster-bins: containerd-bins ## Build etcd and the Kubernetes components (apiserver, controller-manager, scheduler, kubelet, kube-proxy) into the cache.
+cluster-bins: containerd-bins coredns-bins ## Build etcd and the Kubernetes components (apiserver, controller-manager, scheduler, kubelet, kube-proxy) and CoreDNS into the cache.
 	K8S_VERSION=$(K8S_VERSION) hack/k8s-bins.sh kube-controller-manager kube-scheduler kubelet kube-proxy
 
 .PHONY: up

@@ -64,8 +64,12 @@ type Options struct {
 	// s3 store every node shares: a chart cluster's cross-node store.
 	MinIO bool
 	// DNS, when set, are the pods' nameservers (a resolv.conf of its own
-	// for every kubelet) instead of the host's /etc/resolv.conf.
+	// for every kubelet) instead of the host's /etc/resolv.conf; with
+	// ClusterDNS, CoreDNS's upstreams.
 	DNS []string
+	// ClusterDNS runs CoreDNS behind the kube-dns Service (DNSServiceIP),
+	// the pods' nameserver: cluster names resolve (dns.go).
+	ClusterDNS bool
 }
 
 // S3Store is an S3-compatible endpoint the node agents share.
@@ -121,6 +125,7 @@ func Start(t crienv.T, o Options) *Cluster {
 		{"kube-apiserver", c.apiserver},
 		{"service route", c.serviceRoute},
 		{"controller-manager and scheduler", c.controllers},
+		{"cluster dns", c.clusterDNS},
 		{"nodes", c.nodes},
 		// kube-proxy waits for its Node (it reads the node's IPs).
 		{"kube-proxy", c.proxy},

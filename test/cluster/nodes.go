@@ -204,7 +204,7 @@ cgroupRoot: /%[6]s
 failCgroupV1: false
 failSwapOn: false
 clusterDomain: cluster.local
-resolvConf: %[9]s
+%[10]sresolvConf: %[9]s
 podLogsDir: %[7]s
 staticPodPath: ""
 registerNode: true
@@ -215,13 +215,23 @@ volumePluginDir: %[8]s
 oomScoreAdj: 0
 nodeStatusUpdateFrequency: 5s
 `, n.IP, c.PKI.CACert, pki.ServingCert, pki.ServingKey, n.CRI.Address, n.cgroupRoot(c),
-		filepath.Join(n.dir, "kubelet", "pod-logs"), filepath.Join(n.dir, "kubelet", "volume-plugins"), resolv)
+		filepath.Join(n.dir, "kubelet", "pod-logs"), filepath.Join(n.dir, "kubelet", "volume-plugins"), resolv, c.clusterDNSConfig())
 	path := filepath.Join(n.dir, "kubelet.yaml")
 	return path, os.WriteFile(path, []byte(cfg), 0o644)
 }
 
-// resolvConf is the resolv.conf the kubelet gives pods: the host's, or
-// one naming Options.DNS (there is no cluster DNS).
+// clusterDNSConfig is the kubelet's clusterDNS line when the cluster runs
+// its DNS ("" otherwise: pods use resolvConf's nameservers).
+func (c *Cluster) clusterDNSConfig() string {
+	if !c.ClusterDNS {
+		return ""
+	}
+	return "clusterDNS: [" + DNSServiceIP + "]\n"
+}
+
+// resolvConf is the resolv.conf the kubelet gives pods of dnsPolicy
+// Default (all of them without ClusterDNS): the host's, or one naming
+// Options.DNS.
 func (c *Cluster) resolvConf(n *Node) (string, error) {
 	if len(c.DNS) == 0 {
 		return "/etc/resolv.conf", nil

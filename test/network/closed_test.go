@@ -13,13 +13,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/inet"
 	"github.com/sandlot-dev/sandlot/test/poll"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
 // TestClosedByDefault: a sandbox with no rules reaches the public web host
-// and resolves its name, and is refused by everything private that the
+// and resolves its name and the cluster's names, and is refused by everything private that the
 // host itself connects to: another sandbox's web server and envd, the API
 // server (its Service and its address), its node's kubelet and agent,
 // the other node, and the metadata-like address. The node (the test
@@ -43,7 +44,11 @@ func TestClosedByDefault(t *testing.T) {
 	for _, addr := range private {
 		wants = append(wants, refused(addr))
 	}
-	wants = append(wants, refused(inet.IPMeta+":80"), reached(inet.IPPublic), resolves("public.test", inet.IPPublic))
+	svc, _, _ := net.SplitHostPort(kubernetesService(t, k))
+	wants = append(wants, refused(inet.IPMeta+":80"), reached(inet.IPPublic), resolves("public.test", inet.IPPublic),
+		// Through the cluster's DNS (CoreDNS behind kube-dns): by full name
+		// and by the pod's search domains.
+		resolves("kubernetes.default.svc."+cluster.ClusterDomain, svc), resolves("kubernetes.default", svc))
 	expect(t, k, a, wants...)
 	if code := envdHealth(t, a); code != http.StatusNoContent {
 		t.Fatalf("the host's GET /health of %s's envd: %d, want 204", a.Name, code)

@@ -31,6 +31,7 @@ func TestMain(m *testing.M) {
 		tnet = inet.Start(t)
 		// The policy route to the test internet matches the pods' sources.
 		o.Prefix = inet.PodPrefix
-		o.DNS = []string{inet.IPDNS}
+		o.DNS = []string{inet.IPDNS} // CoreDNS's upstream
+		o.ClusterDNS = true
 	})
 }
