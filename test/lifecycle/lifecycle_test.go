@@ -62,6 +62,12 @@ func TestTemplateRestores(t *testing.T) {
 	tpl := probedTemplate(t, k, "lc", interpreterProbe, sbxtest.DefaultImage(t))
 	cond := waitBase(t, k, tpl, metav1.ConditionTrue, "", 5*time.Minute)
 	t.Logf("%s: %s", tpl.Name, cond.Message)
+	// Its base on both nodes first: ten restores placed on the one node
+	// ready while the other still cold-boots its base (TCG, two cores)
+	// outlast the kubelet's runtime request timeout.
+	if err := sbxtest.WaitBases(context.Background(), k, client.ObjectKeyFromObject(tpl), 2, 5*time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	names := make([]string, 10)
 	for i := range names {
 		names[i] = fmt.Sprintf("lc-%d", i)
