@@ -170,7 +170,10 @@ func TestPoolVMRefusesBeforeClaim(t *testing.T) {
 			}
 		}
 	}
-	sbx := sbxtest.Create(t, k, tpl.Name, "iso-claimed")["iso-claimed"]
+	sbxtest.Create(t, k, tpl.Name, "iso-claimed")
+	// Running shows with the claim; the token is in once the agent
+	// activated it.
+	sbx := sbxtest.WaitVMReady(t, k, "iso-claimed")
 	if got := strings.TrimSpace(sbxtest.EnvdRun(t, k, sbx, "echo mine")); got != "mine" {
 		t.Fatalf("claimed sandbox with its token: %q", got)
 	}

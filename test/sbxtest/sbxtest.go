@@ -18,6 +18,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -127,6 +128,24 @@ func WaitRunning(t *testing.T, k client.Client, name string) *sandlotv1.Sandbox 
 		}
 		if s.Status.Phase != sandlotv1.SandboxRunning || s.Status.PodIP == "" {
 			return fmt.Errorf("phase %s (%s)", s.Status.Phase, s.Status.Message)
+		}
+		return nil
+	})
+	return &s
+}
+
+// WaitVMReady waits until the node agent reports the sandbox's VM usable
+// (VMReady True): for a claimed warm pool pod, Running comes with the
+// claim, its identity and token only with VMReady.
+func WaitVMReady(t *testing.T, k client.Client, name string) *sandlotv1.Sandbox {
+	t.Helper()
+	var s sandlotv1.Sandbox
+	poll.Eventually(t, time.Minute, "sandbox "+name+" VMReady", func() error {
+		if err := k.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &s); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(s.Status.Conditions, sandlotv1.ConditionVMReady) {
+			return fmt.Errorf("conditions %+v", s.Status.Conditions)
 		}
 		return nil
 	})
