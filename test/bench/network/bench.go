@@ -62,7 +62,6 @@ type probeArgs struct{ conns, runs, mib int }
 
 type bench struct {
 	t     crienv.T
-	c     *cluster.Cluster
 	k     client.WithWatch
 	table *stats.Table
 	args  probeArgs
@@ -70,7 +69,7 @@ type bench struct {
 
 func newBench(t crienv.T, table *stats.Table, args probeArgs) *bench {
 	inet.Start(t)
-	c, k := sbxbench.StartCluster(t, 1, func(_ string, o *cluster.Options) {
+	_, k := sbxbench.StartCluster(t, 1, func(_ string, o *cluster.Options) {
 		o.Prefix = inet.PodPrefix // the test internet's policy route matches the pods
 		o.DNS = []string{inet.IPDNS}
 	})
@@ -86,7 +85,7 @@ func newBench(t crienv.T, table *stats.Table, args probeArgs) *bench {
 	if err := sbxtest.WaitBases(context.Background(), k, client.ObjectKeyFromObject(tpl), 1, 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	return &bench{t: t, c: c, k: k, table: table, args: args}
+	return &bench{t: t, k: k, table: table, args: args}
 }
 
 // start creates the row's sandbox and waits until its rules are
