@@ -1,7 +1,6 @@
 package isolation
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -55,18 +54,11 @@ func qemuOf(t *testing.T, podUID string) qemu {
 
 // findQEMU looks for the QEMU of the pod with that UID in /proc.
 func findQEMU(podUID string) (qemu, bool) {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if bytes.Contains(args, []byte("\x00-name\x00pod-"+podUID+"\x00")) {
-			return parseQEMU(pid, strings.Split(string(args), "\x00")), true
-		}
+	pid, args, ok := sbxtest.FindQEMU(podUID)
+	if !ok {
+		return qemu{}, false
 	}
-	return qemu{}, false
+	return parseQEMU(pid, args), true
 }
 
 // parseQEMU collects the host paths a QEMU command line names (read-only

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
-	"os"
-	"strconv"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -16,6 +13,7 @@ import (
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/shim/podnet"
+	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
 // The shim's pod table (shim/podnet): its two base chains, each hooked to
@@ -36,9 +34,9 @@ func (b *bench) bareForward(ctx context.Context, s *sandlotv1.Sandbox) error {
 	if err := b.k.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: s.Status.PodName}, &pod); err != nil {
 		return err
 	}
-	pid, err := qemuPID(string(pod.UID))
-	if err != nil {
-		return err
+	pid, _, ok := sbxtest.FindQEMU(string(pod.UID))
+	if !ok {
+		return fmt.Errorf("no QEMU of pod %s", pod.UID)
 	}
 	return podnet.Run(fmt.Sprintf("/proc/%d/ns/net", pid), func() error {
 		conn, err := nftables.New()
@@ -73,25 +71,6 @@ func dupTo(ifindex int) []expr.Any {
 		&expr.Dup{RegDev: dupDevReg1, IsRegDevSet: true},
 		&expr.Verdict{Kind: expr.VerdictDrop},
 	}
-}
-
-// qemuPID finds the pod's QEMU (its -name is pod-<podUID>) in /proc.
-func qemuPID(podUID string) (int, error) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if bytes.Contains(args, []byte("\x00-name\x00pod-"+podUID+"\x00")) {
-			return pid, nil
-		}
-	}
-	return 0, fmt.Errorf("no QEMU of pod %s", podUID)
 }
 
 // podDevices are the pod's interface (the CNI's eth0) and the VM's tap,
