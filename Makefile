@@ -53,10 +53,10 @@ vm-assets: ## Build the guest kernel, initramfs and base disks into the cache (r
 	hack/vm-assets.sh
 
 .PHONY: test
-test: deps envtest-assets vm-assets cluster-bins minio-bins ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), store (real MinIO), shim (real containerd + CNI + QEMU), e2e and agent (real two-node clusters).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/release$$\|/test/vm$$\|/test/shim$$\|/test/e2e$$\|/test/agent$$\|/test/lifecycle$$\|/test/e2b$$\|/test/isolation$$\|/test/network$$')
+test: deps envtest-assets vm-assets cluster-bins minio-bins juicefs-bins ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), store (real MinIO, a live JuiceFS), shim (real containerd + CNI + QEMU), e2e and agent (real two-node clusters, s3 and juicefs).
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/release$$\|/test/vm$$\|/test/shim$$\|/test/e2e$$\|/test/agent$$\|/test/jfsagent$$\|/test/lifecycle$$\|/test/e2b$$\|/test/isolation$$\|/test/network$$')
 	@# The VM, shim and cluster tests run QEMU guests under TCG on both cores: alone, one package at a time, after the rest.
-	go test -count=1 -p 1 -timeout 60m ./test/vm/ ./test/shim/ ./test/e2e/ ./test/agent/ ./test/lifecycle/ ./test/e2b/ ./test/isolation/ ./test/network/
+	go test -count=1 -p 1 -timeout 60m ./test/vm/ ./test/shim/ ./test/e2e/ ./test/agent/ ./test/jfsagent/ ./test/lifecycle/ ./test/e2b/ ./test/isolation/ ./test/network/
 
 .PHONY: image
 image: build vm-assets ## Build the sandlot images (controller, API, agent) as OCI archives in bin/images/, without Docker.
@@ -113,6 +113,10 @@ bench-vm: vm-assets ## VM layer timings and memory, with the bare-QEMU floor in 
 minio-bins: ## Build the MinIO server (the s3 store's tests run against it) from Go modules into the cache.
 	hack/minio-bins.sh
 
+.PHONY: juicefs-bins
+juicefs-bins: ## Build the JuiceFS client v1.2.5 (the juicefs store's live volume in the tests) from the upstream sources in ../shared/thirdparty (SANDLOT_THIRDPARTY) into the cache.
+	hack/juicefs-bins.sh
+
 .PHONY: coredns-bins
 coredns-bins: ## Build CoreDNS (the local clusters' DNS behind kube-dns) from the Go module proxy into the cache.
 	hack/coredns-bins.sh
@@ -131,8 +135,12 @@ test-e2e: build cluster-bins vm-assets ## End to end on a real two-node cluster 
 	go test -count=1 -v -timeout 30m ./test/e2e/
 
 .PHONY: test-agent
-test-agent: cluster-bins vm-assets minio-bins ## The node agent and the s3 store on a real two-node cluster with MinIO: snapshots, remote status, pause/resume across nodes, faults.
+test-agent: cluster-bins vm-assets minio-bins juicefs-bins ## The node agent and its store on a real two-node cluster: s3 on MinIO (default), or STORE=juicefs on a live JuiceFS (Redis + MinIO, a client per node): snapshots, remote status, pause/resume across nodes, faults.
+ifeq ($(STORE),juicefs)
+	go test -count=1 -v -timeout 30m ./nodeagent/... ./test/juicefs/ ./test/jfsagent/
+else
 	go test -count=1 -v -timeout 30m ./nodeagent/... ./test/minio/ ./test/agent/
+endif
 
 .PHONY: test-lifecycle
 test-lifecycle: cluster-bins vm-assets ## Templates that build their base snapshot and sandboxes that restore it, warm pools, fork, rollback, timeouts, template failures, on a real two-node cluster.

@@ -24,6 +24,8 @@ PACKAGES=(
 	runc:runc containernetworking-plugins:/usr/lib/cni/bridge
 	# the guest agent's tests: Debian's python3 with matplotlib (figures)
 	python3:/usr/bin/python3 python3-matplotlib:/usr/lib/python3/dist-packages/matplotlib
+	# the juicefs store's live volume: Redis as JuiceFS's metadata engine
+	redis-server:redis-server
 )
 
 missing=()

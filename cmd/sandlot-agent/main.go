@@ -77,8 +77,10 @@ func (f *storeFlags) bind(fs *flag.FlagSet) {
 	fs.Int64Var(&f.s3.CacheMaxBytes, "s3-cache-max-bytes", 0, "s3: cap on this node's copies of data complete in the bucket (downloads, and its own once uploaded); the least recently used unopened ones are evicted and downloaded again when needed (0: --s3-cache-max-disk-percent)")
 	fs.IntVar(&f.s3.CacheMaxDiskPercent, "s3-cache-max-disk-percent", 50, "s3: with --s3-cache-max-bytes=0, the cap as a percentage of --store-dir's filesystem (0: unbounded)")
 	fs.StringVar(&f.juicefs.MountDir, "juicefs-dir", "", "juicefs: the JuiceFS CSI mount shared by the nodes (a glob matching one directory, such as the kubelet's mount of the agent pod's PVC, is resolved at start)")
-	fs.StringVar(&f.juicefs.MetricsURL, "juicefs-metrics-url", "", "juicefs: the client's metrics endpoint (juicefs_staging_blocks)")
-	fs.StringVar(&f.juicefs.StagingDir, "juicefs-staging-dir", "", "juicefs: the client's <cache-dir>/<UUID>/rawstaging")
+	fs.StringVar(&f.juicefs.MetricsURL, "juicefs-metrics-url", "", "juicefs (optional): the client's metrics endpoint; a snapshot whose blocks stay staged says how many object requests failed")
+	fs.StringVar(&f.juicefs.StagingDir, "juicefs-staging-dir", "", "juicefs (required): the client's <cache-dir>/<UUID>/rawstaging: a snapshot is remote Ready once none of its blocks is left there")
+	fs.BoolVar(&f.juicefs.VerifyContent, "juicefs-verify-content", false, "juicefs: hash every file of a snapshot on a node's first restore from it, besides checking its signed object layout (defends against a writer of the bucket itself when the volume is not encrypted; reads the whole snapshot up front)")
+	fs.DurationVar(&f.juicefs.UploadDeadline, "juicefs-upload-deadline", time.Hour, "juicefs: a snapshot whose blocks are still staged by then is remote Failed (the client keeps them and retries)")
 	fs.StringVar(&f.keyFile, "manifest-key-file", "", "s3, juicefs (required): the cluster's key (a file from a Secret, the same on every node) that signs what this node puts in the shared store and verifies what it restores from it")
 	fs.StringVar(&f.previousKeyFile, "manifest-previous-key-file", "", "s3, juicefs: a key also accepted when verifying, never used to sign (a rotation; a missing file is none)")
 }
@@ -126,8 +128,11 @@ func (f *storeFlags) open(ctx context.Context, node string) (st store.Store, sha
 			return nil, false, err
 		}
 		f.juicefs.Node, f.juicefs.Logf = node, logf("juicefs")
-		st, err = store.NewJuiceFS(f.juicefs)
-		return st, true, err
+		j, err := store.NewJuiceFS(f.juicefs)
+		if err != nil {
+			return nil, false, err
+		}
+		return j, true, j.Resume(ctx)
 	}
 	return nil, false, fmt.Errorf("--store %q: want local, s3 or juicefs", f.kind)
 }

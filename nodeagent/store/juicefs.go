@@ -22,24 +22,28 @@ import (
 // the upload to object storage happens later
 // (https://juicefs.com/docs/community/cache/#client-write-cache). Another
 // node sees the files at once (metadata is synchronous) but cannot read
-// blocks still staged on the writer, so a key is Ready only once the
-// writer's client staged nothing more after Commit.
+// blocks still staged on the writer, so a key is Ready only once none of
+// the objects holding its files' data is still in the writer's staging
+// area (the objects from the client's control file, as `juicefs info`
+// lists them; the staging area is one file per block, named like its
+// object).
 type JuiceFSConfig struct {
 	// MountDir is the JuiceFS CSI mount, the same volume on every node.
 	MountDir string
-	// MetricsURL is the client's Prometheus endpoint, whose gauge
-	// juicefs_staging_blocks counts the blocks not uploaded yet
-	// (https://juicefs.com/docs/community/p8s_metrics/); the client serves
-	// it on http://127.0.0.1:9567/metrics by default.
-	MetricsURL string
 	// StagingDir is the client's staging directory,
 	// <cache-dir>/<UUID>/rawstaging/ (one file per staged block,
 	// https://juicefs.com/docs/community/cache/#client-write-cache).
-	// At least one of MetricsURL and StagingDir is required; with both, a
-	// key is Ready only when both say nothing is staged.
 	StagingDir string
+	// MetricsURL, optional, is the client's Prometheus endpoint
+	// (https://juicefs.com/docs/community/p8s_metrics/): a key whose
+	// blocks stay staged says how many object requests failed.
+	MetricsURL string
+	// UploadDeadline bounds the wait for a key's blocks to leave staging,
+	// from its Commit: then it is Failed (the client keeps its blocks and
+	// keeps trying; a new Commit waits again). Default 1 h.
+	UploadDeadline time.Duration
 	// Node names this node: a key is Ready when the client of the node
-	// that committed it has drained (default hostname).
+	// that committed it has uploaded its blocks (default hostname).
 	Node string
 	// PollInterval is how often staging is checked while keys wait
 	// (default 1 s).
@@ -50,6 +54,15 @@ type JuiceFSConfig struct {
 	// those Open hands out (juicefs_sign.go). Required: without them a
 	// writer of the volume picks what this node restores.
 	Keys *Keys
+	// Objects lists the objects holding a file's data; default: the
+	// client's control file (JuiceFSObjects).
+	Objects func(ctx context.Context, path string) ([]JuiceFSObject, error)
+	// VerifyContent makes Open hash every file against its signed sha256
+	// on each node's first Open, as well as check its objects: the
+	// defence against a writer of the bucket itself (who can change an
+	// object's bytes) when the volume is not encrypted. Off: only the
+	// signed object layout is checked (no data read up front).
+	VerifyContent bool
 }
 
 // jfsMeta is the store's directory on the mount. Its markers are empty
@@ -65,11 +78,10 @@ type JuiceFS struct {
 	locks keyLocks
 	pins  pins
 
-	mu         sync.Mutex
-	pending    map[string]bool   // committed here, not Ready yet
-	verified   map[string]string // key → fingerprint of the files last hashed
-	lastStaged int64             // at the last check; -1 before the first
-	lastErr    error
+	mu       sync.Mutex
+	pending  map[string]*jfsPending // committed here, not Ready yet
+	failed   map[string]string      // key → why it failed (this node's)
+	verified map[string]string      // key → fingerprint of the files last hashed
 
 	kick   chan struct{}
 	ctx    context.Context
@@ -85,13 +97,17 @@ func NewJuiceFS(cfg JuiceFSConfig) (*JuiceFS, error) {
 	if !filepath.IsAbs(cfg.MountDir) {
 		return nil, fmt.Errorf("store: juicefs: MountDir %q is not absolute", cfg.MountDir)
 	}
-	if cfg.MetricsURL == "" && cfg.StagingDir == "" {
-		return nil, errors.New("store: juicefs: MetricsURL or StagingDir is required to tell when data has left this node")
+	if !filepath.IsAbs(cfg.StagingDir) {
+		return nil, fmt.Errorf("store: juicefs: StagingDir %q is not absolute: the client's <cache-dir>/<UUID>/rawstaging tells when data has left this node", cfg.StagingDir)
 	}
 	if cfg.Keys == nil {
 		return nil, errors.New("store: juicefs: Keys are required: the nodes sign what they commit and verify what they restore")
 	}
 	setDefault(&cfg.PollInterval, time.Second)
+	setDefault(&cfg.UploadDeadline, time.Hour)
+	if cfg.Objects == nil {
+		cfg.Objects = JuiceFSObjects
+	}
 	if cfg.Node == "" {
 		cfg.Node, _ = os.Hostname()
 	}
@@ -99,8 +115,8 @@ func NewJuiceFS(cfg JuiceFSConfig) (*JuiceFS, error) {
 		cfg.Logf = func(string, ...any) {}
 	}
 	j := &JuiceFS{cfg: cfg, meta: filepath.Join(filepath.Clean(cfg.MountDir), jfsMeta), http: &http.Client{Timeout: 5 * time.Second},
-		pending: map[string]bool{}, verified: map[string]string{}, lastStaged: -1, kick: make(chan struct{}, 1)}
-	for _, d := range []string{"commit", "ready", jfsSigned} {
+		pending: map[string]*jfsPending{}, failed: map[string]string{}, verified: map[string]string{}, kick: make(chan struct{}, 1)}
+	for _, d := range []string{"commit", "ready", "failed", jfsSigned} {
 		if err := os.MkdirAll(filepath.Join(j.meta, d), 0o700); err != nil {
 			return nil, fmt.Errorf("store: juicefs: %w", err)
 		}
@@ -125,6 +141,10 @@ func (j *JuiceFS) commitDir(key string) string {
 	return filepath.Join(j.meta, "commit", escapeKey(key))
 }
 func (j *JuiceFS) readyPath(key string) string { return filepath.Join(j.meta, "ready", escapeKey(key)) }
+func (j *JuiceFS) failedPath(key string) string {
+	return filepath.Join(j.meta, "failed", escapeKey(key))
+}
+func (j *JuiceFS) ownCommit(key string) string { return filepath.Join(j.commitDir(key), j.cfg.Node) }
 
 // Commit implements Store: it signs key's files (hashing them: the write
 // path, not a restore's), marks key committed by this node and queues it
@@ -145,10 +165,14 @@ func (j *JuiceFS) Commit(ctx context.Context, key string) (Info, error) {
 	if err := j.sign(key, rec.Files); err != nil {
 		return Info{}, fmt.Errorf("store: commit %s: sign: %w", key, err)
 	}
-	if err := touch(filepath.Join(j.commitDir(key), j.cfg.Node)); err != nil {
+	// A new run: the deadline counts from now, a failure is forgotten.
+	if err := touchNow(j.ownCommit(key)); err != nil {
 		return Info{}, fmt.Errorf("store: commit %s: %w", key, err)
 	}
-	j.watch(key)
+	if err := removeAll(j.failedPath(key)); err != nil {
+		return Info{}, fmt.Errorf("store: commit %s: %w", key, err)
+	}
+	j.watch(key, time.Now())
 	return Info{Key: key, Bytes: rec.Bytes, Remote: api.RemoteInProgress}, nil
 }
 
@@ -167,9 +191,19 @@ func touch(p string) error {
 	return syncDir(filepath.Dir(p))
 }
 
-func (j *JuiceFS) watch(key string) {
+// touchNow creates an empty file durably, or sets its times to now.
+func touchNow(p string) error {
+	if err := touch(p); err != nil {
+		return err
+	}
+	now := time.Now()
+	return os.Chtimes(p, now, now)
+}
+
+func (j *JuiceFS) watch(key string, since time.Time) {
 	j.mu.Lock()
-	j.pending[key] = true
+	j.pending[key] = &jfsPending{since: since, blocks: -1}
+	delete(j.failed, key)
 	j.mu.Unlock()
 	select {
 	case j.kick <- struct{}{}:
@@ -202,10 +236,11 @@ func (j *JuiceFS) Resume(ctx context.Context) error {
 		if err != nil || checkKey(key) != nil {
 			continue
 		}
-		own, _ := exists(filepath.Join(j.commitDir(key), j.cfg.Node))
+		fi, err := os.Stat(j.ownCommit(key))
 		ready, _ := exists(j.readyPath(key))
-		if own && !ready {
-			j.watch(key)
+		failed, _ := exists(j.failedPath(key))
+		if err == nil && !ready && !failed {
+			j.watch(key, fi.ModTime()) // the deadline counts from the Commit
 		}
 	}
 	return nil
@@ -225,61 +260,6 @@ func (j *JuiceFS) poll() {
 		}
 		j.check()
 	}
-}
-
-// check marks the waiting keys Ready when nothing is staged. Only keys
-// that were waiting before the check began qualify: their blocks were
-// staged (fsynced) before Commit, so an empty staging area seen after it
-// means they were uploaded.
-func (j *JuiceFS) check() {
-	j.mu.Lock()
-	var keys []string
-	for k := range j.pending {
-		keys = append(keys, k)
-	}
-	j.mu.Unlock()
-	if len(keys) == 0 {
-		return
-	}
-	n, err := j.staged(j.ctx)
-	if j.ctx.Err() != nil {
-		return // closing
-	}
-	j.mu.Lock()
-	repeated := err != nil && j.lastErr != nil && err.Error() == j.lastErr.Error()
-	j.lastStaged, j.lastErr = n, err
-	j.mu.Unlock()
-	if err != nil {
-		if !repeated { // once per distinct error, not every poll
-			j.cfg.Logf("store: juicefs: reading staging: %v", err)
-		}
-		return
-	}
-	if n > 0 {
-		return
-	}
-	for _, k := range keys {
-		j.markReady(k)
-	}
-}
-
-func (j *JuiceFS) markReady(key string) {
-	unlock := j.locks.lock(key)
-	defer unlock()
-	j.mu.Lock()
-	waiting := j.pending[key]
-	j.mu.Unlock()
-	if !waiting { // deleted meanwhile
-		return
-	}
-	if err := touch(j.readyPath(key)); err != nil {
-		j.cfg.Logf("store: juicefs: marking %s ready: %v", key, err)
-		return
-	}
-	j.mu.Lock()
-	delete(j.pending, key)
-	j.mu.Unlock()
-	j.cfg.Logf("store: juicefs: %s ready", key)
 }
 
 // Open implements Store: the data is read in place on the mount, once
@@ -341,24 +321,40 @@ func (j *JuiceFS) status(key string) (jfsStatus, error) {
 		st.Remote, st.ReadyTime = api.RemoteReady, fi.ModTime().UTC()
 		return st, nil
 	}
+	if ok, _ := exists(j.failedPath(key)); ok {
+		st.Remote, st.Message = api.RemoteFailed, j.failMessage(key, nodes)
+		return st, nil
+	}
 	st.Remote = api.RemoteInProgress
-	st.Message = j.waitMessage(nodes, st.own)
+	st.Message = j.waitMessage(key, nodes, st.own)
 	return st, nil
 }
 
-func (j *JuiceFS) waitMessage(nodes []string, own bool) string {
+func (j *JuiceFS) waitMessage(key string, nodes []string, own bool) string {
 	if !own {
 		return fmt.Sprintf("waiting for the JuiceFS client of node %v to upload its staged blocks", nodes)
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.lastErr != nil {
-		return fmt.Sprintf("waiting for this node's JuiceFS client to upload its staged blocks (cannot read staging: %v)", j.lastErr)
-	}
-	if j.lastStaged < 0 {
+	p := j.pending[key]
+	switch {
+	case p == nil:
+		return "waiting for this node's JuiceFS client to upload its staged blocks (not watched: the agent restarts)"
+	case p.err != nil:
+		return fmt.Sprintf("waiting for this node's JuiceFS client to upload its staged blocks (cannot tell which are staged: %v)", p.err)
+	case p.blocks < 0:
 		return "waiting for this node's JuiceFS client to upload its staged blocks (not checked yet)"
 	}
-	return fmt.Sprintf("waiting for this node's JuiceFS client to upload its staged blocks (%d staged at the last check)", j.lastStaged)
+	return fmt.Sprintf("%d blocks (%d bytes) of its files still in this node's JuiceFS writeback staging", p.blocks, p.bytes)
+}
+
+func (j *JuiceFS) failMessage(key string, nodes []string) string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if m := j.failed[key]; m != "" {
+		return m
+	}
+	return fmt.Sprintf("the JuiceFS client of node %v did not upload its staged blocks within %s", nodes, j.cfg.UploadDeadline)
 }
 
 func contains(s []string, v string) bool {
@@ -391,10 +387,11 @@ func (j *JuiceFS) Delete(ctx context.Context, key string) error {
 	}
 	j.mu.Lock()
 	delete(j.pending, key)
+	delete(j.failed, key)
 	j.mu.Unlock()
 	j.forget(key)
 	found := false
-	for _, p := range []string{j.readyPath(key), j.commitDir(key), j.signedPath(key), j.Dir(key)} {
+	for _, p := range []string{j.readyPath(key), j.failedPath(key), j.commitDir(key), j.signedPath(key), j.Dir(key)} {
 		ok, err := exists(p)
 		if err == nil && ok {
 			found = true
@@ -428,7 +425,7 @@ func (j *JuiceFS) Usage(ctx context.Context) (Usage, error) {
 			u.RemoteBytes += sumSizes(files)
 		}
 	}
-	u.LocalBytes, err = j.stagedBytes(ctx)
+	u.LocalBytes, err = j.stagedBytes()
 	if err != nil {
 		return u, fmt.Errorf("store: usage: %w", err)
 	}

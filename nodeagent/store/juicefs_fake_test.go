@@ -1,6 +1,9 @@
 package store_test
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"net/http"
@@ -8,24 +11,24 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/sandlot-dev/sandlot/test/poll"
+	"github.com/sandlot-dev/sandlot/nodeagent/store"
 )
 
-// fakeJFS stands in for one node's JuiceFS client (JuiceFS cannot be
-// installed here). It follows the documented formats only:
+// fakeJFS stands in for one node's JuiceFS client in the fast unit tests;
+// test/juicefs runs the same store on a live JuiceFS. It follows the
+// client's formats:
 //   - staging: <cache-dir>/<UUID>/rawstaging/chunks/<id/1e6>/<id/1e3>/<id>_<block>_<size>,
-//     one file per block written with --writeback and not uploaded yet
-//     (https://juicefs.com/docs/community/cache/#client-write-cache);
-//   - metrics: the Prometheus text format with the gauge
-//     juicefs_staging_blocks{mp=...,vol_name=...}
-//     (https://juicefs.com/docs/community/p8s_metrics/).
+//     one file per block written with --writeback and not uploaded yet;
+//   - objects of a file: "<volume>/chunks/..." as `juicefs info` lists them
+//     (and one named after its content: a write changes the list);
+//   - metrics: juicefs_object_request_errors{mp=...,vol_name=...}.
 //
 // stage puts a dir's files in staging (what fsync does with --writeback)
-// and "uploads" (removes) them after delay.
+// and "uploads" (removes) them after delay; a negative delay keeps them
+// until drain.
 type fakeJFS struct {
 	staging string
 	url     string
@@ -33,9 +36,8 @@ type fakeJFS struct {
 
 	mu      sync.Mutex
 	next    int
-	missing bool // serve metrics without the staging gauge
+	objects map[string][]string // file → its object keys
 	uploads sync.WaitGroup
-	scrapes atomic.Int64 // metrics requests served
 }
 
 const blockSize = 4 << 20 // JuiceFS's default block size
@@ -45,45 +47,41 @@ func newFakeJFS(t *testing.T, delay time.Duration) *fakeJFS {
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeJFS{staging: filepath.Join(cacheDir, "rawstaging"), delay: delay, next: 1000}
-	srv := httptest.NewServer(http.HandlerFunc(f.metrics))
+	f := &fakeJFS{staging: filepath.Join(cacheDir, "rawstaging"), delay: delay, next: 1000, objects: map[string][]string{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "# TYPE juicefs_object_request_errors counter")
+		fmt.Fprintln(w, `juicefs_object_request_errors{mp="/var/lib/juicefs/volume/pvc-1",vol_name="sandlot"} 3`)
+	}))
 	f.url = srv.URL + "/metrics"
 	t.Cleanup(func() { srv.Close(); f.uploads.Wait() })
 	return f
 }
 
-func (f *fakeJFS) metrics(w http.ResponseWriter, _ *http.Request) {
-	defer f.scrapes.Add(1)
-	n, bytes := f.count()
-	f.mu.Lock()
-	missing := f.missing
-	f.mu.Unlock()
-	fmt.Fprintln(w, "# HELP juicefs_blockcache_blocks number of cached blocks")
-	fmt.Fprintln(w, "# TYPE juicefs_blockcache_blocks gauge")
-	fmt.Fprintln(w, `juicefs_blockcache_blocks{mp="/var/lib/juicefs/volume/pvc-1",vol_name="sandlot"} 12`)
-	if !missing {
-		fmt.Fprintln(w, "# HELP juicefs_staging_blocks Number of blocks in the staging path.")
-		fmt.Fprintln(w, "# TYPE juicefs_staging_blocks gauge")
-		fmt.Fprintf(w, "juicefs_staging_blocks{mp=\"/var/lib/juicefs/volume/pvc-1\",vol_name=\"sandlot\"} %d\n", n)
-		fmt.Fprintln(w, "# HELP juicefs_staging_block_bytes Total bytes of blocks in the staging path.")
-		fmt.Fprintln(w, "# TYPE juicefs_staging_block_bytes gauge")
-		fmt.Fprintf(w, "juicefs_staging_block_bytes{mp=\"/var/lib/juicefs/volume/pvc-1\",vol_name=\"sandlot\"} %d\n", bytes)
+// config is a node's store configuration with this fake as its client.
+func (f *fakeJFS) config(t *testing.T, mount, node string) store.JuiceFSConfig {
+	return store.JuiceFSConfig{MountDir: mount, StagingDir: f.staging, MetricsURL: f.url, Node: node,
+		PollInterval: 10 * time.Millisecond, Logf: t.Logf, Keys: testKeys(t), Objects: f.listObjects}
+}
+
+// listObjects lists path's staged blocks, then a stand-in object named
+// after the file's content: as with JuiceFS, whose writes always make new
+// objects, a changed file has a changed layout.
+func (f *fakeJFS) listObjects(_ context.Context, path string) ([]store.JuiceFSObject, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var objs []store.JuiceFSObject
+	for _, k := range f.objects[path] {
+		objs = append(objs, store.JuiceFSObject{Key: k})
+	}
+	sum := sha256.Sum256(data)
+	return append(objs, store.JuiceFSObject{Key: "sandlot/content/" + hex.EncodeToString(sum[:8]), Len: uint32(len(data))}), nil
 }
 
-func (f *fakeJFS) count() (n, bytes int64) {
-	filepath.WalkDir(f.staging, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				n, bytes = n+1, bytes+fi.Size()
-			}
-		}
-		return nil
-	})
-	return n, bytes
-}
-
-// stage stages one block file per 4 MiB of each file under dir.
+// stage stages one block per 4 MiB of each file under dir.
 func (f *fakeJFS) stage(t *testing.T, dir string) {
 	var blocks []string
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -95,7 +93,7 @@ func (f *fakeJFS) stage(t *testing.T, dir string) {
 			return err
 		}
 		for off := int64(0); off == 0 || off < fi.Size(); off += blockSize {
-			blocks = append(blocks, f.block(min(blockSize, fi.Size()-off)))
+			blocks = append(blocks, f.block(p, min(blockSize, fi.Size()-off)))
 		}
 		return nil
 	})
@@ -107,12 +105,15 @@ func (f *fakeJFS) stage(t *testing.T, dir string) {
 	}
 }
 
-func (f *fakeJFS) block(size int64) string {
+// block names a new block of file and returns its staging path.
+func (f *fakeJFS) block(file string, size int64) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.next++
 	id := f.next
-	return filepath.Join(f.staging, "chunks", fmt.Sprint(id/1e6), fmt.Sprint(id/1e3), fmt.Sprintf("%d_0_%d", id, size))
+	name := filepath.Join("chunks", fmt.Sprint(id/1e6), fmt.Sprint(id/1e3), fmt.Sprintf("%d_0_%d", id, size))
+	f.objects[file] = append(f.objects[file], "sandlot/"+filepath.ToSlash(name))
+	return filepath.Join(f.staging, name)
 }
 
 // stageBlocks creates small stand-ins for the blocks and removes them
@@ -144,17 +145,4 @@ func (f *fakeJFS) drain(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(f.staging, "chunks")); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// waitChecks waits until the store has read the metrics n more times
-// (a check of staging per read): the check before the last has ended.
-func (f *fakeJFS) waitChecks(t *testing.T, n int64) {
-	t.Helper()
-	want := f.scrapes.Load() + n
-	poll.Eventually(t, 10*time.Second, fmt.Sprintf("%d more metrics reads", n), func() error {
-		if got := f.scrapes.Load(); got < want {
-			return fmt.Errorf("%d of %d", got, want)
-		}
-		return nil
-	})
 }

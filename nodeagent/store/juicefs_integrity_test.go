@@ -34,8 +34,8 @@ func TestJuiceFSIntegrity(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			mount := t.TempDir()
-			a, _ := jfsNode(t, mount, "node-a", true, false)
-			b, _ := jfsNode(t, mount, "node-b", true, false)
+			a, _ := jfsNode(t, mount, "node-a")
+			b, _ := jfsNode(t, mount, "node-b")
 			key := "snapshots/jfs"
 			want := storetest.Write(t, storetest.Pair{}, a, key, 4<<20)
 			if _, err := a.Commit(ctx, key); err != nil {

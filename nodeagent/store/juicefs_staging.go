@@ -14,50 +14,18 @@ import (
 	"strings"
 )
 
-// The JuiceFS client's staging gauges
-// (https://juicefs.com/docs/community/p8s_metrics/): blocks written to
-// the local staging area (--writeback) and not uploaded yet, and their
-// bytes.
-const (
-	metricStagingBlocks = "juicefs_staging_blocks"
-	metricStagingBytes  = "juicefs_staging_block_bytes"
-)
-
-// staged is the number of blocks this node's client has not uploaded:
-// the larger of what the metrics and the staging directory say.
-func (j *JuiceFS) staged(ctx context.Context) (int64, error) {
-	var n int64
-	if j.cfg.MetricsURL != "" {
-		v, err := j.scrape(ctx, metricStagingBlocks)
-		if err != nil {
-			return 0, err
-		}
-		n = max(n, int64(v))
-	}
-	if j.cfg.StagingDir != "" {
-		c, _, err := stagingFiles(j.cfg.StagingDir)
-		if err != nil {
-			return 0, err
-		}
-		n = max(n, c)
-	}
-	return n, nil
-}
+// The JuiceFS client's count of failed object requests
+// (https://juicefs.com/docs/community/p8s_metrics/).
+const metricObjectErrors = "juicefs_object_request_errors"
 
 // stagedBytes is the disk this node's staged blocks take.
-func (j *JuiceFS) stagedBytes(ctx context.Context) (int64, error) {
-	if j.cfg.StagingDir != "" {
-		_, b, err := stagingFiles(j.cfg.StagingDir)
-		return b, err
-	}
-	v, err := j.scrape(ctx, metricStagingBytes)
-	return int64(v), err
+func (j *JuiceFS) stagedBytes() (int64, error) {
+	_, b, err := stagingFiles(j.cfg.StagingDir)
+	return b, err
 }
 
 // scrape sums every sample of metric at MetricsURL (one per mount the
-// endpoint serves, labelled vol_name and mp). A missing metric is an
-// error, never "nothing staged": an older client, or an endpoint that is
-// not JuiceFS, must not make keys Ready.
+// endpoint serves, labelled vol_name and mp); a missing metric is an error.
 func (j *JuiceFS) scrape(ctx context.Context, metric string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, j.cfg.MetricsURL, nil)
 	if err != nil {
@@ -76,7 +44,7 @@ func (j *JuiceFS) scrape(ctx context.Context, metric string) (float64, error) {
 		return 0, fmt.Errorf("juicefs metrics %s: %w", j.cfg.MetricsURL, err)
 	}
 	if !found {
-		return 0, fmt.Errorf("juicefs metrics %s: no %s (is it a JuiceFS client mounted with --writeback?)", j.cfg.MetricsURL, metric)
+		return 0, fmt.Errorf("juicefs metrics %s: no %s (is it a JuiceFS client?)", j.cfg.MetricsURL, metric)
 	}
 	return v, nil
 }

@@ -118,7 +118,7 @@ func (c *Cluster) minio(t crienv.T) error {
 // a short n<i> (unix socket paths under test directories stay short).
 func (c *Cluster) nodeDirName(i int) string {
 	if c.Chart {
-		return nodeName(i)
+		return NodeName(i)
 	}
 	return fmt.Sprintf("n%d", i)
 }

@@ -50,8 +50,11 @@ type Options struct {
 	NoController bool
 	// S3, when set, gives every node agent the s3 store (its cache under
 	// the node's directory) instead of the local one.
-	S3   *S3Store
-	Logf func(format string, args ...any)
+	S3 *S3Store
+	// JuiceFS, when set, gives every node agent the juicefs store on
+	// that node's JuiceFS mount (by node name; test/juicefs).
+	JuiceFS map[string]JuiceFSMount
+	Logf    func(format string, args ...any)
 	// AgentArgs are extra flags for every node agent.
 	AgentArgs []string
 	// Chart installs sandlot through charts/sandlot (images from
@@ -70,6 +73,12 @@ type Options struct {
 	// ClusterDNS runs CoreDNS behind the kube-dns Service (DNSServiceIP),
 	// the pods' nameserver: cluster names resolve (dns.go).
 	ClusterDNS bool
+}
+
+// JuiceFSMount is one node's JuiceFS client: the volume's mountpoint and
+// the client's writeback staging directory and metrics endpoint.
+type JuiceFSMount struct {
+	Dir, StagingDir, MetricsURL string
 }
 
 // S3Store is an S3-compatible endpoint the node agents share.
@@ -209,7 +218,7 @@ func (c *Cluster) preflight(t crienv.T) error {
 func (c *Cluster) pki(crienv.T) error {
 	var nodes []NodeIdentity
 	for i := 1; i <= c.Options.Nodes; i++ {
-		nodes = append(nodes, NodeIdentity{Name: nodeName(i), IP: c.nodeIP(i)})
+		nodes = append(nodes, NodeIdentity{Name: NodeName(i), IP: c.nodeIP(i)})
 	}
 	p, err := GeneratePKI(PKIConfig{Dir: filepath.Join(c.Dir, "pki"), APIServer: c.apiIP, Nodes: nodes})
 	if err != nil {
@@ -219,7 +228,8 @@ func (c *Cluster) pki(crienv.T) error {
 	return nil
 }
 
-func nodeName(i int) string            { return fmt.Sprintf("sandlot-node-%d", i) }
+// NodeName is the name of the cluster's node i.
+func NodeName(i int) string            { return fmt.Sprintf("sandlot-node-%d", i) }
 func (c *Cluster) nodeIP(i int) string { return fmt.Sprintf("%s.%d.1", c.Prefix, i) }
 
 // bridge makes the API server's bridge; every kubeconfig points at its

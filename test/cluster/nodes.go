@@ -38,7 +38,7 @@ nodePortAddresses: [%s/32]
 oomScoreAdj: 0
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 iptables: {localhostNodePorts: false, masqueradeAll: false, syncPeriod: 30s, minSyncPeriod: 1s}
-`, c.PKI.Proxy, nodeName(1), c.Prefix, c.apiIP, c.apiIP, c.apiIP, c.apiIP)
+`, c.PKI.Proxy, NodeName(1), c.Prefix, c.apiIP, c.apiIP, c.apiIP, c.apiIP)
 	path := filepath.Join(c.Dir, "kube-proxy.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return err
@@ -76,7 +76,7 @@ func (c *Cluster) nodes(t crienv.T) error {
 }
 
 func (c *Cluster) startNode(t crienv.T, i int, assets vmtest.Env) (*Node, error) {
-	n := &Node{Name: nodeName(i), IP: c.nodeIP(i), dir: filepath.Join(c.Dir, c.nodeDirName(i))}
+	n := &Node{Name: NodeName(i), IP: c.nodeIP(i), dir: filepath.Join(c.Dir, c.nodeDirName(i))}
 	if err := os.RemoveAll(filepath.Join(n.dir, "kubelet")); err != nil { // a fresh node each start
 		return nil, err
 	}
@@ -111,7 +111,8 @@ func (c *Cluster) startNode(t crienv.T, i int, assets vmtest.Env) (*Node, error)
 }
 
 // startAgent runs sandlot's node agent for n (a DaemonSet in production)
-// with a local store, or the s3 store, under the node's directory.
+// with a local store, or the s3 store, under the node's directory, or
+// the juicefs store on the node's mount.
 func (c *Cluster) startAgent(t crienv.T, n *Node, extra ...string) error {
 	if c.NoController {
 		return nil
@@ -137,6 +138,9 @@ func (c *Cluster) agentArgs(n *Node) (args, env []string) {
 		args = append(args, "--store=s3", "--s3-endpoint="+s.Endpoint, "--s3-bucket="+s.Bucket, "--s3-insecure",
 			"--s3-region="+s.Region, "--manifest-key-file="+c.manifestKey())
 		env = append(env, "AWS_ACCESS_KEY_ID="+s.AccessKey, "AWS_SECRET_ACCESS_KEY="+s.SecretKey)
+	} else if m, ok := c.JuiceFS[n.Name]; ok {
+		args = append(args, "--store=juicefs", "--juicefs-dir="+m.Dir, "--juicefs-staging-dir="+m.StagingDir,
+			"--juicefs-metrics-url="+m.MetricsURL, "--manifest-key-file="+c.manifestKey())
 	} else {
 		args = append(args, "--store=local")
 	}

@@ -35,7 +35,7 @@ func Sweep(dir string) error {
 	for i := 1; i <= 2; i++ {
 		node := filepath.Join(dir, fmt.Sprintf("n%d", i))
 		errs = append(errs, deleteLinks(crienv.BridgeName(filepath.Join(node, "c"))),
-			crienv.RemoveCgroup(fmt.Sprintf("/sandlot-%s-%s", id, nodeName(i))),
+			crienv.RemoveCgroup(fmt.Sprintf("/sandlot-%s-%s", id, NodeName(i))),
 			crienv.RemoveCgroup(crienv.CgroupParentFor(filepath.Join(node, "c"))),
 			os.RemoveAll(fmt.Sprintf("/dev/shm/sandlot-%s-n%d", id, i)))
 	}

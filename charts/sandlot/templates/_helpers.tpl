@@ -143,6 +143,10 @@ uninstall removes what install wrote), restart command excluded.
 {{- with $s.juicefs.metricsURL }}
 - {{ printf "--juicefs-metrics-url=%v" (.) | quote }}
 {{- end }}
+- {{ printf "--juicefs-upload-deadline=%v" ($s.juicefs.uploadDeadline) | quote }}
+{{- if $s.juicefs.verifyContent }}
+- --juicefs-verify-content
+{{- end }}
 {{- else }}
 - {{ printf "--store-dir=%v" (include "sandlot.storeDir" .) | quote }}
 {{- end }}

@@ -1,0 +1,227 @@
+package jfsagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/nodeagent/store"
+	"github.com/sandlot-dev/sandlot/test/juicefs"
+	"github.com/sandlot-dev/sandlot/test/poll"
+	"github.com/sandlot-dev/sandlot/test/sbxtest"
+)
+
+// remoteSequence polls data until its remote status is final and returns
+// the distinct statuses seen, in order.
+func remoteSequence(t *testing.T, k client.Client, o client.Object, timeout time.Duration) []sandlotv1.RemoteStatus {
+	t.Helper()
+	var seen []sandlotv1.RemoteStatus
+	poll.Eventually(t, timeout, o.GetName()+": remote status final", func() error {
+		if err := k.Get(context.Background(), client.ObjectKeyFromObject(o), o); err != nil {
+			t.Fatal(err)
+		}
+		st := sbxtest.DataOf(o)
+		if st.Phase == sandlotv1.DataFailed {
+			t.Fatalf("%s failed: %+v", o.GetName(), st.Conditions)
+		}
+		if r := st.RemoteStatus; r != "" && (len(seen) == 0 || seen[len(seen)-1] != r) {
+			seen = append(seen, r)
+		}
+		if r := st.RemoteStatus; r != sandlotv1.RemoteReady && r != sandlotv1.RemoteFailed {
+			return fmt.Errorf("seen %v", seen)
+		}
+		return nil
+	})
+	return seen
+}
+
+// inBucket checks every object of every file of a store key (as its
+// client lists them) is in MinIO, and returns how many there are.
+func inBucket(t *testing.T, mount *juicefs.Mount, key string) int {
+	t.Helper()
+	have := map[string]bool{}
+	for _, o := range s3.Objects(t, vol.Bucket, juicefs.VolumeName+"/chunks/") {
+		have[o] = true
+	}
+	n := 0
+	err := filepath.WalkDir(filepath.Join(mount.Dir, key), func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		objs, err := store.JuiceFSObjects(context.Background(), p)
+		for _, o := range objs {
+			if o.Key != "" && !have[o.Key] {
+				return fmt.Errorf("%s: object %s not in the bucket", p, o.Key)
+			}
+			n++
+		}
+		return err
+	})
+	if err != nil || n == 0 {
+		t.Fatalf("%s in the bucket: %v (%d objects)", key, err, n)
+	}
+	return n
+}
+
+// TestSnapshotToJuiceFS: a snapshot is Ready once on its node, its remote
+// status goes InProgress → Ready as its node's client uploads its blocks,
+// every object of its files (and of the base it builds on) is in MinIO by
+// then, and a sandbox restored from it has the state it was taken with.
+func TestSnapshotToJuiceFS(t *testing.T) {
+	k := sbxtest.Client(t, c)
+	sbxtest.Template(t, k, "small")
+	src := sbxtest.Create(t, k, "small", "jfs-src")["jfs-src"]
+	sbxtest.EnvdRun(t, k, src, sbxtest.WriteState)
+	snap := &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: "jfs-src-1", Namespace: "default"},
+		Spec: sandlotv1.SnapshotSpec{Source: sandlotv1.SnapshotSource{Sandbox: "jfs-src"}}}
+	if err := k.Create(context.Background(), snap); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Delete(context.Background(), snap) })
+	seen := remoteSequence(t, k, snap, 3*time.Minute)
+	if !slices.Equal(seen, []sandlotv1.RemoteStatus{sandlotv1.RemoteInProgress, sandlotv1.RemoteReady}) {
+		t.Fatalf("remote statuses %v, want InProgress then Ready", seen)
+	}
+	m := mounts[src.Status.NodeName]
+	n := inBucket(t, m, "snapshots/"+string(snap.UID))
+	base := &sandlotv1.Snapshot{}
+	if err := k.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: src.Status.BaseSnapshot}, base); err != nil {
+		t.Fatal(err)
+	}
+	nb := inBucket(t, m, "snapshots/"+string(base.UID))
+	t.Logf("snapshot Ready with its %d objects and its base's %d in MinIO", n, nb)
+	child := sbxtest.FromSnapshot(t, k, "jfs-child", snap.Name)
+	if got := sbxtest.EnvdRun(t, k, child, sbxtest.ReadState); got != sbxtest.WantState {
+		t.Fatalf("restored sandbox has %q", got)
+	}
+}
+
+// pause pauses a sandbox and waits for Paused with its pod gone and the
+// package Ready on its node.
+func pause(t *testing.T, k client.Client, name string) *sandlotv1.PausedSandbox {
+	t.Helper()
+	sbxtest.SetPaused(t, k, name, true)
+	key := client.ObjectKey{Namespace: "default", Name: name}
+	poll.Eventually(t, 2*time.Minute, name+" Paused, pod gone", func() error {
+		var s sandlotv1.Sandbox
+		if err := k.Get(context.Background(), key, &s); err != nil {
+			return err
+		}
+		if err := k.Get(context.Background(), key, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod still there (%v)", err)
+		}
+		if s.Status.Phase != sandlotv1.SandboxPaused {
+			return fmt.Errorf("phase %s (%s)", s.Status.Phase, s.Status.Message)
+		}
+		return nil
+	})
+	ps := &sandlotv1.PausedSandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+	sbxtest.WaitData(t, k, ps, 10*time.Second, "Ready", sbxtest.ReadyPhase(t))
+	return ps
+}
+
+func otherNode(name string) string {
+	for _, n := range c.Nodes {
+		if n.Name != name {
+			return n.Name
+		}
+	}
+	panic("one node only")
+}
+
+// TestResumeOnAnotherNode: paused on node A, resumed on B (A cordoned)
+// with the same sandbox ID and state, its memory opened in place on B's
+// JuiceFS mount: nothing of the package lands in B's store directory
+// first, and B's client fetches the blocks from MinIO.
+func TestResumeOnAnotherNode(t *testing.T) {
+	k := sbxtest.Client(t, c)
+	sbxtest.Template(t, k, "small")
+	sbx := sbxtest.Create(t, k, "small", "jfs-traveller")["jfs-traveller"]
+	a, b := sbx.Status.NodeName, otherNode(sbx.Status.NodeName)
+	sbxtest.EnvdRun(t, k, sbx, sbxtest.WriteState)
+	ps := pause(t, k, sbx.Name)
+	sbxtest.WaitData(t, k, ps, 2*time.Minute, "remote Ready", sbxtest.RemoteReady)
+	sbxtest.Cordon(t, k, a, true)
+	t.Cleanup(func() { sbxtest.Cordon(t, k, a, false) })
+	getsBefore := s3.Requests(t, "GetObject")
+	bytesBefore, err := mounts[b].Metric("juicefs_object_request_data_bytes", `method="GET"`)
+	if err != nil {
+		bytesBefore = 0 // no GET yet: the counter appears with the first
+	}
+	sbxtest.SetPaused(t, k, sbx.Name, false)
+	resumed := sbxtest.WaitRunning(t, k, sbx.Name)
+	if resumed.Status.NodeName != b || resumed.Status.SandboxID != sbx.Status.SandboxID {
+		t.Fatalf("resumed as %s on %s, want %s on %s", resumed.Status.SandboxID, resumed.Status.NodeName, sbx.Status.SandboxID, b)
+	}
+	if got := sbxtest.EnvdRun(t, k, resumed, sbxtest.ReadState); got != sbxtest.WantState {
+		t.Fatalf("resumed sandbox has %q", got)
+	}
+	checkMemoryOnMount(t, k, resumed, mounts[b])
+	gets := s3.Requests(t, "GetObject") - getsBefore
+	got, err := mounts[b].Metric("juicefs_object_request_data_bytes", `method="GET"`)
+	if err != nil || gets == 0 || got <= bytesBefore {
+		t.Fatalf("%s's client fetched %.0f bytes (%v), MinIO answered %d GETs: want the package's blocks from MinIO", b, got-bytesBefore, err, gets)
+	}
+	t.Logf("resumed on %s: its client fetched %.1f MiB in %d GETs", b, (got-bytesBefore)/(1<<20), gets)
+}
+
+// checkMemoryOnMount: the sandbox's QEMU maps its memory from a file on
+// the node's JuiceFS mount, not from a copy.
+func checkMemoryOnMount(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox, m *juicefs.Mount) {
+	t.Helper()
+	var pod corev1.Pod
+	if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &pod); err != nil {
+		t.Fatal(err)
+	}
+	_, args, ok := sbxtest.FindQEMU(string(pod.UID))
+	if !ok {
+		t.Fatalf("no QEMU for pod %s", pod.UID)
+	}
+	for _, a := range args {
+		if strings.Contains(a, "mem-path="+m.Dir+"/") {
+			return
+		}
+	}
+	t.Fatalf("QEMU of %s maps no memory from %s: %q", sbx.Name, m.Dir, args)
+}
+
+// TestRedisAndAgentsRestart: with sandboxes running on both nodes, the
+// metadata engine restarts and then each node's agent: the VMs keep
+// running, and a snapshot taken afterwards becomes remote Ready and
+// restores with its state.
+func TestRedisAndAgentsRestart(t *testing.T) {
+	k := sbxtest.Client(t, c)
+	sbxtest.Template(t, k, "small")
+	sbxs := sbxtest.Create(t, k, "small", "jfs-steady-0", "jfs-steady-1")
+	for _, s := range sbxs {
+		sbxtest.EnvdRun(t, k, s, sbxtest.WriteState)
+	}
+	vol.RestartRedis()
+	for _, n := range c.Nodes {
+		if err := c.RestartAgent(n.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range sbxs {
+		if got := sbxtest.EnvdRun(t, k, s, sbxtest.ReadState); got != sbxtest.WantState {
+			t.Fatalf("%s after the restarts has %q", s.Name, got)
+		}
+	}
+	snap := sbxtest.Snapshot(t, k, "jfs-after-restarts", "jfs-steady-0")
+	sbxtest.WaitData(t, k, snap, 3*time.Minute, "remote Ready", sbxtest.RemoteReady)
+	child := sbxtest.FromSnapshot(t, k, "jfs-after-child", snap.Name)
+	if got := sbxtest.EnvdRun(t, k, child, sbxtest.ReadState); got != sbxtest.WantState {
+		t.Fatalf("restored sandbox has %q", got)
+	}
+}
