@@ -119,6 +119,12 @@ func (l *layout) shareBaseDisk(ctx context.Context, disk vm.FileRef) (string, er
 	if err := linkOrCopy(disk.Path, dst); err != nil {
 		return "", fmt.Errorf("base disk into the store: %w", err)
 	}
+	// Its sha256 sidecar (vm.DiskSHA256) goes in with it, committed and
+	// signed: a snapshot of a VM restored from here reads it rather than
+	// hash the disk and write an unsigned file into the shared store.
+	if err := os.WriteFile(dst+".sha256", []byte(disk.SHA256+"\n"), 0o400); err != nil {
+		return "", fmt.Errorf("base disk's sha256 into the store: %w", err)
+	}
 	if _, err := l.store.Commit(ctx, key); err != nil {
 		return "", fmt.Errorf("commit base disk %s: %w", key, err)
 	}

@@ -95,8 +95,8 @@ func TestSnapshotToS3(t *testing.T) {
 	if baseFiles := objects(t, "snapshots/"+string(base.UID)); !slices.ContainsFunc(baseFiles, func(o string) bool { return strings.HasSuffix(o, "/memory") }) {
 		t.Fatalf("MinIO has %v for the base snapshot %s the snapshot depends on, no memory", baseFiles, base.Name)
 	}
-	if disk := objects(t, "disks/"+st.BaseDiskSHA256); len(disk) != 2 {
-		t.Fatalf("MinIO has %v for the base disk %s, want the disk and its marker", disk, st.BaseDiskSHA256)
+	if disk := objects(t, "disks/"+st.BaseDiskSHA256); len(disk) != 3 {
+		t.Fatalf("MinIO has %v for the base disk %s, want the disk, its sha256 and the marker", disk, st.BaseDiskSHA256)
 	}
 	child := sbxtest.FromSnapshot(t, k, "s3-child", snap.Name)
 	if got := sbxtest.EnvdRun(t, k, child, sbxtest.ReadState); got != sbxtest.WantState {

@@ -228,7 +228,7 @@ func (c *Cluster) pki(crienv.T) error {
 	return nil
 }
 
-// NodeName is the name of the cluster's node i.
+// NodeName is the name of the cluster's node i (1, 2, ...).
 func NodeName(i int) string            { return fmt.Sprintf("sandlot-node-%d", i) }
 func (c *Cluster) nodeIP(i int) string { return fmt.Sprintf("%s.%d.1", c.Prefix, i) }
 

@@ -74,21 +74,36 @@ func inBucket(t *testing.T, mount *juicefs.Mount, key string) int {
 	return n
 }
 
-// TestSnapshotToJuiceFS: a snapshot is Ready once on its node, its remote
-// status goes InProgress → Ready as its node's client uploads its blocks,
-// every object of its files (and of the base it builds on) is in MinIO by
-// then, and a sandbox restored from it has the state it was taken with.
+// TestSnapshotToJuiceFS: a snapshot is Ready once on its node; its
+// remote status is InProgress while its node's client cannot upload its
+// blocks (MinIO down: the blocks of a small snapshot otherwise leave
+// staging within the agent's first check) and Ready once it has; every
+// object of its files (and of the base it builds on) is in MinIO by then,
+// and a sandbox restored from it has the state it was taken with.
 func TestSnapshotToJuiceFS(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	sbxtest.Template(t, k, "small")
 	src := sbxtest.Create(t, k, "small", "jfs-src")["jfs-src"]
 	sbxtest.EnvdRun(t, k, src, sbxtest.WriteState)
+	s3.Stop()
+	t.Cleanup(func() {
+		if !s3.Running() {
+			s3.Restart()
+		}
+	})
 	snap := &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: "jfs-src-1", Namespace: "default"},
 		Spec: sandlotv1.SnapshotSpec{Source: sandlotv1.SnapshotSource{Sandbox: "jfs-src"}}}
 	if err := k.Create(context.Background(), snap); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k.Delete(context.Background(), snap) })
+	sbxtest.WaitData(t, k, snap, 2*time.Minute, "remote InProgress with MinIO down", func(st *sandlotv1.DataStatus) error {
+		if st.RemoteStatus != sandlotv1.RemoteInProgress {
+			return fmt.Errorf("remote %q", st.RemoteStatus)
+		}
+		return nil
+	})
+	s3.Restart()
 	seen := remoteSequence(t, k, snap, 3*time.Minute)
 	if !slices.Equal(seen, []sandlotv1.RemoteStatus{sandlotv1.RemoteInProgress, sandlotv1.RemoteReady}) {
 		t.Fatalf("remote statuses %v, want InProgress then Ready", seen)

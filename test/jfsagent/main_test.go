@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 		s3 = minio.StartIn(t, filepath.Join(dir, "minio"))
 		vol = juicefs.Start(t, filepath.Join(dir, "jfs"), s3)
 		o.JuiceFS = map[string]cluster.JuiceFSMount{}
-		for i := range o.Nodes {
+		for i := 1; i <= o.Nodes; i++ {
 			name := cluster.NodeName(i)
 			m := vol.Mount(name)
 			mounts[name] = m

@@ -125,16 +125,17 @@ func (p *process) exited() bool {
 	}
 }
 
-// stop signals the process, then kills it after 15 s.
+// stop signals the process group (juicefs mount runs a supervisor and
+// the client), then kills it after 15 s.
 func (p *process) stop(sig syscall.Signal) {
 	if p.exited() {
 		return
 	}
-	_ = p.cmd.Process.Signal(sig)
+	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
 	select {
 	case <-p.done:
 	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		<-p.done
 	}
 }
