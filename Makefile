@@ -175,9 +175,14 @@ bench-lifecycle: cluster-bins vm-assets ## Create from a template with and witho
 	go run ./test/bench/lifecycle $(BENCH_ARGS)
 
 .PHONY: bench-agent
-bench-agent: cluster-bins vm-assets minio-bins ## Snapshot API, remote Ready, pause, local and cross-node start/resume at concurrency 1, 5, 10 — local store, then s3 on MinIO (the JuiceFS seed report's tables 4.1-4.4; BENCH_ARGS=-json).
+bench-agent: cluster-bins vm-assets minio-bins juicefs-bins ## Snapshot API, remote Ready, pause, local and cross-node start/resume at concurrency 1, 5, 10 (the JuiceFS seed report's tables 4.1-4.4; BENCH_ARGS=-json): local store, then s3 on MinIO; STORE=juicefs: s3, then a live JuiceFS.
+ifeq ($(STORE),juicefs)
+	go run ./test/bench/agent -store=s3 $(BENCH_ARGS)
+	go run ./test/bench/agent -store=juicefs $(BENCH_ARGS)
+else
 	go run ./test/bench/agent -store=local $(BENCH_ARGS)
 	go run ./test/bench/agent -store=s3 $(BENCH_ARGS)
+endif
 
 .PHONY: bench-e2e
 bench-e2e: cluster-bins vm-assets ## Sandbox create to Running and answering on a real cluster vs a runc pod of the same image, single and 10 concurrent (BENCH_ARGS=-json).

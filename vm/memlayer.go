@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -80,13 +81,17 @@ func copyMapping(pid int, m mapping, path string) error {
 }
 
 func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
+	for len(b) > 0 {
+		n := min(len(b), len(zeros))
+		if !bytes.Equal(b[:n], zeros[:n]) { // memequal: vectorized
 			return false
 		}
+		b = b[n:]
 	}
 	return true
 }
+
+var zeros [64 << 10]byte
 
 // copyRange copies n bytes at off from src (at base+off) to dst (at off).
 func copyRange(dst io.WriterAt, src io.ReaderAt, base, off, n int64, buf []byte) error {

@@ -3,6 +3,7 @@ package vm
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -53,8 +54,9 @@ func copyExtent(in, out *os.File, off, n int64) error {
 		roff, woff := off, off
 		c, err := unix.CopyFileRange(int(in.Fd()), &roff, int(out.Fd()), &woff, int(min(n, 1<<30)), 0)
 		if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
-			// Across filesystems (tmpfs RAM to a disk) the kernel may refuse.
-			return copyRange(out, in, 0, off, n, make([]byte, 1<<20))
+			// Across filesystems (tmpfs RAM to a disk, a FUSE mount to a
+			// disk) the kernel may refuse.
+			return copyNonZero(out, in, off, n)
 		}
 		if err != nil {
 			return err
@@ -64,6 +66,28 @@ func copyExtent(in, out *os.File, off, n int64) error {
 		}
 		off += int64(c)
 		n -= int64(c)
+	}
+	return nil
+}
+
+// copyNonZero copies n bytes at off, leaving all-zero runs unwritten: dst
+// was truncated to size, so they read as zeros and stay holes. A source
+// whose holes SEEK_DATA cannot see (JuiceFS through FUSE reports the whole
+// file as data) keeps its holes in the copy.
+func copyNonZero(dst io.WriterAt, src io.ReaderAt, off, n int64) error {
+	buf := make([]byte, 1<<20)
+	for n > 0 {
+		chunk := buf[:min(int64(len(buf)), n)]
+		if _, err := src.ReadAt(chunk, off); err != nil {
+			return err
+		}
+		if !allZero(chunk) {
+			if _, err := dst.WriteAt(chunk, off); err != nil {
+				return err
+			}
+		}
+		off += int64(len(chunk))
+		n -= int64(len(chunk))
 	}
 	return nil
 }

@@ -16,10 +16,9 @@
 //     CacheMaxBytes with LRU eviction (s3cache.go). Tested against a real
 //     MinIO (test/minio).
 //   - JuiceFS: a directory on a JuiceFS CSI mount written with --writeback;
-//     Ready once this node's JuiceFS client has no staged blocks left after
-//     Commit. No live JuiceFS was exercised: JuiceFS cannot be installed
-//     here, so the tests run against the documented metrics format and
-//     staging-directory layout (a fake metrics server and staging dir).
+//     a key is Ready once none of its files' objects is left in the
+//     writer's client's staging (juicefs_watch.go); other nodes read it in
+//     place. Tested on a live JuiceFS (test/juicefs).
 //
 // The shared backends sign what a node puts in them and check what a
 // node reads from them with the cluster's Keys (keys.go): data changed by

@@ -178,6 +178,11 @@ func TestRenderJuiceFS(t *testing.T) {
 	agent := ds.Spec.Template.Spec.Containers[0]
 	hasArg(t, agent.Args, "--juicefs-dir=/var/lib/kubelet/pods/$(POD_UID)/volumes/kubernetes.io~csi/*/mount")
 	hasArg(t, agent.Args, "--juicefs-staging-dir=/var/jfsCache/uuid/rawstaging")
+	hasArg(t, agent.Args, "--juicefs-upload-deadline=1h")
+	noStaging := merge(modes["juicefs"], map[string]any{"storage": map[string]any{"juicefs": map[string]any{"stagingDir": ""}}})
+	if _, _, err := release(noStaging); err == nil || !strings.Contains(err.Error(), "stagingDir") {
+		t.Errorf("juicefs without stagingDir: %v, want the schema to refuse it by name", err)
+	}
 	if e := env(agent, "POD_UID"); e == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.uid" {
 		t.Errorf("POD_UID: %+v", e)
 	}

@@ -188,7 +188,41 @@ func TestResumeOnAnotherNode(t *testing.T) {
 	if err != nil || gets == 0 || got <= bytesBefore {
 		t.Fatalf("%s's client fetched %.0f bytes (%v), MinIO answered %d GETs: want the package's blocks from MinIO", b, got-bytesBefore, err, gets)
 	}
-	t.Logf("resumed on %s: its client fetched %.1f MiB in %d GETs", b, (got-bytesBefore)/(1<<20), gets)
+	held := heldBytes(t, k, mounts[b], ps, sbx)
+	t.Logf("resumed on %s: its client fetched %.1f MiB in %d GETs; the package and what it builds on hold %.1f MiB in objects",
+		b, (got-bytesBefore)/(1<<20), gets, float64(held)/(1<<20))
+}
+
+// heldBytes sums the objects of a pause package and of the base snapshot
+// and base disk it builds on, per file (logged).
+func heldBytes(t *testing.T, k client.Client, m *juicefs.Mount, ps *sandlotv1.PausedSandbox, sbx *sandlotv1.Sandbox) int64 {
+	t.Helper()
+	base := &sandlotv1.Snapshot{}
+	if err := k.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: sbx.Status.BaseSnapshot}, base); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, key := range []string{"paused/" + string(ps.UID), "snapshots/" + string(base.UID), "disks/" + ps.Status.BaseDiskSHA256} {
+		err := filepath.WalkDir(filepath.Join(m.Dir, key), func(p string, d os.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() {
+				return err
+			}
+			objs, err := store.JuiceFSObjects(context.Background(), p)
+			seen, n := map[string]bool{}, int64(0)
+			for _, o := range objs {
+				if o.Key != "" && !seen[o.Key] {
+					seen[o.Key], n = true, n+int64(o.Size)
+				}
+			}
+			t.Logf("%s/%s: %.1f MiB in %d objects", key, d.Name(), float64(n)/(1<<20), len(seen))
+			total += n
+			return err
+		})
+		if err != nil {
+			t.Fatalf("objects of %s: %v", key, err)
+		}
+	}
+	return total
 }
 
 // checkMemoryOnMount: the sandbox's QEMU maps its memory from a file on

@@ -4,12 +4,12 @@
 //
 //   - 4.1 template start (a restore of the template's base snapshot, built
 //     before the measurements), the Snapshot API
-//     (Create to phase Ready) and, with s3, the upload on to remote Ready;
+//     (Create to phase Ready) and, with a shared store, the upload on to remote Ready;
 //   - 4.2 start from a local snapshot, pause (to phase Paused with the pod
-//     gone), the pause package's upload (s3) and resume on the same node;
-//   - 4.3 (s3) start from a fresh snapshot on the other node, its data
+//     gone), the pause package's upload (shared store) and resume on the same node;
+//   - 4.3 (shared store) start from a fresh snapshot on the other node, its data
 //     fetched from the store;
-//   - 4.4 (s3) resume on the other node.
+//   - 4.4 (shared store) resume on the other node.
 //
 // A start or resume ends when the Sandbox is Running and envd answers on
 // its pod IP. -store=local keeps the data on each node's disk; -store=s3
@@ -37,6 +37,7 @@ import (
 	"github.com/sandlot-dev/sandlot/test/bench/stats"
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/test/juicefs"
 	"github.com/sandlot-dev/sandlot/test/minio"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
@@ -64,22 +65,22 @@ var metrics = []string{mTemplate, mSnapAPI, mSnapRemote, mLocalSnap, mPause, mPa
 var placedOn = map[string]string{mLocalSnap: "the snapshot's node", mLocalResume: "the node it was paused on"}
 
 func main() {
-	store := flag.String("store", "local", "the node agents' store: local, or s3 (a MinIO started for the run)")
+	store := flag.String("store", "local", "the node agents' store: local, s3 (a MinIO started for the run) or juicefs (Redis, MinIO and a JuiceFS client per node started for the run)")
 	levels := flag.String("c", "1,5,10", "concurrency levels, comma-separated")
 	n := flag.Int("n", 3, "rounds at concurrency 1 (a round at C > 1 gives C samples)")
 	asJSON := flag.Bool("json", false, "print JSON instead of a table")
 	flag.Parse()
 	cs, err := sbxbench.ParseLevels("c", *levels)
-	if err != nil || (*store != "local" && *store != "s3") || *n < 1 {
+	if err != nil || (*store != "local" && *store != "s3" && *store != "juicefs") || *n < 1 {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}
-		fmt.Fprintln(os.Stderr, "usage: agent -store=local|s3 [-c 1,5,10] [-n 3] [-json]")
+		fmt.Fprintln(os.Stderr, "usage: agent -store=local|s3|juicefs [-c 1,5,10] [-n 3] [-json]")
 		os.Exit(2)
 	}
 	var table stats.Table
 	err = crienv.Run("bench-agent", func(t crienv.T) {
-		b := newBench(t, *store == "s3")
+		b := newBench(t, *store)
 		for _, c := range cs {
 			b.level(c, *n)
 		}
@@ -93,23 +94,22 @@ func main() {
 		_ = table.JSON(os.Stdout)
 		return
 	}
-	report(&table, *store == "s3")
+	report(&table, *store)
 }
 
 // report prints the table under a header naming what the numbers depend
 // on, the ratios the report quotes, and where sandboxes were placed.
-func report(table *stats.Table, s3 bool) {
-	store := "local (each node's disk)"
-	if s3 {
-		store = "s3 + MinIO " + minio.Version + " (one for both nodes)"
-	}
+func report(table *stats.Table, kind string) {
+	store := map[string]string{"local": "local (each node's disk)",
+		"s3":      "s3 + MinIO " + minio.Version + " (one for both nodes)",
+		"juicefs": "juicefs: JuiceFS " + juicefs.Version + " (Redis metadata, MinIO " + minio.Version + " objects, a client per node, --writeback)"}[kind]
 	accel, _ := vm.DetectAccel()
 	table.Print(os.Stdout, fmt.Sprintf("sandlot snapshot store: store %s, accel %s, Kubernetes %s, containerd %s, 2 nodes, "+
 		"VM 1 vCPU 256 MiB (templates restore their base snapshot), %s",
 		store, accel, cluster.K8sVersion, crienv.ContainerdVersion, host.Describe()))
 	fmt.Println()
 	table.Ratio(os.Stdout, row(mLocalSnap, 1), row(mTemplate, 1))
-	if s3 {
+	if kind != "local" {
 		table.Ratio(os.Stdout, row(mCrossResume, 1), row(mLocalResume, 1))
 	}
 	for _, r := range table.Results {
@@ -125,7 +125,7 @@ func row(metric string, c int) string { return fmt.Sprintf("%s, concurrency %d",
 type bench struct {
 	t            crienv.T // Fatalf ends the run and the cluster with it: nothing is undone on the way out
 	k            client.WithWatch
-	s3           bool
+	shared       bool // s3 or juicefs: the rows across nodes
 	nodeA, nodeB string
 
 	mu      sync.Mutex
@@ -134,15 +134,25 @@ type bench struct {
 	placed  map[string][2]int    // by row: started where noted, of all
 }
 
-func newBench(t crienv.T, s3 bool) *bench {
+func newBench(t crienv.T, kind string) *bench {
 	c, k := sbxbench.StartCluster(t, 2, func(dir string, o *cluster.Options) {
-		if s3 {
-			srv := minio.StartIn(t, filepath.Join(dir, "minio"))
+		if kind == "local" {
+			return
+		}
+		srv := minio.StartIn(t, filepath.Join(dir, "minio"))
+		if kind == "s3" {
 			o.S3 = &cluster.S3Store{Endpoint: srv.Endpoint, Bucket: srv.Bucket, AccessKey: minio.AccessKey,
 				SecretKey: minio.SecretKey, Region: minio.Region}
+			return
+		}
+		vol := juicefs.Start(t, filepath.Join(dir, "jfs"), srv)
+		o.JuiceFS = map[string]cluster.JuiceFSMount{}
+		for i := 1; i <= o.Nodes; i++ {
+			m := vol.Mount(cluster.NodeName(i))
+			o.JuiceFS[cluster.NodeName(i)] = cluster.JuiceFSMount{Dir: m.Dir, StagingDir: m.StagingDir, MetricsURL: m.MetricsURL}
 		}
 	})
-	b := &bench{t: t, k: k, s3: s3, nodeA: c.Nodes[0].Name, nodeB: c.Nodes[1].Name,
+	b := &bench{t: t, k: k, shared: kind != "local", nodeA: c.Nodes[0].Name, nodeB: c.Nodes[1].Name,
 		samples: map[string][]float64{}, placed: map[string][2]int{}}
 	b.template()
 	return b
@@ -175,7 +185,7 @@ func (b *bench) level(c, n int) {
 	for r := range rounds {
 		b.t.Logf("concurrency %d: round %d of %d", c, r+1, rounds)
 		b.local(c)
-		if b.s3 {
+		if b.shared {
 			b.crossSnapshot(c)
 			b.crossResume(c)
 		}
@@ -226,7 +236,7 @@ func (b *bench) snapshots(c int, srcs []string) (names, nodes []string) {
 		snap, api, remote, err := b.snapshot(ctx, names[i], srcs[i])
 		if err == nil {
 			nodes[i] = snap.Status.NodeName
-			if b.s3 {
+			if b.shared {
 				b.add(mSnapRemote, c, stats.MS(remote))
 			}
 		}
@@ -240,7 +250,7 @@ func (b *bench) snapshots(c int, srcs []string) (names, nodes []string) {
 func (b *bench) pauseResume(c int, names, nodes []string) {
 	b.add(mPause, c, b.each(mPause, c, func(ctx context.Context, i int) (time.Duration, error) {
 		d, remote, err := b.pause(ctx, names[i])
-		if err == nil && b.s3 {
+		if err == nil && b.shared {
 			b.add(mPauseRemote, c, stats.MS(remote))
 		}
 		return d, err
@@ -281,7 +291,7 @@ func (b *bench) crossSnapshot(c int) {
 func (b *bench) crossResume(c int) {
 	names := b.onA("xr", c)
 	b.each("pause on "+b.nodeA, c, func(ctx context.Context, i int) (time.Duration, error) {
-		d, _, err := b.pause(ctx, names[i]) // with s3, returns once the package is remote Ready
+		d, _, err := b.pause(ctx, names[i]) // with a shared store, returns once the package is remote Ready
 		return d, err
 	})
 	b.cordon(b.nodeA, true)
@@ -368,7 +378,7 @@ func (b *bench) tally(metric string, c int, there bool) {
 
 // fill adds the rows metric by metric, each at every level: the report's
 // table with concurrency spelled out in the row. Rows without samples
-// (the s3-only ones with the local store) are left out.
+// (the shared-store ones with the local store) are left out.
 func (b *bench) fill(t *stats.Table, levels []int) {
 	for _, m := range metrics {
 		for _, c := range levels {

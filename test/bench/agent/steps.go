@@ -24,7 +24,7 @@ const (
 )
 
 // snapshot takes a Snapshot of a running sandbox and returns it with the
-// time from the Create to phase Ready and, with s3, from there on to
+// time from the Create to phase Ready and, with a shared store, from there on to
 // remote Ready (it waits for both; one watch sees both moments).
 func (b *bench) snapshot(ctx context.Context, name, sandbox string) (*sandlotv1.Snapshot, time.Duration, time.Duration, error) {
 	snap := &sandlotv1.Snapshot{ObjectMeta: sbxbench.Meta(name),
@@ -41,7 +41,7 @@ func (b *bench) snapshot(ctx context.Context, name, sandbox string) (*sandlotv1.
 			readyAt = now
 		}
 		doneAt = now
-		return dataDone(name, &s.Status.DataStatus, b.s3)
+		return dataDone(name, &s.Status.DataStatus, b.shared)
 	})
 	return snap, readyAt.Sub(began), doneAt.Sub(readyAt), err
 }
@@ -62,7 +62,7 @@ func dataDone(name string, st *sandlotv1.DataStatus, remote bool) (bool, error) 
 }
 
 // pause sets spec.paused and returns the time to phase Paused with the pod
-// gone and, with s3, how much longer the package took to be remote Ready.
+// gone and, with a shared store, how much longer the package took to be remote Ready.
 // The package is watched from the patch on, so one remote Ready before the
 // pause completed counts as 0 more.
 func (b *bench) pause(ctx context.Context, name string) (paused, remote time.Duration, err error) {
@@ -73,7 +73,7 @@ func (b *bench) pause(ctx context.Context, name string) (paused, remote time.Dur
 		err error
 	}
 	pkg := make(chan seen, 1)
-	if b.s3 {
+	if b.shared {
 		go func() { at, err := b.packageRemoteReady(ctx, name); pkg <- seen{at, err} }()
 	}
 	began := time.Now()
@@ -84,7 +84,7 @@ func (b *bench) pause(ctx context.Context, name string) (paused, remote time.Dur
 		return 0, 0, err
 	}
 	pausedAt := time.Now()
-	if !b.s3 {
+	if !b.shared {
 		return pausedAt.Sub(began), 0, nil
 	}
 	r := <-pkg
