@@ -14,7 +14,7 @@ func TestCopyNonZeroKeepsHoles(t *testing.T) {
 	const size = 16 << 20
 	want := make([]byte, size)
 	copy(want[3<<20:], bytes.Repeat([]byte("data"), 1<<18)) // 1 MiB of data at 3 MiB
-	want[size-1] = 7                                          // and a byte in the last MiB
+	want[size-1] = 7                                        // and a byte in the last MiB
 	src := filepath.Join(dir, "src")
 	if err := os.WriteFile(src, want, 0o600); err != nil { // written in full: no holes
 		t.Fatal(err)
