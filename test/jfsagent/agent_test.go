@@ -157,8 +157,9 @@ func otherNode(name string) string {
 
 // TestResumeOnAnotherNode: paused on node A, resumed on B (A cordoned)
 // with the same sandbox ID and state, its memory opened in place on B's
-// JuiceFS mount: nothing of the package lands in B's store directory
-// first, and B's client fetches the blocks from MinIO.
+// JuiceFS mount: B's client fetches from MinIO the blocks the restore
+// reads, fewer bytes than the package and its bases hold (no full
+// download first).
 func TestResumeOnAnotherNode(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	sbxtest.Template(t, k, "small")
@@ -169,6 +170,7 @@ func TestResumeOnAnotherNode(t *testing.T) {
 	sbxtest.WaitData(t, k, ps, 2*time.Minute, "remote Ready", sbxtest.RemoteReady)
 	sbxtest.Cordon(t, k, a, true)
 	t.Cleanup(func() { sbxtest.Cordon(t, k, a, false) })
+	held := heldBytes(t, k, mounts[b], ps, sbx) // the package goes once resumed
 	getsBefore := s3.Requests(t, "GetObject")
 	bytesBefore, err := mounts[b].Metric("juicefs_object_request_data_bytes", `method="GET"`)
 	if err != nil {
@@ -188,7 +190,9 @@ func TestResumeOnAnotherNode(t *testing.T) {
 	if err != nil || gets == 0 || got <= bytesBefore {
 		t.Fatalf("%s's client fetched %.0f bytes (%v), MinIO answered %d GETs: want the package's blocks from MinIO", b, got-bytesBefore, err, gets)
 	}
-	held := heldBytes(t, k, mounts[b], ps, sbx)
+	if got-bytesBefore >= float64(held) {
+		t.Fatalf("%s's client fetched %.0f bytes, all %d the package and its bases hold: want pages on demand, not a full download", b, got-bytesBefore, held)
+	}
 	t.Logf("resumed on %s: its client fetched %.1f MiB in %d GETs; the package and what it builds on hold %.1f MiB in objects",
 		b, (got-bytesBefore)/(1<<20), gets, float64(held)/(1<<20))
 }

@@ -49,6 +49,7 @@ const (
 	mTemplate    = "Template start (base snapshot restore)"
 	mSnapAPI     = "Snapshot API"
 	mSnapRemote  = "Snapshot remote Ready after API"
+	mSnapPut     = "Object store PUT of the snapshot's bytes (floor)"
 	mLocalSnap   = "Local snapshot start"
 	mPause       = "Pause"
 	mPauseRemote = "Paused package remote Ready after pause"
@@ -57,7 +58,7 @@ const (
 	mCrossResume = "Cross-node resume"
 )
 
-var metrics = []string{mTemplate, mSnapAPI, mSnapRemote, mLocalSnap, mPause, mPauseRemote, mLocalResume,
+var metrics = []string{mTemplate, mSnapAPI, mSnapRemote, mSnapPut, mLocalSnap, mPause, mPauseRemote, mLocalResume,
 	mCrossSnap, mCrossResume}
 
 // placedOn says, for the rows whose placement is noted, where a sandbox
@@ -112,6 +113,9 @@ func report(table *stats.Table, kind string) {
 	if kind != "local" {
 		table.Ratio(os.Stdout, row(mCrossResume, 1), row(mLocalResume, 1))
 	}
+	if kind == "juicefs" {
+		table.Ratio(os.Stdout, row(mSnapRemote, 1), row(mSnapPut, 1))
+	}
 	for _, r := range table.Results {
 		if r.Note != "" {
 			fmt.Printf("%s: %s\n", r.Name, r.Note)
@@ -126,6 +130,8 @@ type bench struct {
 	t            crienv.T // Fatalf ends the run and the cluster with it: nothing is undone on the way out
 	k            client.WithWatch
 	shared       bool // s3 or juicefs: the rows across nodes
+	objectStore  *minio.Server
+	mounts       map[string]*juicefs.Mount // juicefs: each node's client
 	nodeA, nodeB string
 
 	mu      sync.Mutex
@@ -135,6 +141,8 @@ type bench struct {
 }
 
 func newBench(t crienv.T, kind string) *bench {
+	var objectStore *minio.Server
+	mounts := map[string]*juicefs.Mount{}
 	c, k := sbxbench.StartCluster(t, 2, func(dir string, o *cluster.Options) {
 		if kind == "local" {
 			return
@@ -146,13 +154,14 @@ func newBench(t crienv.T, kind string) *bench {
 			return
 		}
 		vol := juicefs.Start(t, filepath.Join(dir, "jfs"), srv)
-		o.JuiceFS = map[string]cluster.JuiceFSMount{}
+		o.JuiceFS, objectStore = map[string]cluster.JuiceFSMount{}, srv
 		for i := 1; i <= o.Nodes; i++ {
 			m := vol.Mount(cluster.NodeName(i))
+			mounts[cluster.NodeName(i)] = m
 			o.JuiceFS[cluster.NodeName(i)] = cluster.JuiceFSMount{Dir: m.Dir, StagingDir: m.StagingDir, MetricsURL: m.MetricsURL}
 		}
 	})
-	b := &bench{t: t, k: k, shared: kind != "local", nodeA: c.Nodes[0].Name, nodeB: c.Nodes[1].Name,
+	b := &bench{t: t, k: k, shared: kind != "local", objectStore: objectStore, mounts: mounts, nodeA: c.Nodes[0].Name, nodeB: c.Nodes[1].Name,
 		samples: map[string][]float64{}, placed: map[string][2]int{}}
 	b.template()
 	return b
@@ -238,6 +247,9 @@ func (b *bench) snapshots(c int, srcs []string) (names, nodes []string) {
 			nodes[i] = snap.Status.NodeName
 			if b.shared {
 				b.add(mSnapRemote, c, stats.MS(remote))
+			}
+			if c == 1 && b.mounts[snap.Status.NodeName] != nil {
+				b.add(mSnapPut, c, stats.MS(b.putFloor(ctx, snap)))
 			}
 		}
 		return api, err

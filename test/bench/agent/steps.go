@@ -2,8 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"time"
+
+	miniogo "github.com/minio/minio-go/v7"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/test/bench/sbxbench"
 )
 
@@ -166,4 +173,37 @@ func (b *bench) remove(objs ...client.Object) {
 			b.t.Fatalf("cleanup: %v", err)
 		}
 	}
+}
+
+// putFloor (juicefs, c = 1) puts as many bytes as the snapshot's objects
+// hold into MinIO in one PUT and returns how long it took: the upload
+// time of its bytes at the object store's throughput, in the same run.
+func (b *bench) putFloor(ctx context.Context, snap *sandlotv1.Snapshot) time.Duration {
+	m := b.mounts[snap.Status.NodeName]
+	var n int64
+	err := filepath.WalkDir(filepath.Join(m.Dir, "snapshots", string(snap.UID)), func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		objs, err := store.JuiceFSObjects(ctx, p)
+		seen := map[string]bool{}
+		for _, o := range objs {
+			if o.Key != "" && !seen[o.Key] {
+				seen[o.Key], n = true, n+int64(o.Size)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		b.t.Fatalf("objects of %s: %v", snap.Name, err)
+	}
+	began := time.Now()
+	_, err = b.objectStore.Client().PutObject(ctx, b.objectStore.Bucket, "floor/"+snap.Name,
+		io.LimitReader(rand.Reader, n), n, miniogo.PutObjectOptions{})
+	if err != nil {
+		b.t.Fatalf("PUT floor of %d bytes: %v", n, err)
+	}
+	d := time.Since(began)
+	b.t.Logf("%s: %.1f MiB of objects; one PUT of as many bytes: %v", snap.Name, float64(n)/(1<<20), d)
+	return d
 }
