@@ -18,6 +18,11 @@ type jfsPending struct {
 	blocks int       // its blocks staged at the last check; -1 before one
 	bytes  int64
 	err    error // the last check's, if it could not tell
+	// left are the staging paths of its blocks not seen gone yet, listed
+	// once (the files do not change after Commit, and a block that left
+	// staging never comes back): later checks only stat them.
+	left   []string
+	listed bool
 }
 
 // check looks at each waiting key's blocks: none staged → Ready, past
@@ -34,59 +39,93 @@ func (j *JuiceFS) check() {
 		if j.ctx.Err() != nil {
 			return // closing
 		}
-		blocks, bytes, err := j.keyStaged(j.ctx, k)
-		j.mu.Lock()
-		p := j.pending[k]
-		if p == nil { // deleted meanwhile
-			j.mu.Unlock()
-			continue
-		}
-		repeated := err != nil && p.err != nil && err.Error() == p.err.Error()
-		p.blocks, p.bytes, p.err = blocks, bytes, err
-		late := time.Since(p.since) > j.cfg.UploadDeadline
-		j.mu.Unlock()
-		switch {
-		case err == nil && blocks == 0:
-			j.mark(k, j.readyPath(k), "")
-		case late:
-			j.mark(k, j.failedPath(k), j.lateMessage(blocks, bytes, err))
-		case err != nil && !repeated: // once per distinct error, not every poll
-			j.cfg.Logf("store: juicefs: %s: %v", k, err)
-		}
+		j.checkKey(k)
 	}
 }
 
-// keyStaged counts the blocks of key's files still in this node's
-// staging area, and their bytes.
-func (j *JuiceFS) keyStaged(ctx context.Context, key string) (blocks int, bytes int64, err error) {
-	if _, err := os.Stat(filepath.Dir(j.cfg.StagingDir)); err != nil {
-		return 0, 0, fmt.Errorf("juicefs staging dir %s: %w (want <cache-dir>/<UUID>/rawstaging of this mount)", j.cfg.StagingDir, err)
+func (j *JuiceFS) checkKey(k string) {
+	j.mu.Lock()
+	p := j.pending[k]
+	if p == nil { // deleted meanwhile
+		j.mu.Unlock()
+		return
 	}
+	left, listed := p.left, p.listed
+	j.mu.Unlock()
+	left, bytes, err := j.keyStaged(j.ctx, k, left, listed)
+	j.mu.Lock()
+	if j.pending[k] != p { // deleted or committed again meanwhile
+		j.mu.Unlock()
+		return
+	}
+	repeated := err != nil && p.err != nil && err.Error() == p.err.Error()
+	if err == nil {
+		p.left, p.listed, p.blocks, p.bytes = left, true, len(left), bytes
+	}
+	p.err = err
+	blocks, late := p.blocks, time.Since(p.since) > j.cfg.UploadDeadline
+	j.mu.Unlock()
+	switch {
+	case err == nil && blocks == 0:
+		j.mark(k, j.readyPath(k), "")
+	case late:
+		j.mark(k, j.failedPath(k), j.lateMessage(blocks, bytes, err))
+	case err != nil && !repeated: // once per distinct error, not every poll
+		j.cfg.Logf("store: juicefs: %s: %v", k, err)
+	}
+}
+
+// keyStaged returns which of key's blocks are still in this node's
+// staging area (left, once listed; else from its files' objects) and
+// their bytes.
+func (j *JuiceFS) keyStaged(ctx context.Context, key string, left []string, listed bool) ([]string, int64, error) {
+	if _, err := os.Stat(filepath.Dir(j.cfg.StagingDir)); err != nil {
+		return nil, 0, fmt.Errorf("juicefs staging dir %s: %w (want <cache-dir>/<UUID>/rawstaging of this mount)", j.cfg.StagingDir, err)
+	}
+	if !listed {
+		var err error
+		if left, err = j.stagingPaths(ctx, key); err != nil {
+			return nil, 0, err
+		}
+	}
+	var still []string
+	var bytes int64
+	for _, p := range left {
+		fi, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("juicefs staging: %w", err)
+		}
+		still, bytes = append(still, p), bytes+fi.Size()
+	}
+	return still, bytes, nil
+}
+
+// stagingPaths lists where each block of key's files would wait in
+// staging, from the objects the client lists for them.
+func (j *JuiceFS) stagingPaths(ctx context.Context, key string) ([]string, error) {
 	dir := j.Dir(key)
 	files, err := scanDir(dir)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
+	seen := map[string]bool{}
+	var paths []string
 	for _, f := range files {
 		objs, err := j.cfg.Objects(ctx, filepath.Join(dir, filepath.FromSlash(f.Path)))
 		if err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 		for _, o := range objs {
-			if o.Key == "" {
-				continue // a hole
+			if p := filepath.Join(j.cfg.StagingDir, stagingName(o.Key)); o.Key != "" && !seen[p] { // "": a hole
+				seen[p] = true
+				paths = append(paths, p)
 			}
-			fi, err := os.Lstat(filepath.Join(j.cfg.StagingDir, stagingName(o.Key)))
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-			if err != nil {
-				return 0, 0, fmt.Errorf("juicefs staging: %w", err)
-			}
-			blocks, bytes = blocks+1, bytes+fi.Size()
 		}
 	}
-	return blocks, bytes, nil
+	return paths, nil
 }
 
 // stagingName is where an object waits in staging: its key without the
