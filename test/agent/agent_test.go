@@ -25,31 +25,6 @@ import (
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
-// remoteSequence polls data until its remote status is final and returns
-// the distinct statuses seen, in order.
-func remoteSequence(t *testing.T, k client.Client, o client.Object, timeout time.Duration) []sandlotv1.RemoteStatus {
-	t.Helper()
-	var seen []sandlotv1.RemoteStatus
-	poll.Eventually(t, timeout, o.GetName()+": remote status final", func() error {
-		if err := k.Get(context.Background(), client.ObjectKeyFromObject(o), o); err != nil {
-			t.Fatal(err)
-		}
-		st := sbxtest.DataOf(o)
-		if st.Phase == sandlotv1.DataFailed {
-			t.Fatalf("%s failed: %+v", o.GetName(), st.Conditions)
-		}
-		r := st.RemoteStatus
-		if r != "" && (len(seen) == 0 || seen[len(seen)-1] != r) {
-			seen = append(seen, r)
-		}
-		if r != sandlotv1.RemoteReady && r != sandlotv1.RemoteFailed {
-			return fmt.Errorf("seen %v", seen)
-		}
-		return nil
-	})
-	return seen
-}
-
 // objects are the store's objects of a data key in MinIO.
 func objects(t *testing.T, key string) []string {
 	return s3.Objects(t, s3.Bucket, key+"/")
@@ -70,7 +45,7 @@ func TestSnapshotToS3(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k.Delete(context.Background(), snap) })
-	seen := remoteSequence(t, k, snap, 3*time.Minute)
+	seen := sbxtest.RemoteSequence(t, k, snap, 3*time.Minute)
 	if !slices.Equal(seen, []sandlotv1.RemoteStatus{sandlotv1.RemoteInProgress, sandlotv1.RemoteReady}) {
 		t.Fatalf("remote statuses %v, want InProgress then Ready", seen)
 	}
@@ -112,7 +87,7 @@ func TestPauseResumeSameNode(t *testing.T) {
 	sbxtest.Template(t, k, "small")
 	sbx := sbxtest.Create(t, k, "small", "napper")["napper"]
 	sbxtest.EnvdRun(t, k, sbx, sbxtest.WriteState)
-	ps := pause(t, k, sbx.Name)
+	ps := sbxtest.Pause(t, k, sbx.Name)
 	if ps.Status.NodeName != sbx.Status.NodeName {
 		t.Fatalf("package made on %s, the sandbox ran on %s", ps.Status.NodeName, sbx.Status.NodeName)
 	}
@@ -126,30 +101,6 @@ func TestPauseResumeSameNode(t *testing.T) {
 		t.Fatalf("resumed sandbox has %q", got)
 	}
 	waitGone(t, k, ps)
-}
-
-// pause pauses a sandbox and waits for Paused with its pod gone and the
-// package Ready on its node; it returns the PausedSandbox.
-func pause(t *testing.T, k client.Client, name string) *sandlotv1.PausedSandbox {
-	t.Helper()
-	sbxtest.SetPaused(t, k, name, true)
-	key := client.ObjectKey{Namespace: "default", Name: name}
-	poll.Eventually(t, 2*time.Minute, name+" Paused, pod gone", func() error {
-		var s sandlotv1.Sandbox
-		if err := k.Get(context.Background(), key, &s); err != nil {
-			return err
-		}
-		if err := k.Get(context.Background(), key, &corev1.Pod{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("pod still there (%v)", err)
-		}
-		if s.Status.Phase != sandlotv1.SandboxPaused {
-			return fmt.Errorf("phase %s (%s)", s.Status.Phase, s.Status.Message)
-		}
-		return nil
-	})
-	ps := &sandlotv1.PausedSandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
-	sbxtest.WaitData(t, k, ps, 10*time.Second, "Ready", sbxtest.ReadyPhase(t))
-	return ps
 }
 
 func waitGone(t *testing.T, k client.Client, o client.Object) {
@@ -172,12 +123,12 @@ func TestResumeOnAnotherNode(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	sbxtest.Template(t, k, "small")
 	sbx := sbxtest.Create(t, k, "small", "traveller")["traveller"]
-	a, b := sbx.Status.NodeName, otherNode(sbx.Status.NodeName)
+	a, b := sbx.Status.NodeName, sbxtest.OtherNode(c, sbx.Status.NodeName)
 	sbxtest.EnvdRun(t, k, sbx, sbxtest.WriteState)
 
 	s3.Stop()
 	t.Cleanup(ensureMinIO) // a failed test must not leave MinIO down for the next
-	ps := pause(t, k, sbx.Name)
+	ps := sbxtest.Pause(t, k, sbx.Name)
 	if ps.Status.RemoteStatus != sandlotv1.RemoteInProgress {
 		t.Fatalf("with MinIO down the package is remote %q", ps.Status.RemoteStatus)
 	}
@@ -219,15 +170,6 @@ func ensureMinIO() {
 	if !s3.Running() {
 		s3.Restart()
 	}
-}
-
-func otherNode(name string) string {
-	for _, n := range c.Nodes {
-		if n.Name != name {
-			return n.Name
-		}
-	}
-	panic("one node only")
 }
 
 func nodeNamed(name string) *cluster.Node {
@@ -386,7 +328,7 @@ func TestMinIODownDuringUpload(t *testing.T) {
 		return nil
 	})
 	start := time.Now()
-	seen := remoteSequence(t, k, snap, 2*time.Minute)
+	seen := sbxtest.RemoteSequence(t, k, snap, 2*time.Minute)
 	if seen[len(seen)-1] != sandlotv1.RemoteFailed {
 		t.Fatalf("remote statuses %v with MinIO down, want Failed last", seen)
 	}
@@ -416,7 +358,7 @@ func TestDeleteHeldWhileRestoring(t *testing.T) {
 	sbxtest.Template(t, k, "small")
 	sbxtest.Create(t, k, "small", "origin")
 	snap := sbxtest.Snapshot(t, k, "origin-1", "origin")
-	remoteSequence(t, k, snap, 2*time.Minute)
+	sbxtest.RemoteSequence(t, k, snap, 2*time.Minute)
 	sbxtest.FromSnapshot(t, k, "user", snap.Name)
 	if err := k.Delete(ctx, snap); err != nil {
 		t.Fatal(err)

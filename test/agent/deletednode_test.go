@@ -28,7 +28,7 @@ func TestDeletedNodesSnapshotCanBeDeleted(t *testing.T) {
 	snap := sbxtest.Snapshot(t, k, "orphan-snap", sbx.Name)
 	sbxtest.WaitData(t, k, snap, 2*time.Minute, "remote Ready", sbxtest.RemoteReady)
 	// The sandbox's pod goes with the node: its cleanup waits for that.
-	a, b := sbx.Status.NodeName, otherNode(sbx.Status.NodeName)
+	a, b := sbx.Status.NodeName, sbxtest.OtherNode(c, sbx.Status.NodeName)
 	t.Cleanup(func() { bringBack(t, a) })
 	if err := c.KillKubelet(a); err != nil {
 		t.Fatal(err)

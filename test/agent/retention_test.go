@@ -25,7 +25,7 @@ func TestPausedExpiryGoesWithItsData(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	sbxtest.Template(t, k, "small")
 	sbx := sbxtest.Create(t, k, "small", "expiring")["expiring"]
-	ps := pause(t, k, sbx.Name)
+	ps := sbxtest.Pause(t, k, sbx.Name)
 	sbxtest.WaitData(t, k, ps, 2*time.Minute, "remote Ready", sbxtest.RemoteReady)
 	key := "paused/" + string(ps.UID)
 	local := filepath.Join(nodeNamed(ps.Status.NodeName).StoreDir(), key)
@@ -90,7 +90,7 @@ func TestCacheCapKeepsWhatSandboxesNeed(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	sbxtest.Template(t, k, "small")
 	src := sbxtest.Create(t, k, "small", "cap-src")["cap-src"]
-	a, b := src.Status.NodeName, otherNode(src.Status.NodeName)
+	a, b := src.Status.NodeName, sbxtest.OtherNode(c, src.Status.NodeName)
 	sbxtest.EnvdRun(t, k, src, sbxtest.WriteState)
 	used := sbxtest.Snapshot(t, k, "cap-used", src.Name)
 	spare := sbxtest.Snapshot(t, k, "cap-spare", src.Name)

@@ -11,40 +11,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/test/juicefs"
-	"github.com/sandlot-dev/sandlot/test/poll"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
-
-// remoteSequence polls data until its remote status is final and returns
-// the distinct statuses seen, in order.
-func remoteSequence(t *testing.T, k client.Client, o client.Object, timeout time.Duration) []sandlotv1.RemoteStatus {
-	t.Helper()
-	var seen []sandlotv1.RemoteStatus
-	poll.Eventually(t, timeout, o.GetName()+": remote status final", func() error {
-		if err := k.Get(context.Background(), client.ObjectKeyFromObject(o), o); err != nil {
-			t.Fatal(err)
-		}
-		st := sbxtest.DataOf(o)
-		if st.Phase == sandlotv1.DataFailed {
-			t.Fatalf("%s failed: %+v", o.GetName(), st.Conditions)
-		}
-		if r := st.RemoteStatus; r != "" && (len(seen) == 0 || seen[len(seen)-1] != r) {
-			seen = append(seen, r)
-		}
-		if r := st.RemoteStatus; r != sandlotv1.RemoteReady && r != sandlotv1.RemoteFailed {
-			return fmt.Errorf("seen %v", seen)
-		}
-		return nil
-	})
-	return seen
-}
 
 // inBucket checks every object of every file of a store key (as its
 // client lists them) is in MinIO, and returns how many there are.
@@ -104,7 +78,7 @@ func TestSnapshotToJuiceFS(t *testing.T) {
 		return nil
 	})
 	s3.Restart()
-	seen := remoteSequence(t, k, snap, 3*time.Minute)
+	seen := sbxtest.RemoteSequence(t, k, snap, 3*time.Minute)
 	if !slices.Equal(seen, []sandlotv1.RemoteStatus{sandlotv1.RemoteInProgress, sandlotv1.RemoteReady}) {
 		t.Fatalf("remote statuses %v, want InProgress then Ready", seen)
 	}
@@ -122,39 +96,6 @@ func TestSnapshotToJuiceFS(t *testing.T) {
 	}
 }
 
-// pause pauses a sandbox and waits for Paused with its pod gone and the
-// package Ready on its node.
-func pause(t *testing.T, k client.Client, name string) *sandlotv1.PausedSandbox {
-	t.Helper()
-	sbxtest.SetPaused(t, k, name, true)
-	key := client.ObjectKey{Namespace: "default", Name: name}
-	poll.Eventually(t, 2*time.Minute, name+" Paused, pod gone", func() error {
-		var s sandlotv1.Sandbox
-		if err := k.Get(context.Background(), key, &s); err != nil {
-			return err
-		}
-		if err := k.Get(context.Background(), key, &corev1.Pod{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("pod still there (%v)", err)
-		}
-		if s.Status.Phase != sandlotv1.SandboxPaused {
-			return fmt.Errorf("phase %s (%s)", s.Status.Phase, s.Status.Message)
-		}
-		return nil
-	})
-	ps := &sandlotv1.PausedSandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
-	sbxtest.WaitData(t, k, ps, 10*time.Second, "Ready", sbxtest.ReadyPhase(t))
-	return ps
-}
-
-func otherNode(name string) string {
-	for _, n := range c.Nodes {
-		if n.Name != name {
-			return n.Name
-		}
-	}
-	panic("one node only")
-}
-
 // TestResumeOnAnotherNode: paused on node A, resumed on B (A cordoned)
 // with the same sandbox ID and state, its memory opened in place on B's
 // JuiceFS mount: B's client fetches from MinIO the blocks the restore
@@ -164,9 +105,9 @@ func TestResumeOnAnotherNode(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	sbxtest.Template(t, k, "small")
 	sbx := sbxtest.Create(t, k, "small", "jfs-traveller")["jfs-traveller"]
-	a, b := sbx.Status.NodeName, otherNode(sbx.Status.NodeName)
+	a, b := sbx.Status.NodeName, sbxtest.OtherNode(c, sbx.Status.NodeName)
 	sbxtest.EnvdRun(t, k, sbx, sbxtest.WriteState)
-	ps := pause(t, k, sbx.Name)
+	ps := sbxtest.Pause(t, k, sbx.Name)
 	sbxtest.WaitData(t, k, ps, 2*time.Minute, "remote Ready", sbxtest.RemoteReady)
 	sbxtest.Cordon(t, k, a, true)
 	t.Cleanup(func() { sbxtest.Cordon(t, k, a, false) })
