@@ -45,6 +45,9 @@ type Manifest struct {
 	// MemoryLayer holds the pages it changed.
 	Memory      FileRef  `json:"memory"`
 	MemoryLayer *FileRef `json:"memoryLayer,omitempty"`
+	// DiskExtents are the data runs {offset, length} of Disk: a restore
+	// copies those (null, from a manifest before them: what SEEK_DATA finds).
+	DiskExtents [][2]int64 `json:"diskExtents"`
 	// LayerRuns are the page runs [first, end) MemoryLayer holds.
 	LayerRuns [][2]int64 `json:"layerRuns,omitempty"`
 	// FullRAM marks a restored VM's snapshot that holds all of its RAM

@@ -72,7 +72,7 @@ func (v *VM) restore(ctx context.Context, dir string, m *Manifest) error {
 	defer trace.done()
 	// The files the manifest names, confined and checked: not fixed names
 	// next to it, which could be other files than those checked.
-	if err := copySparse(m.Disk.Abs(dir), v.spec.Layer, 0o600); err != nil {
+	if _, err := copyExtents(m.Disk.Abs(dir), v.spec.Layer, 0o600, m.DiskExtents); err != nil {
 		return fmt.Errorf("writable layer: %w", err)
 	}
 	trace.step("disk layer copied")

@@ -147,7 +147,7 @@ func (v *VM) saveWhilePaused(ctx context.Context, dir string, m *Manifest) error
 	if err := v.qmp.Execute(ctx, "xen-save-devices-state", map[string]any{"filename": saved, "live": false}, nil); err != nil {
 		return v.qmpErr(err, "save device state")
 	}
-	err := copySparse(saved, filepath.Join(dir, StateFile), 0o400)
+	_, err := copySparse(saved, filepath.Join(dir, StateFile), 0o400)
 	if rmErr := os.Remove(saved); err == nil {
 		err = rmErr
 	}
@@ -157,12 +157,14 @@ func (v *VM) saveWhilePaused(ctx context.Context, dir string, m *Manifest) error
 	if err := v.saveMemory(dir, m); err != nil {
 		return err
 	}
-	return copySparse(v.spec.Layer, filepath.Join(dir, DiskFile), 0o400)
+	m.DiskExtents, err = copySparse(v.spec.Layer, filepath.Join(dir, DiskFile), 0o400)
+	return err
 }
 
 func (v *VM) saveMemory(dir string, m *Manifest) error {
 	if v.base == nil {
-		return copySparse(v.spec.MemoryPath, filepath.Join(dir, MemoryFile), 0o400)
+		_, err := copySparse(v.spec.MemoryPath, filepath.Join(dir, MemoryFile), 0o400)
+		return err
 	}
 	mp, err := findMappingByID(v.PID(), v.ramID)
 	if err != nil {

@@ -10,43 +10,69 @@ import (
 )
 
 // copySparse copies src to a new file dst, data extents only (holes stay
-// holes), with copy_file_range so the kernel moves the bytes.
-func copySparse(src, dst string, mode os.FileMode) error {
+// holes), with copy_file_range so the kernel moves the bytes; it returns
+// the extents {offset, length} it copied.
+func copySparse(src, dst string, mode os.FileMode) ([][2]int64, error) {
+	return copyExtents(src, dst, mode, nil)
+}
+
+// copyExtents is copySparse over the given extents instead of those
+// SEEK_DATA finds: a restore knows the disk's from its manifest, and on a
+// FUSE mount (JuiceFS) SEEK_DATA reports the whole file as data.
+func copyExtents(src, dst string, mode os.FileMode, known [][2]int64) ([][2]int64, error) {
 	in, err := os.Open(src)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer in.Close()
 	fi, err := in.Stat()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer out.Close()
 	if err := out.Truncate(fi.Size()); err != nil {
-		return err
+		return nil, err
 	}
-	for off := int64(0); off < fi.Size(); {
-		start, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
+	extents := known
+	if extents == nil {
+		if extents, err = dataExtents(in, fi.Size()); err != nil {
+			return nil, fmt.Errorf("seek %s: %w", src, err)
+		}
+	}
+	for _, e := range extents {
+		if e[0] < 0 || e[1] < 0 || e[0]+e[1] > fi.Size() {
+			return nil, fmt.Errorf("copy %s: extent %v outside its %d bytes", src, e, fi.Size())
+		}
+		if err := copyExtent(in, out, e[0], e[1]); err != nil {
+			return nil, fmt.Errorf("copy %s: %w", src, err)
+		}
+	}
+	return extents, nil // seal syncs, after the VM runs again
+}
+
+// dataExtents lists f's data runs {offset, length} with SEEK_DATA/HOLE.
+func dataExtents(f *os.File, size int64) ([][2]int64, error) {
+	extents := [][2]int64{}
+	for off := int64(0); off < size; {
+		start, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
 		if errors.Is(err, unix.ENXIO) {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("seek %s: %w", src, err)
+			return nil, err
 		}
-		end, err := unix.Seek(int(in.Fd()), start, unix.SEEK_HOLE)
+		end, err := unix.Seek(int(f.Fd()), start, unix.SEEK_HOLE)
 		if err != nil {
-			return fmt.Errorf("seek %s: %w", src, err)
+			return nil, err
 		}
-		if err := copyExtent(in, out, start, end-start); err != nil {
-			return fmt.Errorf("copy %s: %w", src, err)
-		}
+		extents = append(extents, [2]int64{start, end - start})
 		off = end
 	}
-	return nil // seal syncs, after the VM runs again
+	return extents, nil
 }
 
 func copyExtent(in, out *os.File, off, n int64) error {
