@@ -48,6 +48,8 @@ type jfsRecord struct {
 	Node              string      `json:"node"`
 	// Layouts: file path → sha256 of its objects' list at Commit.
 	Layouts map[string]string `json:"layouts,omitempty"`
+	// Hashed: Files hold each file's sha256 (after Commit, before Ready).
+	Hashed bool `json:"hashed,omitempty"`
 }
 
 // signedRecord is a record file: the record's exact JSON and its signature.
@@ -60,24 +62,29 @@ func (j *JuiceFS) signedPath(key string) string {
 	return filepath.Join(j.meta, jfsSigned, escapeKey(key)+".json")
 }
 
-// sign hashes key's files and writes their signed record.
-func (j *JuiceFS) sign(key string, files []fileEntry) error {
+// sign writes the signed record of key's files: their sizes and layouts
+// (metadata only: Commit signs this much at once) and, with hash, their
+// sha256 (read back in the background while the blocks upload; a key is
+// remote Ready only once hashed).
+func (j *JuiceFS) sign(key string, files []fileEntry, hash bool) error {
 	dir := j.Dir(key)
 	fp, err := fingerprint(dir, files) // before hashing: a change meanwhile shows at Open
 	if err != nil {
 		return err
 	}
-	rec := jfsRecord{Key: key, Node: j.cfg.Node, Layouts: map[string]string{}}
+	rec := jfsRecord{Key: key, Node: j.cfg.Node, Layouts: map[string]string{}, Hashed: hash}
 	for _, f := range files {
 		p := filepath.Join(dir, filepath.FromSlash(f.Path))
-		sum, n, err := hashFile(p)
-		if err != nil {
-			return err
+		if hash {
+			sum, n, err := hashFile(p)
+			if err != nil {
+				return err
+			}
+			if n != f.Size {
+				return fmt.Errorf("%s changed while it was committed", p)
+			}
+			f.SHA256 = sum
 		}
-		if n != f.Size {
-			return fmt.Errorf("%s changed while it was committed", p)
-		}
-		f.SHA256 = sum
 		rec.Files = append(rec.Files, f)
 		if rec.Layouts[f.Path], err = j.layout(p); err != nil {
 			return err
@@ -101,8 +108,16 @@ func (j *JuiceFS) sign(key string, files []fileEntry) error {
 	if err := writeFileAtomic(j.signedPath(key), data); err != nil {
 		return err
 	}
-	j.remember(key, fp)
+	if hash {
+		j.remember(key, fp)
+	}
 	return nil
+}
+
+// hashed says whether key's signed record holds its files' sha256.
+func (j *JuiceFS) hashed(key string) bool {
+	rec, err := j.readRecord(key)
+	return err == nil && rec.Hashed
 }
 
 // verify checks key's files against its signed record; every failure of
@@ -122,6 +137,9 @@ func (j *JuiceFS) verify(key string) error {
 	}
 	if !j.cfg.VerifyContent && j.sameLayouts(dir, files, rec) {
 		return j.checkManifest(dir, rec)
+	}
+	if !rec.Hashed {
+		return fmt.Errorf("%w: %s: its layout differs from its record, whose sha256 are not written yet", ErrNotReady, key)
 	}
 	fp, err := fingerprint(dir, rec.Files)
 	if err != nil {

@@ -23,6 +23,45 @@ type jfsPending struct {
 	// staging never comes back): later checks only stat them.
 	left   []string
 	listed bool
+	// hashed: its record holds its files' sha256 (hashRecord), which
+	// Ready waits for too; hashErr says why not.
+	hashed  bool
+	hashErr error
+}
+
+// hashRecord re-signs key's record with its files' sha256 unless it has
+// them: off the Commit's path, while the blocks upload.
+func (j *JuiceFS) hashRecord(key string, p *jfsPending) {
+	defer j.wg.Done()
+	select {
+	case j.hashing <- struct{}{}:
+	case <-j.ctx.Done():
+		return
+	}
+	err := j.hashNow(key)
+	<-j.hashing
+	j.mu.Lock()
+	if j.pending[key] == p {
+		p.hashed, p.hashErr = err == nil, err
+	}
+	j.mu.Unlock()
+	if err != nil {
+		j.cfg.Logf("store: juicefs: %s: hashing its files: %v", key, err)
+	}
+	j.kickCheck()
+}
+
+func (j *JuiceFS) hashNow(key string) error {
+	unlock := j.locks.lock(key)
+	defer unlock()
+	if j.hashed(key) {
+		return nil
+	}
+	files, err := scanDir(j.Dir(key))
+	if err != nil {
+		return err
+	}
+	return j.sign(key, files, true)
 }
 
 // check looks at each waiting key's blocks: none staged → Ready, past
@@ -63,10 +102,13 @@ func (j *JuiceFS) checkKey(k string) {
 		p.left, p.listed, p.blocks, p.bytes = left, true, len(left), bytes
 	}
 	p.err = err
-	blocks, late := p.blocks, time.Since(p.since) > j.cfg.UploadDeadline
+	blocks, hashed, late := p.blocks, p.hashed, time.Since(p.since) > j.cfg.UploadDeadline
+	if err == nil && p.hashErr != nil {
+		err = p.hashErr
+	}
 	j.mu.Unlock()
 	switch {
-	case err == nil && blocks == 0:
+	case err == nil && blocks == 0 && hashed:
 		j.mark(k, j.readyPath(k), "")
 	case late:
 		j.mark(k, j.failedPath(k), j.lateMessage(blocks, bytes, err))
@@ -140,7 +182,7 @@ func stagingName(object string) string {
 func (j *JuiceFS) lateMessage(blocks int, bytes int64, err error) string {
 	msg := fmt.Sprintf("%d blocks (%d bytes) of its files still in this node's JuiceFS writeback staging after %s", blocks, bytes, j.cfg.UploadDeadline)
 	if err != nil {
-		msg = fmt.Sprintf("could not tell for %s which of its blocks are staged: %v", j.cfg.UploadDeadline, err)
+		msg = fmt.Sprintf("could not tell for %s whether its data left this node: %v", j.cfg.UploadDeadline, err)
 	}
 	if j.cfg.MetricsURL != "" {
 		if n, err := j.scrape(j.ctx, metricObjectErrors); err == nil {
