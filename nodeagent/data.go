@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,11 +111,16 @@ func (r *DataReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 	}
 	orig := snap.Obj().DeepCopyObject().(client.Object)
-	before := *snap.Data().DeepCopy()
+	before, startRV := *snap.Data().DeepCopy(), snap.GetResourceVersion()
 	res, err := r.phase(ctx, snap, &orig)
 	snap.Data().ObservedGeneration = snap.GetGeneration()
-	if perr := r.patchStatus(ctx, snap, &orig); perr != nil {
-		return ctrl.Result{}, errors.Join(err, fmt.Errorf("status of %s %s: %w", snap.Kind(), req, perr))
+	// A poll that changed nothing writes nothing (remote status is read
+	// every 200 ms while an upload is young).
+	unchanged := orig.GetResourceVersion() == startRV && equality.Semantic.DeepEqual(before, *snap.Data())
+	if !unchanged {
+		if perr := r.patchStatus(ctx, snap, &orig); perr != nil {
+			return ctrl.Result{}, errors.Join(err, fmt.Errorf("status of %s %s: %w", snap.Kind(), req, perr))
+		}
 	}
 	observeData(snap.Kind(), snap.GetCreationTimestamp(), before, *snap.Data())
 	r.dataEvents(snap, before.Conditions)
@@ -344,9 +350,20 @@ func (r *DataReconciler) followRemote(ctx context.Context, snap dataObject) (ctr
 	}
 	setRemote(st, snap.GetGeneration(), rs)
 	if !remoteFinal(rs.Remote) {
-		return ctrl.Result{RequeueAfter: remotePoll}, nil
+		return ctrl.Result{RequeueAfter: remotePollAfter(st.CompletionTime)}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// remotePollAfter: a small upload ends within a second or two of the
+// data being persisted, so its remote status is read every 200 ms for
+// the first 15 s (a second's poll made remote Ready up to a second late),
+// then every second.
+func remotePollAfter(completed *metav1.Time) time.Duration {
+	if completed != nil && time.Since(completed.Time) < 15*time.Second {
+		return 200 * time.Millisecond
+	}
+	return remotePoll
 }
 
 // remoteFinal: the remote status changes no more.
