@@ -164,7 +164,7 @@ func (j *JuiceFS) Commit(ctx context.Context, key string) (Info, error) {
 	if ok, _ := exists(j.readyPath(key)); ok {
 		return Info{Key: key, Bytes: rec.Bytes, Remote: api.RemoteReady}, nil
 	}
-	if err := j.sign(key, rec.Files, false); err != nil {
+	if err := j.sign(key, rec.Files, true); err != nil {
 		return Info{}, fmt.Errorf("store: commit %s: sign: %w", key, err)
 	}
 	// A new run: the deadline counts from now, a failure is forgotten.

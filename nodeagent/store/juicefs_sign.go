@@ -73,9 +73,12 @@ func (j *JuiceFS) sign(key string, files []fileEntry, hash bool) error {
 		return err
 	}
 	rec := jfsRecord{Key: key, Node: j.cfg.Node, Layouts: map[string]string{}, Hashed: hash}
+	known := knownSums(dir)
 	for _, f := range files {
 		p := filepath.Join(dir, filepath.FromSlash(f.Path))
-		if hash {
+		if k, ok := known[f.Path]; hash && ok && k.Size == f.Size {
+			f.SHA256 = k.SHA256
+		} else if hash {
 			sum, n, err := hashFile(p)
 			if err != nil {
 				return err
@@ -112,6 +115,31 @@ func (j *JuiceFS) sign(key string, files []fileEntry, hash bool) error {
 		j.remember(key, fp)
 	}
 	return nil
+}
+
+// knownSums are the sha256 this node computed when it wrote dir's files,
+// so signing them reads nothing back through FUSE: the snapshot's own
+// files in its manifest (the VM layer hashes them as it seals the
+// snapshot) and a base disk's in its sidecar (vm.DiskSHA256).
+func knownSums(dir string) map[string]fileEntry {
+	known := map[string]fileEntry{}
+	var m struct {
+		State, Disk, Memory fileEntry
+		MemoryLayer         *fileEntry
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, manifestName)); err == nil && json.Unmarshal(b, &m) == nil {
+		for _, f := range []*fileEntry{&m.State, &m.Disk, &m.Memory, m.MemoryLayer} {
+			if f != nil && f.Path != "" && !strings.Contains(f.Path, "/") && len(f.SHA256) == 64 {
+				known[f.Path] = *f
+			}
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "base.ext4.sha256")); err == nil {
+		if fi, err := os.Stat(filepath.Join(dir, "base.ext4")); err == nil && len(strings.TrimSpace(string(b))) == 64 {
+			known["base.ext4"] = fileEntry{Path: "base.ext4", Size: fi.Size(), SHA256: strings.TrimSpace(string(b))}
+		}
+	}
+	return known
 }
 
 // hashed says whether key's signed record holds its files' sha256.
