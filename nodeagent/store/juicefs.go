@@ -148,9 +148,9 @@ func (j *JuiceFS) failedPath(key string) string {
 }
 func (j *JuiceFS) ownCommit(key string) string { return filepath.Join(j.commitDir(key), j.cfg.Node) }
 
-// Commit implements Store: it signs key's files (hashing them: the write
-// path, not a restore's), marks key committed by this node and queues it
-// for the staging watch.
+// Commit implements Store: it signs key's files (their sizes, layouts and
+// the sha256 this node computed writing them; other files are hashed),
+// marks key committed by this node and queues it for the staging watch.
 func (j *JuiceFS) Commit(ctx context.Context, key string) (Info, error) {
 	if err := checkKey(key); err != nil {
 		return Info{}, err
