@@ -84,11 +84,10 @@ type JuiceFS struct {
 	failed   map[string]string      // key → why it failed (this node's)
 	verified map[string]string      // key → fingerprint of the files last hashed
 
-	kick    chan struct{}
-	hashing chan struct{} // one key hashed at a time: reads compete with the VMs'
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	kick   chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 var _ Store = (*JuiceFS)(nil)
@@ -117,7 +116,7 @@ func NewJuiceFS(cfg JuiceFSConfig) (*JuiceFS, error) {
 		cfg.Logf = func(string, ...any) {}
 	}
 	j := &JuiceFS{cfg: cfg, meta: filepath.Join(filepath.Clean(cfg.MountDir), jfsMeta), http: &http.Client{Timeout: 5 * time.Second},
-		pending: map[string]*jfsPending{}, failed: map[string]string{}, verified: map[string]string{}, kick: make(chan struct{}, 1), hashing: make(chan struct{}, 1)}
+		pending: map[string]*jfsPending{}, failed: map[string]string{}, verified: map[string]string{}, kick: make(chan struct{}, 1)}
 	for _, d := range []string{"commit", "ready", "failed", jfsSigned} {
 		if err := os.MkdirAll(filepath.Join(j.meta, d), 0o700); err != nil {
 			return nil, fmt.Errorf("store: juicefs: %w", err)
@@ -164,7 +163,7 @@ func (j *JuiceFS) Commit(ctx context.Context, key string) (Info, error) {
 	if ok, _ := exists(j.readyPath(key)); ok {
 		return Info{Key: key, Bytes: rec.Bytes, Remote: api.RemoteReady}, nil
 	}
-	if err := j.sign(key, rec.Files, true); err != nil {
+	if err := j.sign(key, rec.Files); err != nil {
 		return Info{}, fmt.Errorf("store: commit %s: sign: %w", key, err)
 	}
 	// A new run: the deadline counts from now, a failure is forgotten.
@@ -202,16 +201,12 @@ func touchNow(p string) error {
 	return os.Chtimes(p, now, now)
 }
 
-// watch waits for key's blocks to leave staging and, meanwhile, hashes
-// its files into its record.
+// watch waits for key's blocks to leave staging.
 func (j *JuiceFS) watch(key string, since time.Time) {
-	p := &jfsPending{since: since, blocks: -1}
 	j.mu.Lock()
-	j.pending[key] = p
+	j.pending[key] = &jfsPending{since: since, blocks: -1}
 	delete(j.failed, key)
 	j.mu.Unlock()
-	j.wg.Add(1)
-	go j.hashRecord(key, p)
 	j.kickCheck()
 }
 
@@ -355,8 +350,6 @@ func (j *JuiceFS) waitMessage(key string, nodes []string, own bool) string {
 		return fmt.Sprintf("waiting for this node's JuiceFS client to upload its staged blocks (cannot tell which are staged: %v)", p.err)
 	case p.blocks < 0:
 		return "waiting for this node's JuiceFS client to upload its staged blocks (not checked yet)"
-	case p.blocks == 0 && !p.hashed:
-		return "its blocks are uploaded; hashing its files into its signed record"
 	}
 	return fmt.Sprintf("%d blocks (%d bytes) of its files still in this node's JuiceFS writeback staging", p.blocks, p.bytes)
 }

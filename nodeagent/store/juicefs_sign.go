@@ -48,8 +48,6 @@ type jfsRecord struct {
 	Node              string      `json:"node"`
 	// Layouts: file path → sha256 of its objects' list at Commit.
 	Layouts map[string]string `json:"layouts,omitempty"`
-	// Hashed: Files hold each file's sha256 (after Commit, before Ready).
-	Hashed bool `json:"hashed,omitempty"`
 }
 
 // signedRecord is a record file: the record's exact JSON and its signature.
@@ -62,23 +60,22 @@ func (j *JuiceFS) signedPath(key string) string {
 	return filepath.Join(j.meta, jfsSigned, escapeKey(key)+".json")
 }
 
-// sign writes the signed record of key's files: their sizes and layouts
-// (metadata only: Commit signs this much at once) and, with hash, their
-// sha256 (read back in the background while the blocks upload; a key is
-// remote Ready only once hashed).
-func (j *JuiceFS) sign(key string, files []fileEntry, hash bool) error {
+// sign writes the signed record of key's files: their sizes, layouts and
+// sha256 — those this node computed writing them (knownSums), the others
+// hashed now.
+func (j *JuiceFS) sign(key string, files []fileEntry) error {
 	dir := j.Dir(key)
 	fp, err := fingerprint(dir, files) // before hashing: a change meanwhile shows at Open
 	if err != nil {
 		return err
 	}
-	rec := jfsRecord{Key: key, Node: j.cfg.Node, Layouts: map[string]string{}, Hashed: hash}
+	rec := jfsRecord{Key: key, Node: j.cfg.Node, Layouts: map[string]string{}}
 	known := knownSums(dir)
 	for _, f := range files {
 		p := filepath.Join(dir, filepath.FromSlash(f.Path))
-		if k, ok := known[f.Path]; hash && ok && k.Size == f.Size {
+		if k, ok := known[f.Path]; ok && k.Size == f.Size {
 			f.SHA256 = k.SHA256
-		} else if hash {
+		} else {
 			sum, n, err := hashFile(p)
 			if err != nil {
 				return err
@@ -111,9 +108,7 @@ func (j *JuiceFS) sign(key string, files []fileEntry, hash bool) error {
 	if err := writeFileAtomic(j.signedPath(key), data); err != nil {
 		return err
 	}
-	if hash {
-		j.remember(key, fp)
-	}
+	j.remember(key, fp)
 	return nil
 }
 
@@ -142,12 +137,6 @@ func knownSums(dir string) map[string]fileEntry {
 	return known
 }
 
-// hashed says whether key's signed record holds its files' sha256.
-func (j *JuiceFS) hashed(key string) bool {
-	rec, err := j.readRecord(key)
-	return err == nil && rec.Hashed
-}
-
 // verify checks key's files against its signed record; every failure of
 // the check wraps ErrIntegrity.
 func (j *JuiceFS) verify(key string) error {
@@ -165,9 +154,6 @@ func (j *JuiceFS) verify(key string) error {
 	}
 	if !j.cfg.VerifyContent && j.sameLayouts(dir, files, rec) {
 		return j.checkManifest(dir, rec)
-	}
-	if !rec.Hashed {
-		return fmt.Errorf("%w: %s: its layout differs from its record, whose sha256 are not written yet", ErrNotReady, key)
 	}
 	fp, err := fingerprint(dir, rec.Files)
 	if err != nil {

@@ -23,45 +23,6 @@ type jfsPending struct {
 	// staging never comes back): later checks only stat them.
 	left   []string
 	listed bool
-	// hashed: its record holds its files' sha256 (hashRecord), which
-	// Ready waits for too; hashErr says why not.
-	hashed  bool
-	hashErr error
-}
-
-// hashRecord re-signs key's record with its files' sha256 unless it has
-// them: off the Commit's path, while the blocks upload.
-func (j *JuiceFS) hashRecord(key string, p *jfsPending) {
-	defer j.wg.Done()
-	select {
-	case j.hashing <- struct{}{}:
-	case <-j.ctx.Done():
-		return
-	}
-	err := j.hashNow(key)
-	<-j.hashing
-	j.mu.Lock()
-	if j.pending[key] == p {
-		p.hashed, p.hashErr = err == nil, err
-	}
-	j.mu.Unlock()
-	if err != nil {
-		j.cfg.Logf("store: juicefs: %s: hashing its files: %v", key, err)
-	}
-	j.kickCheck()
-}
-
-func (j *JuiceFS) hashNow(key string) error {
-	unlock := j.locks.lock(key)
-	defer unlock()
-	if j.hashed(key) {
-		return nil
-	}
-	files, err := scanDir(j.Dir(key))
-	if err != nil {
-		return err
-	}
-	return j.sign(key, files, true)
 }
 
 // check looks at each waiting key's blocks: none staged → Ready, past
@@ -102,13 +63,10 @@ func (j *JuiceFS) checkKey(k string) {
 		p.left, p.listed, p.blocks, p.bytes = left, true, len(left), bytes
 	}
 	p.err = err
-	blocks, hashed, late := p.blocks, p.hashed, time.Since(p.since) > j.cfg.UploadDeadline
-	if err == nil && p.hashErr != nil {
-		err = p.hashErr
-	}
+	blocks, late := p.blocks, time.Since(p.since) > j.cfg.UploadDeadline
 	j.mu.Unlock()
 	switch {
-	case err == nil && blocks == 0 && hashed:
+	case err == nil && blocks == 0:
 		j.mark(k, j.readyPath(k), "")
 	case late:
 		j.mark(k, j.failedPath(k), j.lateMessage(blocks, bytes, err))
