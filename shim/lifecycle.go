@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -125,13 +126,14 @@ func stage(ctx context.Context, socket string, req stageapi.StageRequest) (dir, 
 const agentWait = 90 * time.Second
 
 // stageWaitingForAgent asks the agent, again while its socket is missing
-// or refuses connections, so a restore during an agent restart waits for
-// it instead of failing the pod.
+// or refuses connections or the agent went away mid-request, so a restore
+// during an agent restart waits for it instead of failing the pod. A
+// stage is safe to ask again: what the dead agent pinned went with it.
 func stageWaitingForAgent(ctx context.Context, c *stageapi.Client, req stageapi.StageRequest) (stageapi.StageResponse, error) {
 	deadline := time.Now().Add(agentWait)
 	for {
 		resp, err := c.Stage(ctx, req)
-		if err == nil || !agentAbsent(err) || time.Now().After(deadline) {
+		if err == nil || !agentGone(err) || time.Now().After(deadline) {
 			return resp, err
 		}
 		select {
@@ -142,9 +144,11 @@ func stageWaitingForAgent(ctx context.Context, c *stageapi.Client, req stageapi.
 	}
 }
 
-// agentAbsent: nothing listens on the agent's socket.
-func agentAbsent(err error) bool {
-	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
+// agentGone: nothing listens on the agent's socket, or the agent closed
+// the connection before it answered (killed mid-request).
+func agentGone(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // restoreSource checks a snapshot can start this container: it exists
