@@ -78,12 +78,32 @@ func JuiceFSObjects(ctx context.Context, path string) ([]JuiceFSObject, error) {
 	return info.Objects, nil
 }
 
+// jfsControlInode is the control file's inode in every JuiceFS client
+// (pkg/vfs/internal.go: minInternalNode + 2), a number no file of the
+// volume has.
+const jfsControlInode = 0x7FFFFFFF00000000 + 2
+
+// openControl opens the client's control file in dir: ".jfs.control"
+// (clients mounted with --prefix-internal) or ".control". Either name may
+// also be an ordinary file a writer of the volume put there to answer in
+// the client's place (forged object lists would forge layouts), so only
+// the file with the client's control inode is used.
 func openControl(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, ".jfs.control"), os.O_RDWR, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		f, err = os.OpenFile(filepath.Join(dir, ".control"), os.O_RDWR, 0)
+	for _, name := range []string{".jfs.control", ".control"} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR, 0)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var st syscall.Stat_t
+		if err := syscall.Fstat(int(f.Fd()), &st); err == nil && st.Ino == jfsControlInode {
+			return f, nil
+		}
+		f.Close()
 	}
-	return f, err
+	return nil, fmt.Errorf("no JuiceFS control file in %s (an ordinary file by its name is not one)", dir)
 }
 
 // readControl reads the client's answer: progress frames, then either the

@@ -386,3 +386,41 @@ func nodeVerifyingContent(t *testing.T, m *juicefs.Mount, sub string) *store.Jui
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+// TestPlantedControlFile: a writer of the volume who puts an ordinary
+// ".jfs.control" (with a forged, empty answer) next to a snapshot before
+// its Commit does not get to answer for the client: the objects still
+// come from the client's own control file, so a byte the writer then
+// changes is caught (with the forged answer, every layout would have read
+// empty at Commit and at Open alike, and matched).
+func TestPlantedControlFile(t *testing.T) {
+	sub := fresh()
+	a := node(t, ma, sub, "node-a", time.Hour)
+	key := "snapshots/planted"
+	storetest.Write(t, storetest.Pair{}, a, key, 4<<20)
+	// The agent's 19-byte request overwrites the file's start; it then
+	// reads on from there.
+	forged := strings.Repeat("x", 19) + "\xff\x00\x00\x00\x0e" + `{"Objects":[]}`
+	if err := os.WriteFile(filepath.Join(mb.Dir, sub, key, ".jfs.control"), []byte(forged), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := store.JuiceFSObjects(ctx, filepath.Join(ma.Dir, sub, key, "memory"))
+	if err != nil || len(objs) == 0 {
+		t.Fatalf("objects of memory beside a planted control file = %v, %v; want the client's", objs, err)
+	}
+	if _, err := a.Commit(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	storetest.WaitReady(t, a, key, 60*time.Second)
+	f, err := os.OpenFile(filepath.Join(mb.Dir, sub, key, "memory"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("tampered"), 4096); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, _, err := node(t, mb, sub, "node-b", time.Hour).Open(ctx, key); !errors.Is(err, store.ErrIntegrity) {
+		t.Fatalf("Open of a snapshot changed beside a planted control file = %v, want ErrIntegrity", err)
+	}
+}
