@@ -19,10 +19,7 @@ import (
 const metricObjectErrors = "juicefs_object_request_errors"
 
 // stagedBytes is the disk this node's staged blocks take.
-func (j *JuiceFS) stagedBytes() (int64, error) {
-	_, b, err := stagingFiles(j.cfg.StagingDir)
-	return b, err
-}
+func (j *JuiceFS) stagedBytes() (int64, error) { return stagingBytes(j.cfg.StagingDir) }
 
 // scrape sums every sample of metric at MetricsURL (one per mount the
 // endpoint serves, labelled vol_name and mp); a missing metric is an error.
@@ -115,15 +112,15 @@ func labelsEnd(s string) (int, error) {
 	return 0, errors.New("unterminated label set")
 }
 
-// stagingFiles counts the blocks in a client's staging directory
-// (<cache-dir>/<UUID>/rawstaging/chunks/..., one file per block, plus
-// ".tmp" files being written) and their allocated bytes. The directory
+// stagingBytes sums the allocated bytes of the blocks in a client's
+// staging directory (<cache-dir>/<UUID>/rawstaging/chunks/..., one file
+// per block, plus ".tmp" files being written). The directory
 // itself appears with the first staged block, but its parent (the
 // cache's <UUID> dir) must exist, or StagingDir is wrong and "nothing
 // staged" would be a lie.
-func stagingFiles(dir string) (n, bytes int64, err error) {
+func stagingBytes(dir string) (bytes int64, err error) {
 	if _, err := os.Stat(filepath.Dir(dir)); err != nil {
-		return 0, 0, fmt.Errorf("juicefs staging dir %s: %w (want <cache-dir>/<UUID>/rawstaging of this mount)", dir, err)
+		return 0, fmt.Errorf("juicefs staging dir %s: %w (want <cache-dir>/<UUID>/rawstaging of this mount)", dir, err)
 	}
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -133,13 +130,12 @@ func stagingFiles(dir string) (n, bytes int64, err error) {
 			return err
 		}
 		if d.Type().IsRegular() {
-			n++
 			bytes += allocated(p)
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("juicefs staging dir %s: %w", dir, err)
+		return 0, fmt.Errorf("juicefs staging dir %s: %w", dir, err)
 	}
-	return n, bytes, nil
+	return bytes, nil
 }
