@@ -114,8 +114,8 @@ minio-bins: ## Build the MinIO server (the s3 store's tests run against it) from
 	hack/minio-bins.sh
 
 .PHONY: juicefs-bins
-juicefs-bins: ## Build the JuiceFS client v1.2.5 (the juicefs store's live volume in the tests) from the upstream sources in ../shared/thirdparty (SANDLOT_THIRDPARTY) into the cache.
-	hack/juicefs-bins.sh
+juicefs-bins: vm-assets ## Build the JuiceFS client v1.2.5, the JuiceFS CSI driver v0.32.4 and its node registrar v2.17.0 (and their image) from the upstream sources in ../shared/thirdparty (SANDLOT_THIRDPARTY) into the cache: the juicefs store's live volume in the tests and STORE=juicefs make up.
+	hack/juicefs-bins.sh csi
 
 .PHONY: coredns-bins
 coredns-bins: ## Build CoreDNS (the local clusters' DNS behind kube-dns) from the Go module proxy into the cache.
@@ -126,16 +126,19 @@ cluster-bins: containerd-bins coredns-bins ## Build etcd and the Kubernetes comp
 	K8S_VERSION=$(K8S_VERSION) hack/k8s-bins.sh kube-controller-manager kube-scheduler kubelet kube-proxy
 
 .PHONY: up
-up: deps build image cluster-bins vm-assets minio-bins ## A local cluster running sandlot, installed with its Helm chart (s3 store on a local MinIO) (NODES=2 for two nodes); idempotent. Prints the kubeconfig.
+up: deps build image cluster-bins vm-assets minio-bins ## A local cluster running sandlot, installed with its Helm chart (s3 store on a local MinIO; STORE=juicefs: a live JuiceFS through its CSI driver) (NODES=2 for two nodes); idempotent. Prints the kubeconfig.
+ifeq ($(STORE),juicefs)
+	$(MAKE) juicefs-bins
+endif
 	go build -o bin/sandlot-cluster ./hack/cluster
-	bin/sandlot-cluster up -nodes $${NODES:-1}
+	bin/sandlot-cluster up -nodes $${NODES:-1} -store $${STORE:-s3}
 
 .PHONY: test-e2e
 test-e2e: build cluster-bins vm-assets ## End to end on a real two-node cluster started for the run: quickstart, placement, cordon, node failure, services.
 	go test -count=1 -v -timeout 30m ./test/e2e/
 
 .PHONY: test-agent
-test-agent: cluster-bins vm-assets minio-bins juicefs-bins ## The node agent and its store on a real two-node cluster: s3 on MinIO (default), or STORE=juicefs on a live JuiceFS (Redis + MinIO, a client per node): snapshots, remote status, pause/resume across nodes, faults.
+test-agent: cluster-bins vm-assets minio-bins juicefs-bins ## The node agent and its store on a real two-node cluster: s3 on MinIO (default), or STORE=juicefs on a live JuiceFS (the store's suites on client mounts; the chart on the JuiceFS CSI driver's volume): snapshots, remote status, pause/resume across nodes, faults, agent pods replaced.
 ifeq ($(STORE),juicefs)
 	go test -count=1 -v -timeout 30m ./nodeagent/... ./test/juicefs/ ./test/jfsagent/
 else

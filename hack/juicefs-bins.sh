@@ -10,6 +10,9 @@
 # last line of stdout.
 #   hack/juicefs-bins.sh         the client
 #   hack/juicefs-bins.sh csi     also the CSI driver v0.32.4 and node-driver-registrar v2.17.0
+#                                (into .../juicefs-csi/<driver version>/; ~6-12 min cold). The
+#                                controller's external-provisioner is not built: sandlot's local
+#                                cluster binds a static PV (no StorageClass provisioning).
 set -euo pipefail
 
 JUICEFS_VERSION="${JUICEFS_VERSION:-v1.2.5}"
@@ -75,5 +78,69 @@ EOM
 	log "juicefs built in $((SECONDS - start)) s: $("$OUT/juicefs" version)"
 }
 
+# build_csi: the CSI driver (its node plugin mounts by process, with the
+# client above) and the kubelet registrar, static (they go into an image).
+build_csi() {
+	local out="$CACHE/juicefs-csi/$CSI_VERSION" src="$CACHE/src/juicefs-csi-$CSI_VERSION"
+	if [[ -x "$out/juicefs-csi-driver" && -x "$out/csi-node-driver-registrar" ]]; then
+		log "juicefs-csi-driver $CSI_VERSION, node-driver-registrar $REGISTRAR_VERSION present"
+		echo "$out"
+		return
+	fi
+	mkdir -p "$out" "$src"
+	for t in juicefs-csi-driver node-driver-registrar; do unpack "$t" "$src"; done
+	# The operator module serves only the dashboard (cmd/dashboard), not ./cmd/.
+	mkdir -p "$src/stub/operator"
+	echo 'module github.com/juicedata/juicefs-operator' >"$src/stub/operator/go.mod"
+	local mod="$src/juicefs-csi-driver"
+	grep -q '=> ../stub/operator' "$mod/go.mod" ||
+		echo 'replace github.com/juicedata/juicefs-operator => ../stub/operator' >>"$mod/go.mod"
+	local start=$SECONDS
+	log "juicefs-csi-driver $CSI_VERSION: building (6-12 min on a cold cache)"
+	(cd "$mod" && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$out/juicefs-csi-driver.tmp" ./cmd/)
+	log "node-driver-registrar $REGISTRAR_VERSION: building (vendored)"
+	(cd "$src/node-driver-registrar" && CGO_ENABLED=0 go build -mod=vendor -ldflags="-s -w" \
+		-o "$out/csi-node-driver-registrar" ./cmd/csi-node-driver-registrar)
+	mv "$out/juicefs-csi-driver.tmp" "$out/juicefs-csi-driver"
+	log "CSI binaries built in $((SECONDS - start)) s"
+	echo "$out"
+}
+
+# csi_image: the node plugin's image (by-process mounts need juicefs at
+# /usr/local/bin/juicefs and /bin/mount.juicefs, and mount(8)) on the
+# Debian tree hack/vm-assets.sh already made, with the registrar beside it;
+# upstream's manifests beside the archive.
+csi_image() {
+	local out="$CACHE/juicefs-csi/$CSI_VERSION" src="$CACHE/src/juicefs-csi-$CSI_VERSION"
+	local base="$CACHE/vm/rootfs/debian-bookworm/debootstrap.tar.zst"
+	cp "$src/juicefs-csi-driver/deploy/k8s.yaml" "$out/k8s.yaml"
+	if [[ -f "$out/image.tar" ]]; then
+		log "juicefs-csi-driver image present"
+		return
+	fi
+	if [[ ! -f "$base" ]]; then
+		log "missing $base: run make vm-assets first (the image's Debian tree)"
+		exit 1
+	fi
+	local tree="$out/rootfs"
+	rm -rf "$tree" && mkdir -p "$tree"
+	tar --zstd -xf "$base" -C "$tree"
+	install -m 0755 "$OUT/juicefs" "$tree/usr/local/bin/juicefs"
+	ln -sf /usr/local/bin/juicefs "$tree/bin/mount.juicefs"
+	install -m 0755 "$out/juicefs-csi-driver" "$tree/bin/juicefs-csi-driver"
+	install -m 0755 "$out/csi-node-driver-registrar" "$tree/usr/local/bin/csi-node-driver-registrar"
+	(cd "$ROOT" && go run ./hack/ociimage -dir "$tree" -ref "docker.io/sandlot/juicefs-csi-driver:$CSI_VERSION" \
+		-o "$out/image.tar.tmp" -entrypoint /bin/juicefs-csi-driver >/dev/null)
+	mv "$out/image.tar.tmp" "$out/image.tar"
+	rm -rf "$tree"
+	log "juicefs-csi-driver image: $out/image.tar ($(du -h "$out/image.tar" | cut -f1))"
+}
+
 build_client
+if [[ "${1:-}" == csi ]]; then
+	build_csi >/dev/null
+	csi_image
+	echo "$CACHE/juicefs-csi/$CSI_VERSION"
+	exit 0
+fi
 echo "$OUT"

@@ -46,6 +46,8 @@ func main() {
 		err = installCmd(ctx, os.Args[2:])
 	case "uninstall":
 		err = uninstallCmd(ctx, os.Args[2:])
+	case "hold-volume":
+		err = holdCmd(ctx, os.Args[2:])
 	default:
 		err = run(ctx)
 	}
@@ -121,7 +123,7 @@ func (f *storeFlags) open(ctx context.Context, node string) (st store.Store, sha
 		}
 		return s3, true, s3.Resume(ctx)
 	case "juicefs":
-		if f.juicefs.MountDir, err = resolveGlob(f.juicefs.MountDir); err != nil {
+		if f.juicefs.MountDir, err = awaitGlob(ctx, f.juicefs.MountDir, 2*time.Minute); err != nil {
 			return nil, false, fmt.Errorf("--juicefs-dir: %w", err)
 		}
 		if f.juicefs.Keys, err = f.keys(); err != nil {

@@ -38,12 +38,17 @@ func main() {
 	dir := fs.String("dir", envOr("SANDLOT_CLUSTER_DIR", "/var/tmp/sandlot-up"), "cluster state directory")
 	nodes := fs.Int("nodes", envInt("NODES", 1), "nodes (1 or 2)")
 	bin := fs.String("bin", filepath.Join(cluster.RepoRoot(), "bin"), "directory with sandlot-controller and containerd-shim-sandlot-v2")
+	store := fs.String("store", envOr("STORE", "s3"), "the chart's store: s3 (a local MinIO) or juicefs (a live JuiceFS through its CSI driver)")
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "usage: cluster up|down|serve [flags] | restart-containerd NODE")
 		os.Exit(2)
 	}
 	_ = fs.Parse(os.Args[2:])
-	d := daemon{dir: *dir, nodes: *nodes, bin: *bin}
+	if *store != "s3" && *store != "juicefs" {
+		fmt.Fprintf(os.Stderr, "cluster: -store %q: want s3 or juicefs\n", *store)
+		os.Exit(2)
+	}
+	d := daemon{dir: *dir, nodes: *nodes, bin: *bin, store: *store}
 	var err error
 	switch os.Args[1] {
 	case "restart-containerd":
@@ -67,6 +72,7 @@ type daemon struct {
 	dir   string
 	nodes int
 	bin   string
+	store string
 }
 
 func (d daemon) pidFile() string       { return filepath.Join(d.dir, "cluster.pid") }
@@ -109,13 +115,13 @@ func (d daemon) up() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(self, "serve", "-dir", d.dir, "-nodes", strconv.Itoa(d.nodes), "-bin", d.bin)
+	cmd := exec.Command(self, "serve", "-dir", d.dir, "-nodes", strconv.Itoa(d.nodes), "-bin", d.bin, "-store", d.store)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	fmt.Printf("starting a %d-node cluster in %s (log: %s)\n", d.nodes, d.dir, d.logFile())
+	fmt.Printf("starting a %d-node cluster (store %s) in %s (log: %s)\n", d.nodes, d.store, d.dir, d.logFile())
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	return d.waitReady(exited)
@@ -252,7 +258,8 @@ func (d daemon) serve() error {
 	}
 	before := cluster.SnapshotHost()
 	err := crienv.Run("cluster", func(t crienv.T) {
-		c := cluster.Start(t, cluster.Options{Dir: d.dir, Nodes: d.nodes, BinDir: d.bin, Logf: logf, Chart: true, MinIO: true, ClusterDNS: true})
+		c := cluster.Start(t, cluster.Options{Dir: d.dir, Nodes: d.nodes, BinDir: d.bin, Logf: logf, Chart: true, MinIO: true,
+			ClusterDNS: true, JuiceFSCSI: d.store == "juicefs"})
 		if err := d.recordAPI(ctx, c); err != nil {
 			t.Fatal(err)
 		}

@@ -176,28 +176,63 @@ func TestRenderJuiceFS(t *testing.T) {
 	var ds appsv1.DaemonSet
 	objs.into(t, "DaemonSet", "sandlot-agent", &ds)
 	agent := ds.Spec.Template.Spec.Containers[0]
-	hasArg(t, agent.Args, "--juicefs-dir=/var/lib/kubelet/pods/$(POD_UID)/volumes/kubernetes.io~csi/*/mount")
+	hasArg(t, agent.Args, "--juicefs-dir=/run/sandlot/store-volume/*/mount")
 	hasArg(t, agent.Args, "--juicefs-staging-dir=/var/jfsCache/uuid/rawstaging")
 	hasArg(t, agent.Args, "--juicefs-upload-deadline=1h")
 	noStaging := merge(modes["juicefs"], map[string]any{"storage": map[string]any{"juicefs": map[string]any{"stagingDir": ""}}})
 	if _, _, err := release(noStaging); err == nil || !strings.Contains(err.Error(), "stagingDir") {
 		t.Errorf("juicefs without stagingDir: %v, want the schema to refuse it by name", err)
 	}
-	if e := env(agent, "POD_UID"); e == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.uid" {
-		t.Errorf("POD_UID: %+v", e)
+	for _, m := range agent.VolumeMounts {
+		if m.Name != "host-root" && m.Name != "manifest-key" && (m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer) {
+			t.Errorf("agent mount %s: propagation %v, want HostToContainer (the store pod's CSI mount appears after the agent starts)", m.MountPath, m.MountPropagation)
+		}
 	}
-	var claimed bool
-	for _, v := range ds.Spec.Template.Spec.Volumes {
-		claimed = claimed || (v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == "sandlot-store")
+	if claims(ds.Spec.Template.Spec) {
+		t.Error("the agent mounts the PVC: replacing its pod would unpublish the volume under running VMs")
 	}
-	if !claimed {
-		t.Error("the agent does not mount the PVC")
-	}
+	checkStoreHolder(t, objs)
 	// Without createStorageClass the class is the user's.
 	objs = render(t, merge(modes["juicefs"], map[string]any{"storage": map[string]any{"juicefs": map[string]any{"createStorageClass": false}}}))
 	if _, ok := objs[key("StorageClass", "jfs-rwx")]; ok {
 		t.Error("StorageClass created though createStorageClass is false")
 	}
+}
+
+// checkStoreHolder: the sandlot-store DaemonSet holds the PVC, is never
+// replaced by an upgrade, and links its CSI volumes directory where the
+// agent's --juicefs-dir looks.
+func checkStoreHolder(t *testing.T, objs objects) {
+	t.Helper()
+	var ds appsv1.DaemonSet
+	objs.into(t, "DaemonSet", "sandlot-store", &ds)
+	if ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType {
+		t.Errorf("sandlot-store update strategy %q, want OnDelete", ds.Spec.UpdateStrategy.Type)
+	}
+	if !claims(ds.Spec.Template.Spec) {
+		t.Error("sandlot-store does not mount the PVC")
+	}
+	hold := ds.Spec.Template.Spec.Containers[0]
+	if !slices.Equal(hold.Command, []string{"/sandlot-agent", "hold-volume"}) {
+		t.Errorf("sandlot-store command %v", hold.Command)
+	}
+	hasArg(t, hold.Args, "--link=/run/sandlot/store-volume")
+	hasArg(t, hold.Args, "--target=/var/lib/kubelet/pods/$(POD_UID)/volumes/kubernetes.io~csi")
+	if e := env(hold, "POD_UID"); e == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.uid" {
+		t.Errorf("POD_UID: %+v", e)
+	}
+	if got := hostPathOf(&ds, hold, "/run/sandlot"); got != "/run/sandlot" {
+		t.Errorf("sandlot-store's link directory on the host %q, want /run/sandlot", got)
+	}
+}
+
+func claims(spec corev1.PodSpec) bool {
+	for _, v := range spec.Volumes {
+		if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == "sandlot-store" {
+			return true
+		}
+	}
+	return false
 }
 
 func TestRenderS3(t *testing.T) {

@@ -1,10 +1,15 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
@@ -13,6 +18,8 @@ import (
 
 	"github.com/sandlot-dev/sandlot/test/crienv"
 	"github.com/sandlot-dev/sandlot/test/minio"
+	"github.com/sandlot-dev/sandlot/test/poll"
+	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 )
 
 // The Helm release a Chart cluster installs.
@@ -99,6 +106,14 @@ func (c *Cluster) ChartValues() map[string]any {
 		v["storage"] = map[string]any{"mode": "s3", "s3": map[string]any{"endpoint": s.Endpoint, "bucket": s.Bucket,
 			"region": s.Region, "insecure": true, "accessKeyID": s.AccessKey, "secretAccessKey": s.SecretKey}}
 	}
+	if c.JuiceFSCSI {
+		// The static PV juicefs.go makes binds the chart's PVC; node paths
+		// are each node's own (two kubelets on one host).
+		v["storage"] = map[string]any{"mode": "juicefs", "juicefs": map[string]any{
+			"storageClassName": juicefsStorageClass,
+			"kubeletDir":       filepath.Join(nodeDir, "kubelet", "root"),
+			"stagingDir":       filepath.Join(nodeDir, "jfscache", c.JuiceFSVolume.UUID, "rawstaging")}}
+	}
 	return v
 }
 
@@ -108,6 +123,7 @@ func (c *Cluster) minio(t crienv.T) error {
 		return nil
 	}
 	srv := minio.StartOn(t, filepath.Join(c.Dir, "minio"), c.apiIP)
+	c.MinIOServer = srv
 	c.S3 = &S3Store{Endpoint: srv.Endpoint, Bucket: srv.Bucket, AccessKey: minio.AccessKey, SecretKey: minio.SecretKey,
 		Region: minio.Region}
 	return nil
@@ -158,3 +174,64 @@ func (p panicT) Logf(format string, args ...any)   { p.logf(format, args...) }
 func (p panicT) Errorf(format string, args ...any) { p.logf(format, args...) }
 func (panicT) Fatal(args ...any)                   { panic(fatal{fmt.Errorf("%s", fmt.Sprint(args...))}) }
 func (panicT) Fatalf(format string, args ...any)   { panic(fatal{fmt.Errorf(format, args...)}) }
+
+// BuildImages writes the chart's images (`make image`) from the binaries
+// in binDir (Build) into binDir/images, for a Chart cluster in a test.
+func BuildImages(binDir string) error {
+	ch, err := LoadChart()
+	if err != nil {
+		return err
+	}
+	assets, err := vmtest.LoadEnv()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("go", "run", "./hack/images", "-bin", binDir, "-kernel", assets.Assets.Kernel,
+		"-initrd", assets.Assets.Initrd, "-tag", ch.AppVersion(), "-o", filepath.Join(binDir, "images"))
+	cmd.Dir = RepoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("images: %w: %s", err, out)
+	}
+	return nil
+}
+
+// replaceAgentPod deletes node's sandlot-agent pod and waits until the
+// DaemonSet's replacement is Ready: an upgrade or a crash of the agent.
+func (c *Cluster) replaceAgentPod(node string) error {
+	cs, err := c.Clientset()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=sandlot-agent", FieldSelector: "spec.nodeName=" + node}
+	pods, err := cs.CoreV1().Pods(ReleaseNamespace).List(ctx, sel)
+	if err != nil || len(pods.Items) != 1 {
+		return fmt.Errorf("the agent pod on %s: %v (%d pods)", node, err, len(pods.Items))
+	}
+	old := pods.Items[0].UID
+	if err := cs.CoreV1().Pods(ReleaseNamespace).Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	return poll.Every(ctx, 500*time.Millisecond, "a new agent pod Ready on "+node, func() error {
+		pods, err := cs.CoreV1().Pods(ReleaseNamespace).List(ctx, sel)
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.UID != old && p.DeletionTimestamp == nil && podReady(&p) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d pods, none new and Ready", len(pods.Items))
+	})
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

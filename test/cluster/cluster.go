@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/test/juicefs"
+	"github.com/sandlot-dev/sandlot/test/minio"
 )
 
 // Versions of what the cluster runs (built by hack/k8s-bins.sh and
@@ -73,6 +75,11 @@ type Options struct {
 	// ClusterDNS runs CoreDNS behind the kube-dns Service (DNSServiceIP),
 	// the pods' nameserver: cluster names resolve (dns.go).
 	ClusterDNS bool
+	// JuiceFSCSI (with Chart and MinIO) installs the chart with the juicefs
+	// store on a live JuiceFS volume (Redis on the API bridge, a bucket on
+	// the cluster's MinIO) mounted through the JuiceFS CSI driver, as
+	// docs/install.md tells a bare-metal user (juicefs.go).
+	JuiceFSCSI bool
 }
 
 // JuiceFSMount is one node's JuiceFS client: the volume's mountpoint and
@@ -93,6 +100,10 @@ type Cluster struct {
 	APIServer  string // https://<ip>:6443
 	Nodes      []*Node
 	PKI        *PKI
+	// MinIOServer is the MinIO the MinIO option runs (tests stop it).
+	MinIOServer *minio.Server
+	// JuiceFSVolume is the JuiceFSCSI option's volume (tests restart its Redis).
+	JuiceFSVolume *juicefs.Volume
 
 	apiIP     string
 	apiBridge string
@@ -127,9 +138,11 @@ func Start(t crienv.T, o Options) *Cluster {
 		fn   func(crienv.T) error
 	}{
 		{"host checks", c.preflight},
+		{"shared mounts", c.sharedDir},
 		{"pki", c.pki},
 		{"api bridge", c.bridge},
 		{"minio", c.minio},
+		{"juicefs volume", c.juicefsVolume},
 		{"etcd", c.etcd},
 		{"kube-apiserver", c.apiserver},
 		{"service route", c.serviceRoute},
@@ -139,6 +152,7 @@ func Start(t crienv.T, o Options) *Cluster {
 		// kube-proxy waits for its Node (it reads the node's IPs).
 		{"kube-proxy", c.proxy},
 		{"sandlot resources", c.resources},
+		{"juicefs csi driver", c.juicefsCSI},
 		{"sandlot controller and agents", c.sandlotController},
 	}
 	for _, s := range steps {

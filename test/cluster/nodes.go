@@ -383,8 +383,15 @@ func (c *Cluster) KillAgent(node string) error {
 
 // RestartAgent starts a node's agent again (after KillAgent), with extra
 // flags after the cluster's own, and waits until it is ready. It lives as
-// long as the cluster.
+// long as the cluster. On a Chart cluster it replaces the node's agent pod
+// (no extra flags there).
 func (c *Cluster) RestartAgent(node string, extra ...string) error {
+	if c.Chart {
+		if len(extra) > 0 {
+			return fmt.Errorf("RestartAgent %s: extra flags %v on a chart cluster (set them as chart values)", node, extra)
+		}
+		return c.replaceAgentPod(node)
+	}
 	n, err := c.node(node)
 	if err != nil {
 		return err

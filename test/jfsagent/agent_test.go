@@ -22,10 +22,10 @@ import (
 
 // inBucket checks every object of every file of a store key (as its
 // client lists them) is in MinIO, and returns how many there are.
-func inBucket(t *testing.T, mount *juicefs.Mount, key string) int {
+func inBucket(t *testing.T, mount mount, key string) int {
 	t.Helper()
 	have := map[string]bool{}
-	for _, o := range s3.Objects(t, vol.Bucket, juicefs.VolumeName+"/chunks/") {
+	for _, o := range c.MinIOServer.Objects(t, c.JuiceFSVolume.Bucket, juicefs.VolumeName+"/chunks/") {
 		have[o] = true
 	}
 	n := 0
@@ -59,6 +59,7 @@ func TestSnapshotToJuiceFS(t *testing.T) {
 	sbxtest.Template(t, k, "small")
 	src := sbxtest.Create(t, k, "small", "jfs-src")["jfs-src"]
 	sbxtest.EnvdRun(t, k, src, sbxtest.WriteState)
+	s3 := c.MinIOServer
 	s3.Stop()
 	t.Cleanup(func() {
 		if !s3.Running() {
@@ -82,7 +83,7 @@ func TestSnapshotToJuiceFS(t *testing.T) {
 	if !slices.Equal(seen, []sandlotv1.RemoteStatus{sandlotv1.RemoteInProgress, sandlotv1.RemoteReady}) {
 		t.Fatalf("remote statuses %v, want InProgress then Ready", seen)
 	}
-	m := mounts[src.Status.NodeName]
+	m := mountOf(t, src.Status.NodeName)
 	n := inBucket(t, m, "snapshots/"+string(snap.UID))
 	base := &sandlotv1.Snapshot{}
 	if err := k.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: src.Status.BaseSnapshot}, base); err != nil {
@@ -111,9 +112,10 @@ func TestResumeOnAnotherNode(t *testing.T) {
 	sbxtest.WaitData(t, k, ps, 2*time.Minute, "remote Ready", sbxtest.RemoteReady)
 	sbxtest.Cordon(t, k, a, true)
 	t.Cleanup(func() { sbxtest.Cordon(t, k, a, false) })
-	held := heldBytes(t, k, mounts[b], ps, sbx) // the package goes once resumed
+	mb, s3 := mountOf(t, b), c.MinIOServer
+	held := heldBytes(t, k, mb, ps, sbx) // the package goes once resumed
 	getsBefore := s3.Requests(t, "GetObject")
-	bytesBefore, err := mounts[b].Metric("juicefs_object_request_data_bytes", `method="GET"`)
+	bytesBefore, err := mb.Metric("juicefs_object_request_data_bytes", `method="GET"`)
 	if err != nil {
 		bytesBefore = 0 // no GET yet: the counter appears with the first
 	}
@@ -125,9 +127,9 @@ func TestResumeOnAnotherNode(t *testing.T) {
 	if got := sbxtest.EnvdRun(t, k, resumed, sbxtest.ReadState); got != sbxtest.WantState {
 		t.Fatalf("resumed sandbox has %q", got)
 	}
-	checkMemoryOnMount(t, k, resumed, mounts[b])
+	checkMemoryOnMount(t, k, resumed, mb)
 	gets := s3.Requests(t, "GetObject") - getsBefore
-	got, err := mounts[b].Metric("juicefs_object_request_data_bytes", `method="GET"`)
+	got, err := mb.Metric("juicefs_object_request_data_bytes", `method="GET"`)
 	if err != nil || gets == 0 || got <= bytesBefore {
 		t.Fatalf("%s's client fetched %.0f bytes (%v), MinIO answered %d GETs: want the package's blocks from MinIO", b, got-bytesBefore, err, gets)
 	}
@@ -140,7 +142,7 @@ func TestResumeOnAnotherNode(t *testing.T) {
 
 // heldBytes sums the objects of a pause package and of the base snapshot
 // and base disk it builds on, per file (logged).
-func heldBytes(t *testing.T, k client.Client, m *juicefs.Mount, ps *sandlotv1.PausedSandbox, sbx *sandlotv1.Sandbox) int64 {
+func heldBytes(t *testing.T, k client.Client, m mount, ps *sandlotv1.PausedSandbox, sbx *sandlotv1.Sandbox) int64 {
 	t.Helper()
 	base := &sandlotv1.Snapshot{}
 	if err := k.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: sbx.Status.BaseSnapshot}, base); err != nil {
@@ -172,7 +174,7 @@ func heldBytes(t *testing.T, k client.Client, m *juicefs.Mount, ps *sandlotv1.Pa
 
 // checkMemoryOnMount: the sandbox's QEMU maps its memory from a file on
 // the node's JuiceFS mount, not from a copy.
-func checkMemoryOnMount(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox, m *juicefs.Mount) {
+func checkMemoryOnMount(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox, m mount) {
 	t.Helper()
 	var pod corev1.Pod
 	if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &pod); err != nil {
@@ -190,18 +192,28 @@ func checkMemoryOnMount(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox, m
 	t.Fatalf("QEMU of %s maps no memory from %s: %q", sbx.Name, m.Dir, args)
 }
 
-// TestRedisAndAgentsRestart: with sandboxes running on both nodes, the
-// metadata engine restarts and then each node's agent: the VMs keep
-// running, and a snapshot taken afterwards becomes remote Ready and
+// touchMemory makes the guest fault in 96 MiB it had not touched: pages a
+// restored VM reads from its memory file on the volume.
+const touchMemory = `python3 -c "b = bytearray(96 << 20); print(sum(b[::4096]), len(b) >> 20)"`
+
+// TestRedisAndAgentsRestart: with sandboxes running whose memory is mapped
+// from files on the nodes' JuiceFS CSI mounts, the metadata engine
+// restarts and then each node's agent pod is replaced (deleted; the
+// DaemonSet makes a new one): the VMs keep running (the same QEMUs, their
+// memory still readable from the volume: the sandlot-store pods hold it
+// published), and a snapshot taken afterwards becomes remote Ready and
 // restores with its state.
 func TestRedisAndAgentsRestart(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	sbxtest.Template(t, k, "small")
 	sbxs := sbxtest.Create(t, k, "small", "jfs-steady-0", "jfs-steady-1")
+	pids := map[string]int{}
 	for _, s := range sbxs {
 		sbxtest.EnvdRun(t, k, s, sbxtest.WriteState)
+		checkMemoryOnMount(t, k, s, mountOf(t, s.Status.NodeName))
+		pids[s.Name] = qemuPID(t, k, s)
 	}
-	vol.RestartRedis()
+	c.JuiceFSVolume.RestartRedis()
 	for _, n := range c.Nodes {
 		if err := c.RestartAgent(n.Name); err != nil {
 			t.Fatal(err)
@@ -211,6 +223,12 @@ func TestRedisAndAgentsRestart(t *testing.T) {
 		if got := sbxtest.EnvdRun(t, k, s, sbxtest.ReadState); got != sbxtest.WantState {
 			t.Fatalf("%s after the restarts has %q", s.Name, got)
 		}
+		if got := sbxtest.EnvdRun(t, k, s, touchMemory); got != "0 96\n" {
+			t.Fatalf("%s touching fresh memory after the restarts: %q", s.Name, got)
+		}
+		if pid := qemuPID(t, k, s); pid != pids[s.Name] {
+			t.Fatalf("%s's QEMU is pid %d, was %d: the VM was restarted", s.Name, pid, pids[s.Name])
+		}
 	}
 	snap := sbxtest.Snapshot(t, k, "jfs-after-restarts", "jfs-steady-0")
 	sbxtest.WaitData(t, k, snap, 3*time.Minute, "remote Ready", sbxtest.RemoteReady)
@@ -218,4 +236,17 @@ func TestRedisAndAgentsRestart(t *testing.T) {
 	if got := sbxtest.EnvdRun(t, k, child, sbxtest.ReadState); got != sbxtest.WantState {
 		t.Fatalf("restored sandbox has %q", got)
 	}
+}
+
+func qemuPID(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox) int {
+	t.Helper()
+	var pod corev1.Pod
+	if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &pod); err != nil {
+		t.Fatal(err)
+	}
+	pid, _, ok := sbxtest.FindQEMU(string(pod.UID))
+	if !ok {
+		t.Fatalf("no QEMU for %s", sbx.Name)
+	}
+	return pid
 }

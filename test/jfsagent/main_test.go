@@ -1,41 +1,78 @@
 // Package jfsagent tests the node agent with the juicefs store on a real
-// two-node cluster (test/cluster) whose nodes each mount one live JuiceFS
-// volume (test/juicefs: Redis, a MinIO bucket, a client per node with its
-// own writeback staging): snapshots whose remote status comes from the
-// writer's client, pause on one node and resume on the other read in
-// place from the volume, and the metadata engine and the agents
-// restarting under running VMs. The store's own faults (MinIO down, a
-// steady writer) are in test/juicefs.
+// two-node cluster (test/cluster) installed the way docs/install.md tells
+// a bare-metal user: sandlot's chart in store mode juicefs, its PVC a
+// static PV of the JuiceFS CSI driver (v0.32.4, node plugin mounting by
+// process, from upstream's manifests) on one live volume (Redis, a MinIO
+// bucket); each node's client has its own writeback staging. Snapshots
+// whose remote status comes from the writer's client, pause on one node
+// and resume on the other read in place from the volume, and the metadata
+// engine restarting and the agents' pods being replaced under running
+// VMs. The store's own faults (MinIO down past the deadline, a steady
+// writer, tampering) are in test/juicefs.
 package jfsagent
 
 import (
+	"context"
+	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/crienv"
 	"github.com/sandlot-dev/sandlot/test/juicefs"
-	"github.com/sandlot-dev/sandlot/test/minio"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
-var (
-	c      *cluster.Cluster
-	s3     *minio.Server
-	vol    *juicefs.Volume
-	mounts = map[string]*juicefs.Mount{}
-)
+var c *cluster.Cluster
 
 func TestMain(m *testing.M) {
 	sbxtest.Main(m, "jfsagent", &c, func(t crienv.T, dir string, o *cluster.Options) {
-		s3 = minio.StartIn(t, filepath.Join(dir, "minio"))
-		vol = juicefs.Start(t, filepath.Join(dir, "jfs"), s3)
-		o.JuiceFS = map[string]cluster.JuiceFSMount{}
-		for i := 1; i <= o.Nodes; i++ {
-			name := cluster.NodeName(i)
-			m := vol.Mount(name)
-			mounts[name] = m
-			o.JuiceFS[name] = cluster.JuiceFSMount{Dir: m.Dir, StagingDir: m.StagingDir, MetricsURL: m.MetricsURL}
+		// Node directories are named after the nodes in a chart cluster:
+		// a short root keeps the shims' socket paths short.
+		short, err := os.MkdirTemp("/var/tmp", "sj-")
+		if err != nil {
+			t.Fatal(err)
 		}
+		t.Cleanup(func() { os.RemoveAll(short) })
+		if err := cluster.BuildImages(o.BinDir); err != nil {
+			t.Fatal(err)
+		}
+		o.Dir, o.Chart, o.MinIO, o.JuiceFSCSI, o.ClusterDNS = short, true, true, true, true
 	})
 }
+
+// mount is a node's JuiceFS CSI mount as the host sees it: the
+// sandlot-store pod's volume (where the agent and the VMs find the store)
+// and its client's metrics (in the node's CSI node plugin pod).
+type mount struct {
+	Dir        string
+	MetricsURL string
+}
+
+func mountOf(t *testing.T, node string) mount {
+	t.Helper()
+	link := filepath.Join(c.Dir, node, "sandlot", "store-volume", cluster.JuiceFSStorePV, "mount")
+	dir, err := filepath.EvalSymlinks(link)
+	if err != nil {
+		t.Fatalf("%s's store volume: %v", node, err)
+	}
+	cs, err := c.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := cs.CoreV1().Pods("kube-system").List(context.Background(), metav1.ListOptions{
+		LabelSelector: "app=juicefs-csi-node", FieldSelector: "spec.nodeName=" + node})
+	if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.PodIP == "" {
+		t.Fatalf("%s's CSI node plugin: %v", node, err)
+	}
+	return mount{Dir: dir, MetricsURL: c.JuiceFSMetricsURL(pods.Items[0].Status.PodIP)}
+}
+
+func (m mount) Metric(name, match string) (float64, error) {
+	return juicefs.Metric(m.MetricsURL, name, match)
+}
+
+func (m mount) String() string { return fmt.Sprintf("%s (metrics %s)", m.Dir, m.MetricsURL) }

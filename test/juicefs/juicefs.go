@@ -8,6 +8,7 @@ package juicefs
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -59,12 +60,21 @@ type Volume struct {
 
 	mu    sync.Mutex
 	redis *process
+	host  string
 	port  string
+	pass  string
 }
 
 // Start runs Redis under dir, makes a bucket on s3 and formats a volume
 // on them; t's cleanups stop it all.
 func Start(t T, dir string, s3 *minio.Server) *Volume {
+	t.Helper()
+	return StartOn(t, dir, s3, "127.0.0.1")
+}
+
+// StartOn is Start with Redis listening on host (an address pods reach,
+// for a volume the JuiceFS CSI driver mounts).
+func StartOn(t T, dir string, s3 *minio.Server, host string) *Volume {
 	t.Helper()
 	bin := Binary()
 	if fi, err := os.Stat(bin); err != nil || fi.Mode()&0o111 == 0 {
@@ -76,8 +86,10 @@ func Start(t T, dir string, s3 *minio.Server) *Volume {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatalf("juicefs: %v", err)
 	}
-	v := &Volume{S3: s3, Bucket: s3.NewBucket(t), t: t, dir: dir, bin: bin, port: freePort(t)}
-	v.MetaURL = "redis://127.0.0.1:" + v.port + "/1"
+	// A password: Redis refuses other hosts without one (protected mode),
+	// and pods on the bridge are other hosts.
+	v := &Volume{S3: s3, Bucket: s3.NewBucket(t), t: t, dir: dir, bin: bin, host: host, port: freePort(t, host), pass: rand.Text()}
+	v.MetaURL = "redis://:" + v.pass + "@" + net.JoinHostPort(host, v.port) + "/1"
 	v.startRedis()
 	t.Cleanup(v.stopRedis)
 	v.run("format", "--storage", "minio", "--bucket", "http://"+s3.Endpoint+"/"+v.Bucket,
@@ -102,8 +114,8 @@ func (v *Volume) run(args ...string) []byte {
 	return out.Bytes()
 }
 
-func freePort(t T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(t T, host string) string {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatalf("juicefs: free port: %v", err)
 	}
@@ -114,13 +126,14 @@ func freePort(t T) string {
 
 func (v *Volume) startRedis() {
 	v.t.Helper()
-	p := start(v.t, filepath.Join(v.dir, "redis.log"), "redis-server", "--port", v.port, "--bind", "127.0.0.1",
+	p := start(v.t, filepath.Join(v.dir, "redis.log"), "redis-server", "--port", v.port, "--bind", v.host, "--requirepass", v.pass,
 		"--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir", v.dir)
-	err := poll.Within(30*time.Second, "redis on "+v.port, func() error {
+	addr := net.JoinHostPort(v.host, v.port)
+	err := poll.Within(30*time.Second, "redis on "+addr, func() error {
 		if p.exited() {
 			return poll.Stop(fmt.Errorf("redis-server exited:\n%s", p.logTail()))
 		}
-		c, err := net.Dial("tcp", "127.0.0.1:"+v.port)
+		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
 		}

@@ -35,7 +35,7 @@ func (v *Volume) Mount(name string) *Mount {
 	base := filepath.Join(v.dir, name)
 	m := &Mount{Dir: filepath.Join(base, "mnt"), CacheDir: filepath.Join(base, "cache"), Log: filepath.Join(base, "juicefs.log"), v: v}
 	m.StagingDir = filepath.Join(m.CacheDir, v.UUID, "rawstaging")
-	metrics := "127.0.0.1:" + freePort(v.t)
+	metrics := "127.0.0.1:" + freePort(v.t, "127.0.0.1")
 	m.MetricsURL = "http://" + metrics + "/metrics"
 	for _, d := range []string{m.Dir, m.CacheDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -148,8 +148,12 @@ func (p *process) logTail() string {
 
 // Metric sums the client's samples of name whose labels contain match
 // (e.g. `method="GET"`; "" for all).
-func (m *Mount) Metric(name, match string) (float64, error) {
-	resp, err := http.Get(m.MetricsURL)
+func (m *Mount) Metric(name, match string) (float64, error) { return Metric(m.MetricsURL, name, match) }
+
+// Metric sums the samples of name whose labels contain match at a JuiceFS
+// client's metrics endpoint url.
+func Metric(url, name, match string) (float64, error) {
+	resp, err := http.Get(url)
 	if err != nil {
 		return 0, fmt.Errorf("juicefs metrics: %w", err)
 	}
@@ -170,7 +174,7 @@ func (m *Mount) Metric(name, match string) (float64, error) {
 		sum, found = sum+v, true
 	}
 	if !found {
-		return 0, fmt.Errorf("juicefs metrics: no %s{%s} at %s", name, match, m.MetricsURL)
+		return 0, fmt.Errorf("juicefs metrics: no %s{%s} at %s", name, match, url)
 	}
 	return sum, sc.Err()
 }

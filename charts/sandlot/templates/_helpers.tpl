@@ -136,7 +136,8 @@ uninstall removes what install wrote), restart command excluded.
 {{- $s := .Values.storage -}}
 - {{ printf "--store=%v" ($s.mode) | quote }}
 {{- if eq $s.mode "juicefs" }}
-- {{ printf "--juicefs-dir=%v/pods/$(POD_UID)/volumes/kubernetes.io~csi/*/mount" ($s.juicefs.kubeletDir) | quote }}
+{{- /* The link the sandlot-store pod writes to its own volume (store-holder.yaml). */}}
+- {{ printf "--juicefs-dir=%v/*/mount" (include "sandlot.storeLink" .) | quote }}
 {{- with $s.juicefs.stagingDir }}
 - {{ printf "--juicefs-staging-dir=%v" (.) | quote }}
 {{- end }}
@@ -177,4 +178,9 @@ uninstall removes what install wrote), restart command excluded.
 {{/* The API keys Secret (in api.namespace). */}}
 {{- define "sandlot.apiKeysSecret" -}}
 {{ .Values.api.keys.existingSecret | default "sandlot-api-keys" }}
+{{- end }}
+
+{{/* juicefs: the link to the sandlot-store pod's CSI volumes directory, on the node. */}}
+{{- define "sandlot.storeLink" -}}
+{{ printf "%s/store-volume" .Values.node.runDir }}
 {{- end }}
