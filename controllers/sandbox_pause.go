@@ -43,7 +43,8 @@ var discarded = fail(sandlotv1.ReasonPausedStateDiscarded,
 	"the PausedSandbox holding this sandbox's paused state was deleted")
 
 // decidePause is the pause/resume state machine of DESIGN.md: pause makes
-// a PausedSandbox and removes the pod only once its package is Ready;
+// a PausedSandbox (its VM stopped and saved by the agent), is Paused once
+// the package is Ready, and removes the pod then;
 // resume restores the package in a new pod and releases it only once that
 // pod runs; a package deleted under a paused sandbox ends it.
 func decidePause(w pauseWorld) pauseDecision {
@@ -88,8 +89,10 @@ func decideWhilePaused(w pauseWorld) pauseDecision {
 		if pod == nil {
 			return waitIn(sandlotv1.SandboxPaused, sandlotv1.ReasonPaused, "paused in PausedSandbox "+ps.Name)
 		}
-		return pauseDecision{DeletePod: podAlive, Phase: sandlotv1.SandboxPausing,
-			Reason: sandlotv1.ReasonPausing, Message: "pause package ready; removing the pod"}
+		// The agent stopped the VM before saving it: paused now; the
+		// pod goes afterwards (a resume waits for it).
+		return pauseDecision{DeletePod: podAlive, Phase: sandlotv1.SandboxPaused,
+			Reason: sandlotv1.ReasonPaused, Message: "paused in PausedSandbox " + ps.Name + "; its pod is being removed"}
 	case pod == nil:
 		return fail(sandlotv1.ReasonPauseFailed, "the pod went away before the pause package was ready")
 	}

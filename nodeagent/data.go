@@ -254,14 +254,25 @@ func (r *DataReconciler) take(ctx context.Context, snap dataObject, orig *client
 	defer c.Close()
 	sctx, cancel := context.WithTimeout(ctx, snapshotTimeout) // a hung shim must not hold a worker for ever
 	defer cancel()
-	resp, err := c.Snapshot(sctx, &controlapi.SnapshotRequest{Dir: dir})
+	// A pause package: memory and disk layer taken at the instant the
+	// VM stopped (consistent without the guest syncing its disks).
+	err = halt(sctx, c, snap)
+	var resp *controlapi.SnapshotResponse
+	if err == nil {
+		resp, err = c.Snapshot(sctx, &controlapi.SnapshotRequest{Dir: dir})
+	}
 	if err != nil {
+		r.resumeHalted(ctx, snap)
 		setFailed(st, snap.GetGeneration(), "SnapshotFailed", err.Error())
 		return nil
 	}
 	log.FromContext(ctx).Info("data taken", "object", snap.GetName(), "paused", time.Duration(resp.GetPausedNanos()),
 		"took", time.Duration(resp.GetTookNanos()))
-	return r.commit(ctx, snap)
+	if err := r.commit(ctx, snap); err != nil || st.Phase == sandlotv1.DataFailed {
+		r.resumeHalted(ctx, snap)
+		return err
+	}
+	return nil
 }
 
 // commit hands a complete snapshot directory to the store, made
@@ -406,6 +417,7 @@ func (r *DataReconciler) deleteData(ctx context.Context, snap dataObject) (ctrl.
 	if controllerutil.ContainsFinalizer(snap.Obj(), sandlotv1.FinalizerInUse) || !controllerutil.ContainsFinalizer(snap.Obj(), sandlotv1.FinalizerData) {
 		return ctrl.Result{}, nil
 	}
+	r.resumeHalted(ctx, snap) // unpaused before its pod went: the VM runs on
 	err := r.Store.Delete(ctx, key(snap))
 	switch {
 	case errors.Is(err, store.ErrInUse):

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -42,5 +43,66 @@ func TestCopyNonZeroKeepsHoles(t *testing.T) {
 	}
 	if a := allocated(dst); a > 3<<20 {
 		t.Fatalf("copy allocates %d bytes, want the 2 MiB of data chunks at most", a)
+	}
+}
+
+// The disk layer is sealed by its data extents: Verify reads those, and
+// a changed byte in one is caught; a sparse copy keeps what it checks.
+func TestDiskLayerSealedByItsExtents(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "layer")
+	f, err := os.Create(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(64 << 20); err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{1 << 20, 40 << 20} {
+		if _, err := f.WriteAt(bytes.Repeat([]byte{0xab}, 8192), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	snap := filepath.Join(dir, "snap")
+	if err := os.Mkdir(snap, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	m := &Manifest{Version: ManifestVersion}
+	if m.DiskExtents, err = copySparse(src, filepath.Join(snap, DiskFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{StateFile, MemoryFile} {
+		if err := os.WriteFile(filepath.Join(snap, name), []byte(name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, ref := range map[string]*FileRef{StateFile: &m.State, MemoryFile: &m.Memory} {
+		if *ref, err = fileRef(snap, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m.Disk, err = dataRef(snap, DiskFile, m.DiskExtents); err != nil {
+		t.Fatal(err)
+	}
+	if m.Disk.SHA256 != "" || len(m.Disk.DataSHA256) != 64 || m.Disk.Size != 64<<20 {
+		t.Fatalf("disk ref %+v: want its data extents' sha256 and its full size", m.Disk)
+	}
+	if err := m.Write(snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(snap); err != nil {
+		t.Fatalf("intact snapshot: %v", err)
+	}
+	disk, err := os.OpenFile(filepath.Join(snap, DiskFile), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := disk.WriteAt([]byte{0xac}, 40<<20+100); err != nil {
+		t.Fatal(err)
+	}
+	disk.Close()
+	if err := Verify(snap); err == nil || !strings.Contains(err.Error(), DiskFile+" changed") {
+		t.Fatalf("a byte changed in an extent: %v, want the disk named", err)
 	}
 }

@@ -74,7 +74,7 @@ func (j *JuiceFS) sign(key string, files []fileEntry) error {
 	for _, f := range files {
 		p := filepath.Join(dir, filepath.FromSlash(f.Path))
 		if k, ok := known[f.Path]; ok && k.Size == f.Size {
-			f.SHA256 = k.SHA256
+			f.SHA256, f.Extents, f.ObjectSHA256 = k.SHA256, k.Extents, k.ObjectSHA256
 		} else {
 			sum, n, err := hashFile(p)
 			if err != nil {
@@ -118,14 +118,27 @@ func (j *JuiceFS) sign(key string, files []fileEntry) error {
 // snapshot) and a base disk's in its sidecar (vm.DiskSHA256).
 func knownSums(dir string) map[string]fileEntry {
 	known := map[string]fileEntry{}
+	// The manifest's file references (vm.FileRef): the disk layer has the
+	// sha256 of its data extents (dataSHA256) instead of the whole file's.
+	type ref struct {
+		Path       string
+		Size       int64
+		SHA256     string
+		DataSHA256 string
+	}
 	var m struct {
-		State, Disk, Memory fileEntry
-		MemoryLayer         *fileEntry
+		State, Disk, Memory ref
+		MemoryLayer         *ref
+		DiskExtents         [][2]int64
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, manifestName)); err == nil && json.Unmarshal(b, &m) == nil {
-		for _, f := range []*fileEntry{&m.State, &m.Disk, &m.Memory, m.MemoryLayer} {
-			if f != nil && f.Path != "" && !strings.Contains(f.Path, "/") && len(f.SHA256) == 64 {
-				known[f.Path] = *f
+		for _, f := range []*ref{&m.State, &m.Disk, &m.Memory, m.MemoryLayer} {
+			switch {
+			case f == nil || f.Path == "" || strings.Contains(f.Path, "/"):
+			case len(f.SHA256) == 64:
+				known[f.Path] = fileEntry{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
+			case len(f.DataSHA256) == 64 && m.DiskExtents != nil:
+				known[f.Path] = fileEntry{Path: f.Path, Size: f.Size, Extents: m.DiskExtents, ObjectSHA256: f.DataSHA256}
 			}
 		}
 	}
@@ -163,12 +176,8 @@ func (j *JuiceFS) verify(key string) error {
 		return nil
 	}
 	for _, f := range rec.Files {
-		sum, n, err := hashFile(filepath.Join(dir, filepath.FromSlash(f.Path)))
-		if err != nil {
+		if err := checkContent(key, filepath.Join(dir, filepath.FromSlash(f.Path)), f); err != nil {
 			return err
-		}
-		if n != f.Size || sum != f.SHA256 {
-			return integrityErr(key, f, n, sum)
 		}
 	}
 	if err := j.checkManifest(dir, rec); err != nil {
@@ -301,4 +310,32 @@ func (j *JuiceFS) forget(key string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	delete(j.verified, key)
+}
+
+// checkContent hashes a file against its signed sha256: the whole file,
+// or a sparse file signed by its data extents (a disk layer) those alone.
+func checkContent(key, p string, f fileEntry) error {
+	if f.SHA256 == "" && f.ObjectSHA256 != "" {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		sum, err := hashExtents(p, f.Extents)
+		if err != nil {
+			return err
+		}
+		if fi.Size() != f.Size || sum != f.ObjectSHA256 {
+			return fmt.Errorf("%w: %s of %s: %d bytes with data sha256 %s, signed for %d bytes with data sha256 %s",
+				ErrIntegrity, f.Path, key, fi.Size(), sum, f.Size, f.ObjectSHA256)
+		}
+		return nil
+	}
+	sum, n, err := hashFile(p)
+	if err != nil {
+		return err
+	}
+	if n != f.Size || sum != f.SHA256 {
+		return integrityErr(key, f, n, sum)
+	}
+	return nil
 }

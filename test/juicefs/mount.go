@@ -28,9 +28,9 @@ type Mount struct {
 	p *process
 }
 
-// Mount mounts the volume for node name under the volume's directory;
-// t's cleanups unmount it.
-func (v *Volume) Mount(name string) *Mount {
+// Mount mounts the volume for node name under the volume's directory,
+// with extra mount flags (e.g. --prefetch=16); t's cleanups unmount it.
+func (v *Volume) Mount(name string, extra ...string) *Mount {
 	v.t.Helper()
 	base := filepath.Join(v.dir, name)
 	m := &Mount{Dir: filepath.Join(base, "mnt"), CacheDir: filepath.Join(base, "cache"), Log: filepath.Join(base, "juicefs.log"), v: v}
@@ -43,8 +43,9 @@ func (v *Volume) Mount(name string) *Mount {
 		}
 	}
 	// Foreground, as a child: its log and lifetime are the test's.
-	m.p = start(v.t, m.Log, v.bin, "mount", "--writeback", "--upload-delay", "0", "--cache-dir", m.CacheDir,
-		"--metrics", metrics, "--no-usage-report", "--no-bgjob", v.MetaURL, m.Dir)
+	args := append([]string{"mount", "--writeback", "--upload-delay", "0", "--cache-dir", m.CacheDir,
+		"--metrics", metrics, "--no-usage-report", "--no-bgjob"}, extra...)
+	m.p = start(v.t, m.Log, v.bin, append(args, v.MetaURL, m.Dir)...)
 	v.t.Cleanup(m.Unmount)
 	err := poll.Within(60*time.Second, "juicefs mounted on "+m.Dir, func() error {
 		if m.p.exited() {

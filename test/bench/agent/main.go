@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -70,6 +71,7 @@ func main() {
 	levels := flag.String("c", "1,5,10", "concurrency levels, comma-separated")
 	n := flag.Int("n", 3, "rounds at concurrency 1 (a round at C > 1 gives C samples)")
 	asJSON := flag.Bool("json", false, "print JSON instead of a table")
+	flag.IntVar(prefetch, "juicefs-prefetch", 1, "juicefs: the clients' --prefetch (blocks read ahead concurrently; JuiceFS's default 1, the chart's StorageClass 16)")
 	flag.Parse()
 	cs, err := sbxbench.ParseLevels("c", *levels)
 	if err != nil || (*store != "local" && *store != "s3" && *store != "juicefs") || *n < 1 {
@@ -103,7 +105,7 @@ func main() {
 func report(table *stats.Table, kind string) {
 	store := map[string]string{"local": "local (each node's disk)",
 		"s3":      "s3 + MinIO " + minio.Version + " (one for both nodes)",
-		"juicefs": "juicefs: JuiceFS " + juicefs.Version + " (Redis metadata, MinIO " + minio.Version + " objects, a client per node, --writeback)"}[kind]
+		"juicefs": "juicefs: JuiceFS " + juicefs.Version + " (Redis metadata, MinIO " + minio.Version + " objects, a client per node, --writeback, --prefetch=" + strconv.Itoa(*prefetch) + ")"}[kind]
 	accel, _ := vm.DetectAccel()
 	table.Print(os.Stdout, fmt.Sprintf("sandlot snapshot store: store %s, accel %s, Kubernetes %s, containerd %s, 2 nodes, "+
 		"VM 1 vCPU 256 MiB (templates restore their base snapshot), %s",
@@ -140,6 +142,9 @@ type bench struct {
 	placed  map[string][2]int    // by row: started where noted, of all
 }
 
+// prefetch is the juicefs clients' --prefetch (-juicefs-prefetch).
+var prefetch = new(int)
+
 func newBench(t crienv.T, kind string) *bench {
 	var objectStore *minio.Server
 	mounts := map[string]*juicefs.Mount{}
@@ -156,7 +161,7 @@ func newBench(t crienv.T, kind string) *bench {
 		vol := juicefs.Start(t, filepath.Join(dir, "jfs"), srv)
 		o.JuiceFS, objectStore = map[string]cluster.JuiceFSMount{}, srv
 		for i := 1; i <= o.Nodes; i++ {
-			m := vol.Mount(cluster.NodeName(i))
+			m := vol.Mount(cluster.NodeName(i), "--prefetch="+strconv.Itoa(*prefetch))
 			mounts[cluster.NodeName(i)] = m
 			o.JuiceFS[cluster.NodeName(i)] = cluster.JuiceFSMount{Dir: m.Dir, StagingDir: m.StagingDir, MetricsURL: m.MetricsURL}
 		}
