@@ -67,11 +67,12 @@ type FileRef struct {
 	Path   string `json:"path"` // relative to the snapshot dir, or absolute
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256,omitempty"`
-	// DataSHA256, set instead of SHA256 on the sparse disk layer, is the
-	// sha256 of its data extents (the manifest's DiskExtents) back to back:
-	// the bytes a restore copies (the rest are holes, zeros by
-	// construction). A snapshot hashes its 20 MiB of data, not the 1 GiB
-	// of holes around it (1-2 s here).
+	// DataSHA256, set instead of SHA256 on the sparse files (the disk
+	// layer, the memory layer), is the sha256 of their data extents back to
+	// back (DiskExtents; LayerRuns in pages): the bytes a restore reads
+	// (the rest are holes, zeros by construction). A snapshot hashes its
+	// few MiB of data, not the 1 GiB and 256 MiB of holes around it
+	// (1-2 s here).
 	DataSHA256 string `json:"dataSHA256,omitempty"`
 }
 
@@ -205,7 +206,7 @@ func (m *Manifest) verifyRef(dir string, f FileRef) error {
 	sum, want, err := "", f.SHA256, error(nil)
 	if f.SHA256 == "" && f.DataSHA256 != "" {
 		want = f.DataSHA256
-		sum, err = extentsSHA256(f.Abs(dir), m.DiskExtents)
+		sum, err = extentsSHA256(f.Abs(dir), m.extentsOf(f))
 	} else {
 		sum, err = fileSHA256(f.Abs(dir))
 	}
@@ -216,6 +217,24 @@ func (m *Manifest) verifyRef(dir string, f FileRef) error {
 		return fmt.Errorf("%s changed (sha256 %s, manifest %s)", f.Path, sum, want)
 	}
 	return nil
+}
+
+// extentsOf are a sparse file's data extents in bytes.
+func (m *Manifest) extentsOf(f FileRef) [][2]int64 {
+	if m.MemoryLayer != nil && f.Path == m.MemoryLayer.Path {
+		return LayerExtents(m.LayerRuns)
+	}
+	return m.DiskExtents
+}
+
+// LayerExtents are the byte extents {offset, length} of a memory layer's
+// page runs [first, end).
+func LayerExtents(runs [][2]int64) [][2]int64 {
+	ext := make([][2]int64, 0, len(runs))
+	for _, r := range runs {
+		ext = append(ext, [2]int64{r[0] * pageSize, (r[1] - r[0]) * pageSize})
+	}
+	return ext
 }
 
 // extentsSHA256 hashes the file's extents back to back (reading nothing

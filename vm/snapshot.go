@@ -221,7 +221,7 @@ func (v *VM) seal(dir string, m *Manifest) error {
 		m.DirtyBytes = allocated(filepath.Join(dir, MemoryFile))
 	} else {
 		m.Memory = v.base.Memory // the base this VM maps, by absolute path
-		layer, err := fileRef(dir, LayerFile)
+		layer, err := dataRef(dir, LayerFile, LayerExtents(m.LayerRuns))
 		if err != nil {
 			return err
 		}

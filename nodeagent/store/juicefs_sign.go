@@ -130,15 +130,20 @@ func knownSums(dir string) map[string]fileEntry {
 		State, Disk, Memory ref
 		MemoryLayer         *ref
 		DiskExtents         [][2]int64
+		LayerRuns           [][2]int64 // pages [first, end)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, manifestName)); err == nil && json.Unmarshal(b, &m) == nil {
+		extents := map[*ref][][2]int64{&m.Disk: m.DiskExtents}
+		if m.MemoryLayer != nil {
+			extents[m.MemoryLayer] = layerExtents(m.LayerRuns)
+		}
 		for _, f := range []*ref{&m.State, &m.Disk, &m.Memory, m.MemoryLayer} {
 			switch {
 			case f == nil || f.Path == "" || strings.Contains(f.Path, "/"):
 			case len(f.SHA256) == 64:
 				known[f.Path] = fileEntry{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
-			case len(f.DataSHA256) == 64 && m.DiskExtents != nil:
-				known[f.Path] = fileEntry{Path: f.Path, Size: f.Size, Extents: m.DiskExtents, ObjectSHA256: f.DataSHA256}
+			case len(f.DataSHA256) == 64 && extents[f] != nil:
+				known[f.Path] = fileEntry{Path: f.Path, Size: f.Size, Extents: extents[f], ObjectSHA256: f.DataSHA256}
 			}
 		}
 	}
@@ -338,4 +343,15 @@ func checkContent(key, p string, f fileEntry) error {
 		return integrityErr(key, f, n, sum)
 	}
 	return nil
+}
+
+// layerExtents are a memory layer's page runs in bytes (vm.LayerExtents;
+// the store reads manifests without the VM layer).
+func layerExtents(runs [][2]int64) [][2]int64 {
+	const pageSize = 4096
+	ext := make([][2]int64, 0, len(runs))
+	for _, r := range runs {
+		ext = append(ext, [2]int64{r[0] * pageSize, (r[1] - r[0]) * pageSize})
+	}
+	return ext
 }
