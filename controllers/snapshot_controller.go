@@ -53,11 +53,6 @@ func (r *SnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		after, err := handOffIfNodeGone(ctx, r.Client, r.Recorder, snap, &snap.Status.DataStatus)
 		return ctrl.Result{RequeueAfter: after}, err
 	}
-	if controllerutil.AddFinalizer(snap, sandlotv1.FinalizerInUse) {
-		if err := r.Update(ctx, snap); err != nil {
-			return ctrl.Result{}, fmt.Errorf("add finalizer to snapshot %s: %w", req, err)
-		}
-	}
 	orig := snap.DeepCopy()
 	if snap.Status.NodeName == "" {
 		a, err := r.assignment(ctx, snap)
@@ -71,9 +66,9 @@ func (r *SnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err := patchStatus(ctx, r.Client, r.Recorder, orig, snap); err != nil {
 		return ctrl.Result{}, err
 	}
-	// The label last, on a copy: the agent's cache selects by it, and by
-	// then the status says what to do.
-	if err := r.labelNode(ctx, snap.DeepCopy(), snap.Status.NodeName); err != nil {
+	// The metadata last, on a copy, in one write: the agent's cache
+	// selects by the node label, and by then the status says what to do.
+	if err := r.claimMetadata(ctx, snap.DeepCopy(), snap.Status.NodeName); err != nil {
 		return ctrl.Result{}, err
 	}
 	left, err := deleteIfExpired(ctx, r.Client, snap, snap.Status.ExpiresAt, time.Now())
@@ -197,17 +192,24 @@ func vmSpecOfPod(pod *corev1.Pod, res *sandlotv1.Resources) sandlotv1.VMSpec {
 	return vm
 }
 
-func (r *SnapshotReconciler) labelNode(ctx context.Context, snap *sandlotv1.Snapshot, node string) error {
-	if node == "" || snap.Labels[sandlotv1.LabelNode] == node {
+// claimMetadata adds the snapshot's finalizer and its node label in one
+// patch (nothing when they are there). The agent adds its own data
+// finalizer when it takes the snapshot: a snapshot no agent ever took can
+// be deleted without one.
+func (r *SnapshotReconciler) claimMetadata(ctx context.Context, snap *sandlotv1.Snapshot, node string) error {
+	patch := client.MergeFromWithOptions(snap.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	changed := controllerutil.AddFinalizer(snap, sandlotv1.FinalizerInUse)
+	if node != "" && snap.Labels[sandlotv1.LabelNode] != node {
+		if snap.Labels == nil {
+			snap.Labels = map[string]string{}
+		}
+		snap.Labels[sandlotv1.LabelNode], changed = node, true
+	}
+	if !changed {
 		return nil
 	}
-	patch := client.MergeFrom(snap.DeepCopy())
-	if snap.Labels == nil {
-		snap.Labels = map[string]string{}
-	}
-	snap.Labels[sandlotv1.LabelNode] = node
 	if err := r.Patch(ctx, snap, patch); err != nil {
-		return fmt.Errorf("label snapshot %s with node %s: %w", snap.Name, node, err)
+		return fmt.Errorf("finalizers and node label of snapshot %s: %w", snap.Name, err)
 	}
 	return nil
 }

@@ -99,7 +99,7 @@ func (r *DataReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := r.Get(ctx, req.NamespacedName, snap.Obj()); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if snap.Data().NodeName != r.Name {
+	if nodeOf(snap) != r.Name {
 		return ctrl.Result{}, nil
 	}
 	if snap.GetDeletionTimestamp() != nil {
@@ -112,6 +112,7 @@ func (r *DataReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	orig := snap.Obj().DeepCopyObject().(client.Object)
 	before, startRV := *snap.Data().DeepCopy(), snap.GetResourceVersion()
+	startFromSpec(snap) // written with the first status patch
 	res, err := r.phase(ctx, snap, &orig)
 	snap.Data().ObservedGeneration = snap.GetGeneration()
 	// A poll that changed nothing writes nothing (remote status is read

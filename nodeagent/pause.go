@@ -55,3 +55,28 @@ func (r *DataReconciler) resumeHalted(ctx context.Context, snap dataObject) {
 		log.FromContext(ctx).Info("the VM runs on: its pause did not complete", "object", snap.GetName())
 	}
 }
+
+// nodeOf is the node whose agent owns the data: the status says, or for
+// a new PausedSandbox its spec (see startFromSpec).
+func nodeOf(snap dataObject) string {
+	if p, ok := snap.(pausedObject); ok && fresh(p) {
+		return p.Spec.NodeName
+	}
+	return snap.Data().NodeName
+}
+
+func fresh(p pausedObject) bool {
+	return p.Status.NodeName == "" && p.Status.Phase == "" && p.DeletionTimestamp == nil
+}
+
+// startFromSpec: a new PausedSandbox names its node in its spec (and is
+// labelled for it when created), so the agent takes it at once rather than
+// after the controller copies the node into its status: a pause waits on
+// this. The controller's later status write keeps what the agent wrote.
+func startFromSpec(snap dataObject) {
+	p, ok := snap.(pausedObject)
+	if !ok || !fresh(p) {
+		return
+	}
+	p.Status.NodeName, p.Status.Phase = p.Spec.NodeName, sandlotv1.DataPending
+}
