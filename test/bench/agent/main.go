@@ -53,13 +53,14 @@ const (
 	mSnapPut     = "Object store PUT of the snapshot's bytes (floor)"
 	mLocalSnap   = "Local snapshot start"
 	mPause       = "Pause"
+	mPauseGone   = "Pause until its pod is gone"
 	mPauseRemote = "Paused package remote Ready after pause"
 	mLocalResume = "Local resume"
 	mCrossSnap   = "Cross-node snapshot start (cold)"
 	mCrossResume = "Cross-node resume"
 )
 
-var metrics = []string{mTemplate, mSnapAPI, mSnapRemote, mSnapPut, mLocalSnap, mPause, mPauseRemote, mLocalResume,
+var metrics = []string{mTemplate, mSnapAPI, mSnapRemote, mSnapPut, mLocalSnap, mPause, mPauseGone, mPauseRemote, mLocalResume,
 	mCrossSnap, mCrossResume}
 
 // placedOn says, for the rows whose placement is noted, where a sandbox
@@ -266,11 +267,14 @@ func (b *bench) snapshots(c int, srcs []string) (names, nodes []string) {
 // them; nodes are where they ran.
 func (b *bench) pauseResume(c int, names, nodes []string) {
 	b.add(mPause, c, b.each(mPause, c, func(ctx context.Context, i int) (time.Duration, error) {
-		d, remote, err := b.pause(ctx, names[i])
-		if err == nil && b.shared {
-			b.add(mPauseRemote, c, stats.MS(remote))
+		d, err := b.pause(ctx, names[i])
+		if err == nil {
+			b.add(mPauseGone, c, stats.MS(d.gone))
 		}
-		return d, err
+		if err == nil && b.shared {
+			b.add(mPauseRemote, c, stats.MS(d.remote))
+		}
+		return d.paused, err
 	})...)
 	b.add(mLocalResume, c, b.each(mLocalResume, c, func(ctx context.Context, i int) (time.Duration, error) {
 		s, d, err := b.resume(ctx, names[i])
@@ -308,8 +312,8 @@ func (b *bench) crossSnapshot(c int) {
 func (b *bench) crossResume(c int) {
 	names := b.onA("xr", c)
 	b.each("pause on "+b.nodeA, c, func(ctx context.Context, i int) (time.Duration, error) {
-		d, _, err := b.pause(ctx, names[i]) // with a shared store, returns once the package is remote Ready
-		return d, err
+		d, err := b.pause(ctx, names[i]) // with a shared store, returns once the package is remote Ready
+		return d.paused, err
 	})
 	b.cordon(b.nodeA, true)
 	samples := b.each(mCrossResume, c, func(ctx context.Context, i int) (time.Duration, error) {

@@ -68,11 +68,15 @@ func dataDone(name string, st *sandlotv1.DataStatus, remote bool) (bool, error) 
 	return st.Phase == sandlotv1.DataReady && (!remote || st.RemoteStatus == sandlotv1.RemoteReady), nil
 }
 
-// pause sets spec.paused and returns the time to phase Paused with the pod
-// gone and, with a shared store, how much longer the package took to be remote Ready.
-// The package is watched from the patch on, so one remote Ready before the
-// pause completed counts as 0 more.
-func (b *bench) pause(ctx context.Context, name string) (paused, remote time.Duration, err error) {
+// pauseTimes: from the spec.paused patch to phase Paused (the API's answer:
+// the VM stopped and saved), to its pod gone, and how much longer after
+// Paused the package took to be remote Ready (shared stores).
+type pauseTimes struct{ paused, gone, remote time.Duration }
+
+// pause sets spec.paused and waits for all of pauseTimes. The package is
+// watched from the patch on, so one remote Ready before the pause
+// completed counts as 0 more.
+func (b *bench) pause(ctx context.Context, name string) (pauseTimes, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type seen struct {
@@ -83,19 +87,26 @@ func (b *bench) pause(ctx context.Context, name string) (paused, remote time.Dur
 	if b.shared {
 		go func() { at, err := b.packageRemoteReady(ctx, name); pkg <- seen{at, err} }()
 	}
+	var d pauseTimes
 	began := time.Now()
 	if err := b.setPaused(ctx, name, true); err != nil {
-		return 0, 0, err
+		return d, err
 	}
 	if err := b.waitPaused(ctx, name); err != nil {
-		return 0, 0, err
+		return d, err
 	}
 	pausedAt := time.Now()
+	d.paused = pausedAt.Sub(began)
+	if err := sbxbench.Gone(ctx, b.k, &corev1.Pod{ObjectMeta: sbxbench.Meta(name)}); err != nil {
+		return d, err
+	}
+	d.gone = time.Since(began)
 	if !b.shared {
-		return pausedAt.Sub(began), 0, nil
+		return d, nil
 	}
 	r := <-pkg
-	return pausedAt.Sub(began), max(0, r.at.Sub(pausedAt)), r.err
+	d.remote = max(0, r.at.Sub(pausedAt))
+	return d, r.err
 }
 
 // packageRemoteReady returns when the PausedSandbox of that name (it need
@@ -109,20 +120,16 @@ func (b *bench) packageRemoteReady(ctx context.Context, name string) (time.Time,
 	return at, err
 }
 
-// waitPaused: the controller reports Paused once its cache has no pod;
-// the API is asked too, as the row promises the pod gone. A failed pause
-// leaves the sandbox Running with reason PauseFailed: an error, not a wait.
+// waitPaused: the controller reports Paused once the package is Ready
+// (the agent stopped the VM before saving it). A failed pause leaves the
+// sandbox Running with reason PauseFailed: an error, not a wait.
 func (b *bench) waitPaused(ctx context.Context, name string) error {
-	err := sbxbench.Until(ctx, b.k, &sandlotv1.SandboxList{}, name, func(s *sandlotv1.Sandbox) (bool, error) {
+	return sbxbench.Until(ctx, b.k, &sandlotv1.SandboxList{}, name, func(s *sandlotv1.Sandbox) (bool, error) {
 		if s.Status.Reason == sandlotv1.ReasonPauseFailed {
 			return false, fmt.Errorf("sandbox %s: pause failed: %s", name, s.Status.Message)
 		}
 		return s.Status.Phase == sandlotv1.SandboxPaused, sbxbench.Ended(s)
 	})
-	if err != nil {
-		return err
-	}
-	return sbxbench.Gone(ctx, b.k, &corev1.Pod{ObjectMeta: sbxbench.Meta(name)})
 }
 
 // resume clears spec.paused and returns the sandbox once it runs and
