@@ -156,6 +156,11 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if claimed {
+		if err := r.markActivated(ctx, pod); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if changed && status == metav1.ConditionTrue && pod.Annotations[sandlotv1.AnnotationPool] == "" {
 		observeRestore("start", time.Since(pod.CreationTimestamp.Time))
 	}
@@ -196,8 +201,8 @@ func (r *VMReadyReconciler) probe(ctx context.Context, pod *corev1.Pod) (metav1.
 
 // activate pushes a claiming sandbox's identity (ID, env, envd token from
 // its Secret, hostname) into a warm pool pod's paused VM and resumes it.
-// Both steps are idempotent: an agent that dies between them does both
-// again.
+// Both steps are idempotent: an agent that dies between them (or before
+// markActivated) does both again.
 func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, paused bool) error {
 	ann, err := sandlotv1.DecodeVMAnnotations(pod.Annotations)
 	if err != nil {
@@ -237,12 +242,19 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, pause
 		Hostname: claim.SandboxID}); err != nil {
 		return fmt.Errorf("push the identity of %s: %w", claim.Sandbox, err)
 	}
+	log.FromContext(ctx).Info("warm pool pod claimed: VM resumed with the sandbox's identity", "pod", pod.Name, "sandbox", claim.Sandbox)
+	return nil
+}
+
+// markActivated records a claim as carried out, after the sandbox's
+// VMReady (the create waits for that write, not this one): an agent that
+// dies between the two activates again, which is idempotent.
+func (r *VMReadyReconciler) markActivated(ctx context.Context, pod *corev1.Pod) error {
 	orig := pod.DeepCopy()
 	pod.Annotations[sandlotv1.AnnotationClaimActivated] = pod.Annotations[sandlotv1.AnnotationClaim]
 	if err := r.Patch(ctx, pod, client.MergeFrom(orig)); err != nil {
 		return fmt.Errorf("record the claim of %s as done: %w", pod.Name, err)
 	}
-	log.FromContext(ctx).Info("warm pool pod claimed: VM resumed with the sandbox's identity", "pod", pod.Name, "sandbox", claim.Sandbox)
 	return nil
 }
 
