@@ -54,6 +54,9 @@ func CacheOptions(node string, api types.NamespacedName) cache.Options {
 // agent takes at once.
 const dataWorkers = 4
 
+// probeWorkers probe pods and activate warm pool claims concurrently.
+const probeWorkers = 16
+
 // Setup registers the agent's reconcilers. They record Events as
 // EventSource.
 func Setup(mgr ctrl.Manager, n Node) error {
@@ -87,9 +90,12 @@ func Setup(mgr ctrl.Manager, n Node) error {
 		return fmt.Errorf("rollback reconciler: %w", err)
 	}
 	// Pods are probed (and claimed warm pool VMs activated) side by side:
-	// one at a time, fifty claims wait on each other.
+	// one at a time, fifty claims wait on each other; four at a time, ten
+	// concurrent creates took 2.5 rounds of ~80 ms each. A claim mostly
+	// waits on its guest.
 	vr := &VMReadyReconciler{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n}
-	if err := ctrl.NewControllerManagedBy(mgr).Named("vmready").For(&corev1.Pod{}).WithOptions(opts).
+	probes := controller.Options{MaxConcurrentReconciles: probeWorkers}
+	if err := ctrl.NewControllerManagedBy(mgr).Named("vmready").For(&corev1.Pod{}).WithOptions(probes).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(vr.sandboxPods)).
 		Complete(vr); err != nil {
 		return fmt.Errorf("vmready reconciler: %w", err)
