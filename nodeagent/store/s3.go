@@ -279,7 +279,13 @@ func (s *S3) Commit(ctx context.Context, key string) (Info, error) {
 		}
 	}
 	st := s3State{Key: key, Origin: originLocal, Remote: api.RemotePending, Bytes: rec.Bytes, CommitTime: rec.CommitTime}
+	// The sums the VM layer computed as it wrote the files (a sparse
+	// layer's data extents): the upload hashes only what it lacks.
+	known := knownSums(s.Dir(key))
 	for _, f := range rec.Files {
+		if k, ok := known[f.Path]; ok && k.Size == f.Size {
+			f.SHA256, f.Extents, f.ObjectSHA256 = k.SHA256, k.Extents, k.ObjectSHA256
+		}
 		st.Files = append(st.Files, upFile{fileEntry: f})
 	}
 	if err := writeJSON(s.statePath(key), st); err != nil {

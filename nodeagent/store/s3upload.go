@@ -195,7 +195,7 @@ func (u *upload) putFile(ctx context.Context, i int) error {
 	f := &u.st.Files[i]
 	path := filepath.Join(u.s.Dir(u.st.Key), filepath.FromSlash(f.Path))
 	// An upload state of an older agent may lack the object's sha256.
-	if f.SHA256 == "" || f.Extents != nil && f.ObjectSHA256 == "" {
+	if f.objectSum() == "" {
 		if err := hashForUpload(path, &f.fileEntry); err != nil {
 			return err
 		}
@@ -243,13 +243,13 @@ func hashForUpload(path string, f *fileEntry) error {
 }
 
 // put stores one file and verifies it. The server checks each part's
-// CRC32C on receipt (minio-go's default checksum); the sha256 in the
-// metadata is checked end to end when another node downloads.
+// CRC32C on receipt (minio-go's default checksum); the object's sha256 in
+// the metadata is checked end to end when another node downloads.
 func (u *upload) put(ctx context.Context, name, path string, f fileEntry) error {
 	if u.s.hooks.beforePut != nil {
 		u.s.hooks.beforePut(u.st.Key, name)
 	}
-	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", UserMetadata: map[string]string{metaSHA256: f.SHA256}}
+	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", UserMetadata: map[string]string{metaSHA256: f.objectSum()}}
 	file, err := os.Open(path)
 	if err != nil {
 		return permanentError{fmt.Errorf("local copy: %w", err)}
@@ -313,7 +313,7 @@ func (s *S3) matches(ctx context.Context, name string, f fileEntry) (bool, error
 	if err != nil {
 		return false, fmt.Errorf("stat s3://%s/%s: %w", s.cfg.Bucket, name, err)
 	}
-	return info.Size == f.objectSize() && metaValue(info.UserMetadata, metaSHA256) == f.SHA256, nil
+	return info.Size == f.objectSize() && metaValue(info.UserMetadata, metaSHA256) == f.objectSum(), nil
 }
 
 // metaValue looks up user metadata whatever the case the server used.
