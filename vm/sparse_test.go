@@ -106,3 +106,61 @@ func TestDiskLayerSealedByItsExtents(t *testing.T) {
 		t.Fatalf("a byte changed in an extent: %v, want the disk named", err)
 	}
 }
+
+// A snapshot staged on the node (its store is a FUSE mount) moves into
+// the store whole: the files by their extents, the manifest last; what
+// arrives verifies and the disk layer is still sparse.
+func TestPublishSnapshotFromStaging(t *testing.T) {
+	root := t.TempDir()
+	stage, dir := filepath.Join(root, "stage"), filepath.Join(root, "store")
+	for _, d := range []string{stage, dir} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	layer := filepath.Join(root, "layer")
+	if err := os.WriteFile(layer, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(layer, 256<<20); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(layer, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{7}, 1<<20), 100<<20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	m := &Manifest{Version: ManifestVersion}
+	if m.DiskExtents, err = copySparse(layer, filepath.Join(stage, DiskFile), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{StateFile, MemoryFile} {
+		if err := os.WriteFile(filepath.Join(stage, name), []byte(name+" bytes"), 0o400); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m.State, err = fileRef(stage, StateFile); err != nil {
+		t.Fatal(err)
+	}
+	if m.Memory, err = fileRef(stage, MemoryFile); err != nil {
+		t.Fatal(err)
+	}
+	if m.Disk, err = dataRef(stage, DiskFile, m.DiskExtents); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Write(stage); err != nil {
+		t.Fatal(err)
+	}
+	if err := publishSnapshot(stage, dir, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(dir); err != nil {
+		t.Fatalf("published snapshot: %v", err)
+	}
+	if got := allocated(filepath.Join(dir, DiskFile)); got > 4<<20 {
+		t.Fatalf("published disk layer takes %d bytes: holes filled", got)
+	}
+}
