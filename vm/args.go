@@ -127,25 +127,20 @@ func (s Spec) validate() error {
 	return nil
 }
 
+// cpuArgs: under TCG, SANDLOT_TCG_TB_MIB caps the translation buffer
+// (QEMU's default 1 GiB is touched as code is translated: a restored idle
+// VM had 32 MiB of it dirty, its largest private cost; full, it is
+// flushed and refilled) — for measurements (docs/benchmarks.md).
 func (s Spec) cpuArgs() []string {
 	if s.Accel == AccelKVM {
 		return []string{"-accel", "kvm", "-cpu", "host,-arch-capabilities"}
 	}
-	return []string{"-accel", fmt.Sprintf("tcg,tb-size=%d", tcgTranslationMiB()), "-cpu", "max"}
-}
-
-// tcgTranslationMiB caps TCG's translation buffer (QEMU's default is
-// 1 GiB, touched as code is translated: a restored idle sandbox had
-// 32 MiB of it dirty, the largest private cost per VM). Full, it is
-// flushed and refilled. SANDLOT_TCG_TB_MIB overrides (measurements).
-func tcgTranslationMiB() int {
+	accel := "tcg"
 	if n, err := strconv.Atoi(os.Getenv("SANDLOT_TCG_TB_MIB")); err == nil && n > 0 {
-		return n
+		accel = fmt.Sprintf("tcg,tb-size=%d", n)
 	}
-	return defaultTCGTranslationMiB
+	return []string{"-accel", accel, "-cpu", "max"}
 }
-
-const defaultTCGTranslationMiB = 1024
 
 // machine is microvm with guest RAM in the memory backend. TCG needs the
 // PIT and PIC to calibrate; KVM has kvmclock.
