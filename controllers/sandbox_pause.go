@@ -72,9 +72,12 @@ func decideWhilePaused(w pauseWorld) pauseDecision {
 			return pauseDecision{CreatePaused: true, Phase: sandlotv1.SandboxPausing,
 				Reason: sandlotv1.ReasonPausing, Message: "waiting for the node agent to save the VM"}
 		}
+		if w.Phase == sandlotv1.SandboxPaused {
+			return discarded // its pod still going: Paused comes before that
+		}
 		return pauseDecision{Run: true}
 	case ps.DeletionTimestamp != nil:
-		if pod == nil {
+		if !podAlive {
 			return discarded
 		}
 		return waitIn(sandlotv1.SandboxPausing, sandlotv1.ReasonPausing,

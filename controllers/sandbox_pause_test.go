@@ -49,6 +49,8 @@ func TestDecidePause(t *testing.T) {
 		{"pause failed, VM still runs", pauseWorld{Paused: true, Phase: sandlotv1.SandboxPausing, Pod: running, Package: pkg(sandlotv1.DataFailed)},
 			pauseDecision{Run: true, Reason: sandlotv1.ReasonPauseFailed}},
 		{"package deleted while paused", pauseWorld{Paused: true, Phase: sandlotv1.SandboxPaused, Package: gone}, discarded},
+		{"package deleted while paused, pod going", pauseWorld{Paused: true, Phase: sandlotv1.SandboxPaused, Pod: deleting, Package: gone}, discarded},
+		{"package vanished while paused, pod going", pauseWorld{Paused: true, Phase: sandlotv1.SandboxPaused, Pod: deleting}, discarded},
 		{"package vanished while paused", pauseWorld{Paused: true, Phase: sandlotv1.SandboxPaused}, discarded},
 		{"resume: restore the package", pauseWorld{Phase: sandlotv1.SandboxPaused, Package: pkg(sandlotv1.DataReady)},
 			pauseDecision{Restore: true, Run: true, Resuming: true}},
