@@ -176,7 +176,8 @@ func (r *SandboxReconciler) carryOut(ctx context.Context, sbx *sandlotv1.Sandbox
 		}
 	}
 	if d.DeletePod {
-		if err := r.Delete(ctx, pod); client.IgnoreNotFound(err) != nil {
+		// By UID: the cache may hold the pod a newer one replaced.
+		if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 			return fmt.Errorf("delete paused pod %s: %w", pod.Name, err)
 		}
 	}

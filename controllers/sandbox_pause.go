@@ -115,11 +115,16 @@ func decideWhileUnpaused(w pauseWorld) pauseDecision {
 		// The pod restores this package: release it once the pod runs.
 		running := pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning
 		return pauseDecision{Run: true, Resuming: true, DeletePaused: running && ps.DeletionTimestamp == nil}
-	case pod != nil && pod.DeletionTimestamp == nil:
-		// Unpaused before the pod went: the VM runs on; drop the package.
+	case pod != nil && pod.DeletionTimestamp == nil && w.Phase != sandlotv1.SandboxPaused:
+		// Unpaused before the pause completed: the VM runs on (the agent
+		// lets it run again when its package goes); drop the package.
 		return pauseDecision{Run: true, DeletePaused: ps.DeletionTimestamp == nil}
 	case pod != nil:
-		return waitIn(sandlotv1.SandboxPausing, sandlotv1.ReasonPausing, "waiting for the paused pod to go")
+		// Paused: the VM was stopped and saved and its pod deleted (a
+		// cache may not show that yet): restore the package once it went.
+		d := waitIn(sandlotv1.SandboxPausing, sandlotv1.ReasonPausing, "waiting for the paused pod to go")
+		d.DeletePod = pod.DeletionTimestamp == nil
+		return d
 	case ps.DeletionTimestamp != nil:
 		return discarded
 	case ps.Status.Phase == sandlotv1.DataReady:

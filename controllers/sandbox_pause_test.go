@@ -65,6 +65,8 @@ func TestDecidePause(t *testing.T) {
 			pauseDecision{Run: true, DeletePaused: true}},
 		{"unpaused while the pod goes: wait", pauseWorld{Phase: sandlotv1.SandboxPausing, Pod: deleting, Package: pkg(sandlotv1.DataReady)},
 			pauseDecision{Phase: sandlotv1.SandboxPausing, Reason: sandlotv1.ReasonPausing}},
+		{"unpaused once Paused, the pod's deletion not seen yet: no running on", pauseWorld{Phase: sandlotv1.SandboxPaused, Pod: running, Package: pkg(sandlotv1.DataReady)},
+			pauseDecision{DeletePod: true, Phase: sandlotv1.SandboxPausing, Reason: sandlotv1.ReasonPausing}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
