@@ -206,7 +206,7 @@ func (m *Manifest) verifyRef(dir string, f FileRef) error {
 	sum, want, err := "", f.SHA256, error(nil)
 	if f.SHA256 == "" && f.DataSHA256 != "" {
 		want = f.DataSHA256
-		sum, err = extentsSHA256(f.Abs(dir), m.extentsOf(f))
+		sum, err = ExtentsSHA256(f.Abs(dir), m.ExtentsOf(f))
 	} else {
 		sum, err = fileSHA256(f.Abs(dir))
 	}
@@ -219,8 +219,9 @@ func (m *Manifest) verifyRef(dir string, f FileRef) error {
 	return nil
 }
 
-// extentsOf are a sparse file's data extents in bytes.
-func (m *Manifest) extentsOf(f FileRef) [][2]int64 {
+// ExtentsOf are the data extents in bytes of a file sealed by them
+// (DataSHA256): the memory layer's page runs, or the disk layer's.
+func (m *Manifest) ExtentsOf(f FileRef) [][2]int64 {
 	if m.MemoryLayer != nil && f.Path == m.MemoryLayer.Path {
 		return LayerExtents(m.LayerRuns)
 	}
@@ -237,9 +238,10 @@ func LayerExtents(runs [][2]int64) [][2]int64 {
 	return ext
 }
 
-// extentsSHA256 hashes the file's extents back to back (reading nothing
-// else of it).
-func extentsSHA256(p string, extents [][2]int64) (string, error) {
+// ExtentsSHA256 hashes the file's extents back to back, reading nothing
+// else of it (a sparse layer's holes through FUSE cost as much as data):
+// what DataSHA256 records.
+func ExtentsSHA256(p string, extents [][2]int64) (string, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return "", err
@@ -286,7 +288,7 @@ func dataRef(dir, name string, extents [][2]int64) (FileRef, error) {
 	if err != nil {
 		return FileRef{}, err
 	}
-	sum, err := extentsSHA256(p, extents)
+	sum, err := ExtentsSHA256(p, extents)
 	return FileRef{Path: name, Size: fi.Size(), DataSHA256: sum}, err
 }
 

@@ -163,23 +163,6 @@ func hashFile(p string) (string, int64, error) {
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
-// hashExtents is the sha256 of the file's extents back to back, reading
-// nothing else of it (a disk layer's holes through FUSE cost as much as data).
-func hashExtents(p string, ext [][2]int64) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	for _, e := range ext {
-		if _, err := io.CopyBuffer(h, io.NewSectionReader(f, e[0], e[1]), make([]byte, 1<<20)); err != nil {
-			return "", fmt.Errorf("read %s: %w", p, err)
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
 // hashSparse is the sha256 of the file at p (holes read as zeros) and of
 // its data runs ext back to back (its object), in one read of the file.
 func hashSparse(p string, ext [][2]int64) (sum, objSum string, n int64, err error) {

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandlot-dev/sandlot/vm"
 )
 
 // Whoever can write the JuiceFS volume can change a key's files after
@@ -118,32 +120,16 @@ func (j *JuiceFS) sign(key string, files []fileEntry) error {
 // snapshot) and a base disk's in its sidecar (vm.DiskSHA256).
 func knownSums(dir string) map[string]fileEntry {
 	known := map[string]fileEntry{}
-	// The manifest's file references (vm.FileRef): the disk layer has the
-	// sha256 of its data extents (dataSHA256) instead of the whole file's.
-	type ref struct {
-		Path       string
-		Size       int64
-		SHA256     string
-		DataSHA256 string
-	}
-	var m struct {
-		State, Disk, Memory ref
-		MemoryLayer         *ref
-		DiskExtents         [][2]int64
-		LayerRuns           [][2]int64 // pages [first, end)
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, manifestName)); err == nil && json.Unmarshal(b, &m) == nil {
-		extents := map[*ref][][2]int64{&m.Disk: m.DiskExtents}
-		if m.MemoryLayer != nil {
-			extents[m.MemoryLayer] = layerExtents(m.LayerRuns)
-		}
-		for _, f := range []*ref{&m.State, &m.Disk, &m.Memory, m.MemoryLayer} {
+	// A sparse layer is sealed by the sha256 of its data extents
+	// (DataSHA256) instead of the whole file's.
+	if m, err := vm.ReadManifest(dir); err == nil {
+		for _, f := range []*vm.FileRef{&m.State, &m.Disk, &m.Memory, m.MemoryLayer} {
 			switch {
 			case f == nil || f.Path == "" || strings.Contains(f.Path, "/"):
 			case len(f.SHA256) == 64:
 				known[f.Path] = fileEntry{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
-			case len(f.DataSHA256) == 64 && extents[f] != nil:
-				known[f.Path] = fileEntry{Path: f.Path, Size: f.Size, Extents: extents[f], ObjectSHA256: f.DataSHA256}
+			case len(f.DataSHA256) == 64:
+				known[f.Path] = fileEntry{Path: f.Path, Size: f.Size, Extents: m.ExtentsOf(*f), ObjectSHA256: f.DataSHA256}
 			}
 		}
 	}
@@ -325,7 +311,7 @@ func checkContent(key, p string, f fileEntry) error {
 		if err != nil {
 			return err
 		}
-		sum, err := hashExtents(p, f.Extents)
+		sum, err := vm.ExtentsSHA256(p, f.Extents)
 		if err != nil {
 			return err
 		}
@@ -343,15 +329,4 @@ func checkContent(key, p string, f fileEntry) error {
 		return integrityErr(key, f, n, sum)
 	}
 	return nil
-}
-
-// layerExtents are a memory layer's page runs in bytes (vm.LayerExtents;
-// the store reads manifests without the VM layer).
-func layerExtents(runs [][2]int64) [][2]int64 {
-	const pageSize = 4096
-	ext := make([][2]int64, 0, len(runs))
-	for _, r := range runs {
-		ext = append(ext, [2]int64{r[0] * pageSize, (r[1] - r[0]) * pageSize})
-	}
-	return ext
 }
