@@ -221,6 +221,10 @@ func checkStoreHolder(t *testing.T, objs objects) {
 	if e := env(hold, "POD_UID"); e == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.uid" {
 		t.Errorf("POD_UID: %+v", e)
 	}
+	if sc := hold.SecurityContext; sc == nil || sc.Privileged != nil && *sc.Privileged || sc.Capabilities == nil ||
+		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("sandlot-store's container %+v: want no capabilities and no privilege escalation (it writes one link)", sc)
+	}
 	if got := hostPathOf(&ds, hold, "/run/sandlot"); got != "/run/sandlot" {
 		t.Errorf("sandlot-store's link directory on the host %q, want /run/sandlot", got)
 	}
