@@ -43,11 +43,11 @@ func restoredFrom(sbx *sandlotv1.Sandbox, pod *corev1.Pod) *sandlotv1.DataRef {
 	if pod == nil {
 		return nil
 	}
-	a, err := sandlotv1.DecodeVMAnnotations(pod.Annotations)
-	if err != nil || a.Restore == nil {
+	src := sandlotv1.PodSource(pod.Annotations)
+	if src == nil {
 		return nil
 	}
-	return &sandlotv1.DataRef{Kind: a.Restore.Kind, Name: a.Restore.Name, UID: a.Restore.UID}
+	return &sandlotv1.DataRef{Kind: src.Kind, Name: src.Name, UID: src.UID}
 }
 
 func dependsOnKey(ref *sandlotv1.DataRef) []string {

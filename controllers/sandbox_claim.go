@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,16 +14,37 @@ import (
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
-// claimPoolPod gives a template's sandbox one of the template's warm pool
-// pods — restored and paused already, so no pod starts — or nil when none
-// is ready. The claim is a patch guarded by the pod's resourceVersion: of
-// two sandboxes claiming one pod, one wins and the other tries the next.
-// A pod this sandbox claimed before (its status write lost) is found
-// first.
-func (r *SandboxReconciler) claimPoolPod(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource) (*corev1.Pod, error) {
-	tpl := sbx.Spec.Source.Template
+// poolRequest is what a sandbox may take from a template's warm pool.
+// A plain claim resumes a pod of the template's base revision as it is; a
+// restore claim (a sandbox from a Snapshot, a resume from its
+// PausedSandbox) has the node agent restore the sandbox's own data into
+// the pod in place, so only the restore is on the start's path.
+type poolRequest struct {
+	template     string
+	baseRevision string                // plain claims: the revision the pod restored
+	restore      *sandlotv1.RestoreRef // restore claims: the data
+}
+
+// poolRequestOf is the claim a sandbox's start may make (false: none).
+func poolRequestOf(sbx *sandlotv1.Sandbox, src resolvedSource) (poolRequest, bool) {
+	switch {
+	case len(src.PerNode) > 0 && sbx.Spec.Source.Template != "":
+		return poolRequest{template: sbx.Spec.Source.Template, baseRevision: src.BaseRevision}, true
+	case src.Restore.UID != "" && src.Template != "":
+		rs := src.Restore
+		return poolRequest{template: src.Template, restore: &rs}, true
+	}
+	return poolRequest{}, false
+}
+
+// claimPoolPod gives a sandbox one of its template's warm pool pods —
+// started already, so no pod starts — or nil when none fits. The claim is
+// a patch guarded by the pod's resourceVersion: of two sandboxes claiming
+// one pod, one wins and the other tries the next. A pod this sandbox
+// claimed before (its status write lost) is found first.
+func (r *SandboxReconciler) claimPoolPod(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource, req poolRequest) (*corev1.Pod, error) {
 	mine := &corev1.PodList{}
-	if err := r.List(ctx, mine, client.InNamespace(sbx.Namespace), client.MatchingLabels{sandlotv1.LabelPool: tpl, sandlotv1.LabelSandbox: sbx.Name}); err != nil {
+	if err := r.List(ctx, mine, client.InNamespace(sbx.Namespace), client.MatchingLabels{sandlotv1.LabelPool: req.template, sandlotv1.LabelSandbox: sbx.Name}); err != nil {
 		return nil, fmt.Errorf("list claimed pool pods: %w", err)
 	}
 	for i := range mine.Items {
@@ -30,37 +52,107 @@ func (r *SandboxReconciler) claimPoolPod(ctx context.Context, sbx *sandlotv1.San
 			return &mine.Items[i], nil
 		}
 	}
+	sel := client.MatchingLabels{sandlotv1.LabelPool: req.template, sandlotv1.LabelSandbox: ""}
+	if req.restore == nil {
+		sel[sandlotv1.LabelBaseRevision] = req.baseRevision
+	}
 	free := &corev1.PodList{}
-	if err := r.List(ctx, free, client.InNamespace(sbx.Namespace), client.MatchingLabels{sandlotv1.LabelPool: tpl, sandlotv1.LabelSandbox: "",
-		sandlotv1.LabelBaseRevision: src.BaseRevision}); err != nil {
+	if err := r.List(ctx, free, client.InNamespace(sbx.Namespace), sel); err != nil {
 		return nil, fmt.Errorf("list pool pods: %w", err)
 	}
-	claim := &sandlotv1.PoolClaim{Sandbox: sbx.Name, SandboxID: sbx.Status.SandboxID, Env: envMap(src.Env)}
-	for i := range free.Items {
-		pod := &free.Items[i]
+	candidates := free.Items
+	if req.restore != nil {
+		candidates = r.restoreHosts(ctx, free.Items, src)
+	}
+	claim := &sandlotv1.PoolClaim{Sandbox: sbx.Name, SandboxID: sbx.Status.SandboxID, Env: envMap(src.Env), Restore: req.restore}
+	for i := range candidates {
+		pod := &candidates[i]
 		if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
 			continue
 		}
-		orig := pod.DeepCopy()
-		ann, err := claimAnnotations(pod, claim, sbx.Spec.Network)
-		if err != nil {
-			return nil, fmt.Errorf("claim pool pod %s: %w", pod.Name, err)
-		}
-		pod.Annotations = ann
-		pod.Labels[sandlotv1.LabelSandbox] = sbx.Name
-		pod.Labels[sandlotv1.LabelSandboxID] = sbx.Status.SandboxID
-		pod.OwnerReferences = []metav1.OwnerReference{ownerRef(sbx)}
-		err = r.Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-		switch {
-		case err == nil:
+		switch won, err := r.claim(ctx, sbx, pod, claim); {
+		case err != nil:
+			return nil, err
+		case won:
 			return pod, nil
-		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-			continue // another sandbox took it, or the pool let it go
-		default:
-			return nil, fmt.Errorf("claim pool pod %s: %w", pod.Name, err)
 		}
 	}
 	return nil, nil
+}
+
+// claim patches pod as sbx's, guarded by its resourceVersion; won is
+// false when another sandbox took it first or the pool let it go.
+func (r *SandboxReconciler) claim(ctx context.Context, sbx *sandlotv1.Sandbox, pod *corev1.Pod, claim *sandlotv1.PoolClaim) (bool, error) {
+	orig := pod.DeepCopy()
+	ann, err := claimAnnotations(pod, claim, sbx.Spec.Network)
+	if err != nil {
+		return false, fmt.Errorf("claim pool pod %s: %w", pod.Name, err)
+	}
+	pod.Annotations = ann
+	pod.Labels[sandlotv1.LabelSandbox] = sbx.Name
+	pod.Labels[sandlotv1.LabelSandboxID] = sbx.Status.SandboxID
+	pod.OwnerReferences = []metav1.OwnerReference{ownerRef(sbx)}
+	err = r.Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("claim pool pod %s: %w", pod.Name, err)
+}
+
+// restoreHosts are the pool pods that can host src's restore in place,
+// those on a node holding the data first.
+func (r *SandboxReconciler) restoreHosts(ctx context.Context, pods []corev1.Pod, src resolvedSource) []corev1.Pod {
+	fingerprints := map[string]string{}
+	var local, remote []corev1.Pod
+	for _, pod := range pods {
+		node := pod.Spec.NodeName
+		if _, ok := fingerprints[node]; !ok && src.Data.Remote {
+			n := &corev1.Node{}
+			if err := r.Get(ctx, client.ObjectKey{Name: node}, n); err == nil {
+				fingerprints[node] = n.Labels[sandlotv1.LabelFingerprint]
+			}
+		}
+		switch hostsRestore(&pod, src, fingerprints[node]) {
+		case hostLocal:
+			local = append(local, pod)
+		case hostRemote:
+			remote = append(remote, pod)
+		}
+	}
+	return append(local, remote...)
+}
+
+type restoreHost int
+
+const (
+	hostNone   restoreHost = iota
+	hostLocal              // on a node that holds the data
+	hostRemote             // on another node that may fetch it
+)
+
+// hostsRestore says whether pod (on a node of that fingerprint label) may
+// host src's restore in place: the same image and VM size — the shim
+// replaces the VM under the pod's container and cgroup — on a node that
+// may restore the data, as placement decides for a new pod.
+func hostsRestore(pod *corev1.Pod, src resolvedSource, fingerprint string) restoreHost {
+	a, err := sandlotv1.DecodeVMAnnotations(pod.Annotations)
+	vm := src.VM
+	if err != nil || len(pod.Spec.Containers) == 0 || pod.Spec.Containers[0].Image != vm.Image ||
+		a.VCPU != vm.Resources.VCPU || a.MemoryMiB != vm.Resources.MemoryMiB || a.WritableLayerMiB != vm.WritableLayerMiB {
+		return hostNone
+	}
+	switch node := pod.Spec.NodeName; {
+	case slices.Contains(src.Data.Nodes, node):
+		return hostLocal
+	case !src.Data.Remote:
+		return hostNone
+	case src.Data.Fingerprint != "" && fingerprint != src.Data.Fingerprint:
+		return hostNone
+	}
+	return hostRemote
 }
 
 // claimAnnotations are a pool pod's annotations with the claim and the
@@ -82,15 +174,19 @@ func claimAnnotations(pod *corev1.Pod, claim *sandlotv1.PoolClaim, network *sand
 }
 
 // adoptPoolPod records a claimed pool pod as the sandbox's pod.
-func adoptPoolPod(sbx *sandlotv1.Sandbox, pod *corev1.Pod, src resolvedSource) {
+func adoptPoolPod(sbx *sandlotv1.Sandbox, pod *corev1.Pod, src resolvedSource, req poolRequest) {
 	st := &sbx.Status
 	res := src.VM.Resources
 	st.Resources = &res
 	st.NodeName, st.PodName, st.PodIP = pod.Spec.NodeName, pod.Name, ""
-	st.BaseSnapshot = pod.Annotations[sandlotv1.AnnotationRestoreName]
+	msg := "claimed warm pool pod " + pod.Name + " on " + pod.Spec.NodeName
+	if req.restore == nil {
+		st.BaseSnapshot = pod.Annotations[sandlotv1.AnnotationRestoreName]
+	} else {
+		msg += " to restore " + req.restore.Kind + " " + req.restore.Name + " in"
+	}
 	st.Phase = sandlotv1.SandboxStarting
 	st.Reason, st.Message = "", ""
-	msg := "claimed warm pool pod " + pod.Name + " on " + pod.Spec.NodeName
 	setCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionScheduled, metav1.ConditionTrue, sandlotv1.ReasonClaimedFromPool, msg)
 	setCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionReady, metav1.ConditionFalse, sandlotv1.ReasonPodPending, msg)
 }

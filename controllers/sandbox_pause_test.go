@@ -21,10 +21,18 @@ func TestDecidePause(t *testing.T) {
 	}
 	gone := pkg(sandlotv1.DataReady)
 	gone.DeletionTimestamp = &now
-	resumed := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{sandlotv1.AnnotationRestoreUID: "pkg-1"}},
+	pkgRef := &sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindPausedSandbox, Name: "s", UID: "pkg-1", Location: "l"}
+	resumed := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: encodeAnnotations(t, sandlotv1.VMAnnotations{Restore: pkgRef})},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 	restoring := resumed.DeepCopy()
 	restoring.Status.Phase = corev1.PodPending
+	// A warm pool pod claimed to restore the package: running before its
+	// VM is restored, which the claim's activation marks.
+	base := &sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: "base", UID: "base-1", Location: "b"}
+	claimed := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: encodeAnnotations(t, sandlotv1.VMAnnotations{Restore: base, Pool: "tpl",
+		Claim: &sandlotv1.PoolClaim{Sandbox: "s", SandboxID: "abcdefghij0123456789", Restore: pkgRef}})}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	activated := claimed.DeepCopy()
+	activated.Annotations[sandlotv1.AnnotationClaimActivated] = activated.Annotations[sandlotv1.AnnotationClaim]
 
 	cases := []struct {
 		name string
@@ -59,6 +67,10 @@ func TestDecidePause(t *testing.T) {
 		{"resume: pod runs, release the package", pauseWorld{Phase: sandlotv1.SandboxResuming, Pod: resumed, Package: pkg(sandlotv1.DataReady)},
 			pauseDecision{Run: true, Resuming: true, DeletePaused: true}},
 		{"resume: package released", pauseWorld{Phase: sandlotv1.SandboxResuming, Pod: resumed, Package: gone}, pauseDecision{Run: true, Resuming: true}},
+		{"resume into a pool pod: claim not carried out, keep the package", pauseWorld{Phase: sandlotv1.SandboxResuming, Pod: claimed, Package: pkg(sandlotv1.DataReady)},
+			pauseDecision{Run: true, Resuming: true}},
+		{"resume into a pool pod: restored, release the package", pauseWorld{Phase: sandlotv1.SandboxResuming, Pod: activated, Package: pkg(sandlotv1.DataReady)},
+			pauseDecision{Run: true, Resuming: true, DeletePaused: true}},
 		{"resume: package deleted before restore", pauseWorld{Phase: sandlotv1.SandboxPaused, Package: gone}, discarded},
 		{"resume: package vanished", pauseWorld{Phase: sandlotv1.SandboxPaused}, discarded},
 		{"unpaused before the pod went: cancel", pauseWorld{Phase: sandlotv1.SandboxPausing, Pod: running, Package: pkg(sandlotv1.DataCreating)},
@@ -114,4 +126,13 @@ func TestSandboxAssignment(t *testing.T) {
 			}
 		})
 	}
+}
+
+func encodeAnnotations(t *testing.T, a sandlotv1.VMAnnotations) map[string]string {
+	t.Helper()
+	m, err := a.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -36,9 +36,9 @@ func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src
 			return res, nil, err
 		}
 		st.PodName, st.NodeName = pod.Name, pod.Spec.NodeName
-		if base := pod.Annotations[sandlotv1.AnnotationRestoreName]; sbx.Spec.Source.Template != "" &&
-			pod.Annotations[sandlotv1.AnnotationRestoreKind] == "Snapshot" && st.BaseSnapshot == "" {
-			st.BaseSnapshot = base // from the pod: the write at its creation may have been lost
+		if base := sandlotv1.PodSource(pod.Annotations); sbx.Spec.Source.Template != "" && base != nil &&
+			base.Kind == sandlotv1.RestoreKindSnapshot && st.BaseSnapshot == "" {
+			st.BaseSnapshot = base.Name // from the pod: the write at its creation may have been lost
 		}
 		applyPodView(st, sbx.Generation, v)
 		return ctrl.Result{}, pod, nil
@@ -174,22 +174,23 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 // tryPoolClaim gives a template's sandbox one of its warm pool pods when
 // one is ready; done says the start ends here (claimed, or failed).
 func (r *SandboxReconciler) tryPoolClaim(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource) (*corev1.Pod, bool, ctrl.Result, error) {
-	if len(src.PerNode) == 0 || sbx.Spec.Source.Template == "" {
+	req, ok := poolRequestOf(sbx, src)
+	if !ok {
 		return nil, false, ctrl.Result{}, nil
 	}
-	pod, err := r.claimPoolPod(ctx, sbx, src)
+	pod, err := r.claimPoolPod(ctx, sbx, src, req)
 	if err != nil {
 		// Retried with backoff; the status and an Event say why meanwhile.
 		setPending(&sbx.Status, sbx.Generation, sandlotv1.ReasonClaimFailed, err.Error())
 		return nil, true, ctrl.Result{}, err
 	}
 	if pod != nil {
-		poolClaims.WithLabelValues(sbx.Spec.Source.Template, "hit").Inc()
-		adoptPoolPod(sbx, pod, src)
+		poolClaims.WithLabelValues(req.template, "hit").Inc()
+		adoptPoolPod(sbx, pod, src, req)
 		return pod, true, ctrl.Result{}, nil
 	}
 	if src.WarmPool > 0 {
-		poolClaims.WithLabelValues(sbx.Spec.Source.Template, "miss").Inc()
+		poolClaims.WithLabelValues(req.template, "miss").Inc()
 	}
 	return nil, false, ctrl.Result{}, nil
 }

@@ -29,6 +29,9 @@ type resolvedSource struct {
 	BaseRevision string
 	// WarmPool is the template's pool size per node (spec.warmPool).
 	WarmPool int32
+	// Template is the template the VM comes from (its image and size):
+	// its warm pool pods may host the restore of Restore in place.
+	Template string
 
 	Wait, Fail bool
 	Reason     string
@@ -79,7 +82,7 @@ func (r *SandboxReconciler) resolveTemplate(ctx context.Context, sbx *sandlotv1.
 	}
 	src := resolvedSource{VM: sandlotv1.VMSpec{Image: tpl.Spec.Image, Resources: tpl.Spec.Resources, WritableLayerMiB: tpl.Spec.WritableLayerMiB},
 		Env: mergeEnv(tpl.Spec.Env, sbx.Spec.Env), TimeoutSeconds: tpl.Spec.TimeoutSeconds, BaseRevision: baseRevision(tpl),
-		WarmPool: tpl.Spec.WarmPool}
+		WarmPool: tpl.Spec.WarmPool, Template: tpl.Name}
 	if sbx.Annotations[sandlotv1.AnnotationBaseOf] == tpl.Name {
 		// The template's builder: the one sandbox of it that boots cold,
 		// on the node it builds for.
@@ -176,6 +179,7 @@ func (r *SandboxReconciler) resolveSnapshot(ctx context.Context, sbx *sandlotv1.
 		Env:            sbx.Spec.Env,
 		TimeoutSeconds: r.templateTimeout(ctx, sbx.Namespace, snap.Status.Template),
 		Data:           snapshotData(snap.Status.DataStatus),
+		Template:       snap.Status.Template,
 		Restore: sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: snap.Name, UID: string(snap.UID),
 			Location: snap.Status.Location},
 	}, nil

@@ -78,8 +78,9 @@ func Setup(mgr ctrl.Manager, n Node) error {
 			New: func() dataObject { return pausedObject{&sandlotv1.PausedSandbox{}} }}); err != nil {
 		return fmt.Errorf("pausedsandbox reconciler: %w", err)
 	}
+	guard := &stageGuard{api: mgr.GetAPIReader(), cache: c, node: n.Name}
 	if n.StageSocket != "" {
-		srv := newStageServer(l, &stageGuard{api: mgr.GetAPIReader(), cache: c, node: n.Name})
+		srv := newStageServer(l, guard)
 		srv.refusals = &refusalReporter{api: mgr.GetAPIReader(), rec: rec, node: n.Name}
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return srv.Serve(ctx, n.StageSocket) })); err != nil {
 			return fmt.Errorf("stage server: %w", err)
@@ -93,7 +94,7 @@ func Setup(mgr ctrl.Manager, n Node) error {
 	// one at a time, fifty claims wait on each other. More than four at a
 	// time was slower under TCG (16: 9.8 creates/s at 10 concurrent
 	// against 12.1 with 4): the guests resuming share two cores.
-	vr := &VMReadyReconciler{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n}
+	vr := &VMReadyReconciler{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n, layout: l, guard: guard}
 	probes := controller.Options{MaxConcurrentReconciles: probeWorkers}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("vmready").For(&corev1.Pod{}).WithOptions(probes).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(vr.sandboxPods)).
@@ -116,6 +117,9 @@ type VMReadyReconciler struct {
 	Node
 	// pushed is what each pod's shim was last told (rules and ingress).
 	pushed sync.Map
+	// layout and guard open and check the data a claim restores.
+	layout *layout
+	guard  *stageGuard
 }
 
 // vmReadyPoll re-checks a VM that does not answer yet.
@@ -237,6 +241,11 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, pause
 	if err := r.syncNetwork(ctx, c, pod); err != nil {
 		return err
 	}
+	id := &controlapi.SetIdentityRequest{SandboxId: claim.SandboxID, AccessToken: token, Env: env, Hostname: claim.SandboxID}
+	if claim.Restore != nil {
+		_, err := r.restoreClaim(ctx, c, pod, id)
+		return err
+	}
 	// Resumed first: the guest answers its control channel only when it
 	// runs. Its pod IP is known to no client before the claim shows.
 	if paused {
@@ -244,8 +253,7 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, pause
 			return fmt.Errorf("resume the claimed VM: %w", err)
 		}
 	}
-	if _, err := c.SetIdentity(ctx, &controlapi.SetIdentityRequest{SandboxId: claim.SandboxID, AccessToken: token, Env: env,
-		Hostname: claim.SandboxID}); err != nil {
+	if _, err := c.SetIdentity(ctx, id); err != nil {
 		return fmt.Errorf("push the identity of %s: %w", claim.Sandbox, err)
 	}
 	log.FromContext(ctx).Info("warm pool pod claimed: VM resumed with the sandbox's identity", "pod", pod.Name, "sandbox", claim.Sandbox)

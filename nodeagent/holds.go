@@ -79,11 +79,11 @@ func restoreKey(pod *corev1.Pod) string {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return ""
 	}
-	ann, err := sandlotv1.DecodeVMAnnotations(pod.Annotations)
-	if err != nil || ann.Restore == nil {
+	src := sandlotv1.PodSource(pod.Annotations)
+	if src == nil {
 		return ""
 	}
-	key, err := stageapi.Key(ann.Restore.Kind, ann.Restore.UID)
+	key, err := stageapi.Key(src.Kind, src.UID)
 	if err != nil {
 		return ""
 	}

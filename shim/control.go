@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/ttrpc"
 
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
+	"github.com/sandlot-dev/sandlot/guest/identity"
 )
 
 // controlServer serves the VM control API on the pod's control socket.
@@ -110,10 +111,29 @@ func (a *controlAPI) Restore(ctx context.Context, r *controlapi.RestoreRequest) 
 	ctx, cancel := detached(ctx)
 	defer cancel()
 	start := time.Now()
-	if err := a.s.restoreInPlace(ctx, a.pod, r.GetDir()); err != nil {
+	if err := a.s.restoreInPlace(ctx, a.pod, restoreOrder{dir: r.GetDir(), requestID: r.GetRequestId(), as: r.GetIdentity()}); err != nil {
 		return nil, err
 	}
 	return &controlapi.RestoreResponse{TookNanos: int64(time.Since(start))}, nil
+}
+
+// restoreOrder is one Restore request: the data, its idempotency key, and
+// the sandbox identity the restored VM takes (nil: the pod's own).
+type restoreOrder struct {
+	dir, requestID string
+	as             *controlapi.SetIdentityRequest
+}
+
+// withSandbox is id with the sandbox identity o carries (none: id).
+func (o restoreOrder) withSandbox(id identity.Identity) identity.Identity {
+	if o.as == nil {
+		return id
+	}
+	id.SandboxID, id.AccessToken, id.Env = o.as.GetSandboxId(), o.as.GetAccessToken(), o.as.GetEnv()
+	if o.as.GetHostname() != "" {
+		id.Hostname = o.as.GetHostname()
+	}
+	return id
 }
 
 func (a *controlAPI) Stats(_ context.Context, _ *controlapi.StatsRequest) (*controlapi.StatsResponse, error) {

@@ -348,14 +348,19 @@ func (s *service) guestCall(c *container, p *process, fn func(pid int, g guest) 
 }
 
 // restoreInPlace replaces a pod's VM with a restore of one of the pod's
-// snapshots (rollback): same pod, network and control socket. The app
-// container's init follows the snapshot's process; execs end.
-func (s *service) restoreInPlace(ctx context.Context, p *pod, dir string) error {
+// snapshots (rollback), or of the data a sandbox that claimed the pod (a
+// warm pool's) restores: same pod, network and control socket. The app
+// container's init follows the snapshot's process; execs end. An order
+// carrying the request ID the VM was last restored by is done already.
+func (s *service) restoreInPlace(ctx context.Context, p *pod, o restoreOrder) error {
 	c := s.appOf(p)
 	if c == nil {
 		return fmt.Errorf("%w: the pod has no app container", errdefs.ErrFailedPrecondition)
 	}
-	adopt, err := s.restoreSource(dir, p.label(labelImageDigest), p.cfg)
+	if o.requestID != "" && p.restoredBy() == o.requestID {
+		return nil
+	}
+	adopt, err := s.restoreSource(o.dir, p.label(labelImageDigest), p.cfg)
 	if err != nil {
 		return err
 	}
@@ -363,7 +368,7 @@ func (s *service) restoreInPlace(ctx context.Context, p *pod, dir string) error 
 	for _, e := range s.execsOf(c) {
 		e.exited(exitVMGone) // the snapshot does not know them
 	}
-	g, err := p.replace(ctx, dir)
+	g, err := p.replace(ctx, o)
 	if err == nil && adopt > 0 {
 		err = c.init.run(ctx, g, g.Follow(adopt))
 	}

@@ -336,3 +336,33 @@ func TestRestoreInPlace(t *testing.T) {
 		})
 	}
 }
+
+// TestRestoreInPlaceAsSandbox: a claimed warm pool pod restored from the
+// claiming sandbox's data takes that sandbox's identity with the pod's
+// network in the restore itself, and the same request again (an agent
+// that died before it recorded the claim done) restores nothing.
+func TestRestoreInPlaceAsSandbox(t *testing.T) {
+	h := newHarness(t)
+	old, _ := h.startedPod()
+	c, _ := h.s.get(testApp)
+	dir := h.snapshotDir(map[string]string{labelImageDigest: testDigest, labelInitPID: "77"})
+	api := &controlAPI{s: h.s, pod: c.pod}
+	req := &controlapi.RestoreRequest{Dir: dir, RequestId: "claim-1", Identity: &controlapi.SetIdentityRequest{
+		SandboxId: "abcdefghij0123456789", AccessToken: "tok", Env: map[string]string{"A": "1"}, Hostname: "abcdefghij0123456789"}}
+	if _, err := api.Restore(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	m := h.vms.last()
+	id := m.identity
+	if m == old || id.SandboxID != "abcdefghij0123456789" || id.AccessToken != "tok" || id.Env["A"] != "1" ||
+		id.Hostname != "abcdefghij0123456789" || id.Network == nil || id.Network.MAC != old.identity.Network.MAC {
+		t.Fatalf("restored VM's identity %+v (network %+v), want the sandbox's with the pod's network", id, id.Network)
+	}
+	if _, err := api.Restore(context.Background(), req); err != nil || h.vms.last() != m || m.stopped() {
+		t.Fatalf("the same request again: err %v, a new VM %v, stopped %v", err, h.vms.last() != m, m.stopped())
+	}
+	req.RequestId = "claim-2"
+	if _, err := api.Restore(context.Background(), req); err != nil || h.vms.last() == m {
+		t.Fatalf("a new request: err %v, restored again %v", err, h.vms.last() != m)
+	}
+}

@@ -47,7 +47,9 @@ type pod struct {
 	identity identity.Identity
 	labels   map[string]string
 	vmSpec   vmSpec // what the VM was started with, for a restore in place
-	control  *controlServer
+	// restoreRequest is the request ID of the VM's last restore in place.
+	restoreRequest string
+	control        *controlServer
 
 	// The jail: the pause container's cgroupsPath and OOM score, the
 	// cgroup directories made from it and the uid the pod's VMs run as.
@@ -268,9 +270,10 @@ func (p *pod) setLabel(key, value string) {
 	}
 }
 
-// replace stops the VM and restores the snapshot in dir in its place,
-// with the pod's network identity; it returns the new guest's client.
-func (p *pod) replace(ctx context.Context, dir string) (guest, error) {
+// replace stops the VM and restores the snapshot o names in its place,
+// with the pod's network identity (and o's sandbox, when it names one);
+// it returns the new guest's client.
+func (p *pod) replace(ctx context.Context, o restoreOrder) (guest, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.vm == nil {
@@ -282,17 +285,25 @@ func (p *pod) replace(ctx context.Context, dir string) (guest, error) {
 		return nil, fmt.Errorf("stop the VM: %w", err)
 	}
 	s := p.vmSpec
-	s.Restore = dir
-	p.identity.UnixNano = time.Now().UnixNano()
-	v, err := p.host.vms.Restore(ctx, p.cfg.QEMU, p.vmConfig(s), dir, p.identity, restoreRoots(dir, "", p.cfg))
+	s.Restore = o.dir
+	id := o.withSandbox(p.identity)
+	id.UnixNano = time.Now().UnixNano()
+	v, err := p.host.vms.Restore(ctx, p.cfg.QEMU, p.vmConfig(s), o.dir, id, restoreRoots(o.dir, "", p.cfg))
 	if err != nil {
 		return nil, err
 	}
-	p.vm = v
+	p.vm, p.identity, p.restoreRequest = v, id, o.requestID
 	if err := v.Announce(ctx); err != nil {
 		return nil, err
 	}
 	return v.Guest(), nil
+}
+
+// restoredBy is the request ID of the VM's last restore in place.
+func (p *pod) restoredBy() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.restoreRequest
 }
 
 // paused reports whether the VM's vCPUs are stopped.

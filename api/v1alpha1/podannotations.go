@@ -27,10 +27,10 @@ const (
 
 // RestoreRef names the data a pod's VM restores from.
 type RestoreRef struct {
-	Kind     string // RestoreKindSnapshot or RestoreKindPausedSandbox
-	Name     string
-	UID      string
-	Location string // the data's location in the store
+	Kind     string `json:"kind"` // RestoreKindSnapshot or RestoreKindPausedSandbox
+	Name     string `json:"name"`
+	UID      string `json:"uid"`
+	Location string `json:"location"` // the data's location in the store
 }
 
 // VMAnnotations is everything the controller tells the shim (and the node
@@ -147,6 +147,36 @@ func refuseRestoreKeys(m map[string]string) error {
 	return nil
 }
 
+// Source is the data the pod's VM runs from: a claim's restore, else the
+// pod's own (nil: a cold boot). A claimed warm pool pod's annotations
+// keep the template's base it restored before the claim.
+func (a VMAnnotations) Source() *RestoreRef {
+	if a.Claim != nil && a.Claim.Restore != nil {
+		return a.Claim.Restore
+	}
+	return a.Restore
+}
+
+// PodSource is Source of a pod's annotations, nil when they do not
+// decode.
+func PodSource(annotations map[string]string) *RestoreRef {
+	a, err := DecodeVMAnnotations(annotations)
+	if err != nil {
+		return nil
+	}
+	return a.Source()
+}
+
+func (r *RestoreRef) validate(what string) error {
+	if r.Kind != RestoreKindSnapshot && r.Kind != RestoreKindPausedSandbox {
+		return fmt.Errorf("%s kind %q: want %s or %s", what, r.Kind, RestoreKindSnapshot, RestoreKindPausedSandbox)
+	}
+	if r.Name == "" || r.UID == "" || r.Location == "" {
+		return fmt.Errorf("%s needs a name, a UID and a location", what)
+	}
+	return nil
+}
+
 func (a VMAnnotations) validate() error {
 	var errs []error
 	bound := func(key string, v, lo, hi int32) {
@@ -172,6 +202,9 @@ func (a VMAnnotations) validate() error {
 		}
 		if c.Sandbox == "" || !ValidSandboxID(c.SandboxID) {
 			errs = append(errs, fmt.Errorf("annotation %s: want a sandbox name and a 20-character sandbox ID", AnnotationClaim))
+		}
+		if c.Restore != nil {
+			errs = append(errs, c.Restore.validate("annotation "+AnnotationClaim+": restore"))
 		}
 	}
 	if a.SandboxID != "" && !ValidSandboxID(a.SandboxID) {

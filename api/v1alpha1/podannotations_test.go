@@ -18,6 +18,8 @@ func TestVMAnnotationsRoundTrip(t *testing.T) {
 		{SandboxID: testID, Restore: &RestoreRef{Kind: RestoreKindSnapshot, Name: "s", UID: "u1", Location: "snapshots/u1"}},
 		{Restore: &RestoreRef{Kind: RestoreKindPausedSandbox, Name: "p", UID: "u2", Location: "paused/u2"}, Pool: "python"},
 		{Pool: "python", Claim: &PoolClaim{Sandbox: "sbx", SandboxID: testID, Env: map[string]string{"A": "b"}}},
+		{Pool: "python", Claim: &PoolClaim{Sandbox: "sbx", SandboxID: testID,
+			Restore: &RestoreRef{Kind: RestoreKindPausedSandbox, Name: "sbx", UID: "u3", Location: "paused/u3"}}},
 	} {
 		m, err := a.Encode()
 		if err != nil {
@@ -68,6 +70,10 @@ func TestDecodeVMAnnotationsRefuses(t *testing.T) {
 		{"claim that is not JSON", map[string]string{AnnotationPool: "p", AnnotationClaim: "{"}, AnnotationClaim},
 		{"claim on a pod that is no pool pod", map[string]string{AnnotationClaim: `{"sandbox":"s","sandboxID":"` + testID + `"}`}, AnnotationPool},
 		{"claim with a bad sandbox ID", map[string]string{AnnotationPool: "p", AnnotationClaim: `{"sandbox":"s","sandboxID":"X"}`}, "sandbox ID"},
+		{"claim restoring an unknown kind", map[string]string{AnnotationPool: "p", AnnotationClaim: `{"sandbox":"s","sandboxID":"` + testID +
+			`","restore":{"kind":"Secret","name":"n","uid":"u","location":"l"}}`}, "restore kind"},
+		{"claim restoring without a location", map[string]string{AnnotationPool: "p", AnnotationClaim: `{"sandbox":"s","sandboxID":"` + testID +
+			`","restore":{"kind":"Snapshot","name":"n","uid":"u"}}`}, "location"},
 		{"bad sandbox ID", map[string]string{AnnotationSandboxID: "ABC"}, AnnotationSandboxID},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -135,4 +141,34 @@ func lookup(t *testing.T, m map[string]any, path []string) map[string]any {
 		t.Fatalf("path %v is no object in the CRD", path)
 	}
 	return out
+}
+
+// TestSource: a claim's restore is what the pod's VM runs from; without
+// one, the pod's own restore (or nothing: a cold boot).
+func TestSource(t *testing.T) {
+	base := &RestoreRef{Kind: RestoreKindSnapshot, Name: "base", UID: "u1", Location: "l1"}
+	pkg := &RestoreRef{Kind: RestoreKindPausedSandbox, Name: "sbx", UID: "u2", Location: "l2"}
+	for _, tc := range []struct {
+		name string
+		a    VMAnnotations
+		want *RestoreRef
+	}{
+		{"cold boot", VMAnnotations{}, nil},
+		{"restore", VMAnnotations{Restore: base}, base},
+		{"warm claim", VMAnnotations{Restore: base, Pool: "p", Claim: &PoolClaim{Sandbox: "s", SandboxID: testID}}, base},
+		{"restore claim", VMAnnotations{Restore: base, Pool: "p", Claim: &PoolClaim{Sandbox: "s", SandboxID: testID, Restore: pkg}}, pkg},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := tc.a.Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := PodSource(m); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("source %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	if PodSource(map[string]string{AnnotationBoot: "pxe"}) != nil {
+		t.Fatal("annotations that do not decode have a source")
+	}
 }

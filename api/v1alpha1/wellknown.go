@@ -61,6 +61,11 @@ type PoolClaim struct {
 	Sandbox   string            `json:"sandbox"`
 	SandboxID string            `json:"sandboxID"`
 	Env       map[string]string `json:"env,omitempty"`
+	// Restore, when set, is the data the claiming sandbox restores (its
+	// source Snapshot, or its PausedSandbox on a resume): the node agent
+	// restores the pod's VM from it in place instead of resuming the
+	// template's paused base, so the start skips the pod's start.
+	Restore *RestoreRef `json:"restore,omitempty"`
 }
 
 // Sandbox annotations the Template controller sets on a builder Sandbox:

@@ -276,8 +276,15 @@ func (x *SnapshotResponse) GetTookNanos() int64 {
 }
 
 type RestoreRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Dir           string                 `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Dir   string                 `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	// identity, when set, is the sandbox the restored VM runs as (a warm
+	// pool pod claimed by a sandbox that restores its own data): the
+	// guest takes it with the pod's network in one push.
+	Identity *SetIdentityRequest `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	// request_id, when set, makes the restore idempotent: a restore with
+	// the request ID of the VM's last restore does nothing.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -315,6 +322,20 @@ func (*RestoreRequest) Descriptor() ([]byte, []int) {
 func (x *RestoreRequest) GetDir() string {
 	if x != nil {
 		return x.Dir
+	}
+	return ""
+}
+
+func (x *RestoreRequest) GetIdentity() *SetIdentityRequest {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *RestoreRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -694,9 +715,12 @@ const file_control_proto_rawDesc = "" +
 	"\rmanifest_json\x18\x01 \x01(\fR\fmanifestJson\x12!\n" +
 	"\fpaused_nanos\x18\x02 \x01(\x03R\vpausedNanos\x12\x1d\n" +
 	"\n" +
-	"took_nanos\x18\x03 \x01(\x03R\ttookNanos\"\"\n" +
+	"took_nanos\x18\x03 \x01(\x03R\ttookNanos\"\x87\x01\n" +
 	"\x0eRestoreRequest\x12\x10\n" +
-	"\x03dir\x18\x01 \x01(\tR\x03dir\"0\n" +
+	"\x03dir\x18\x01 \x01(\tR\x03dir\x12D\n" +
+	"\bidentity\x18\x02 \x01(\v2(.sandlot.vmcontrol.v1.SetIdentityRequestR\bidentity\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"0\n" +
 	"\x0fRestoreResponse\x12\x1d\n" +
 	"\n" +
 	"took_nanos\x18\x01 \x01(\x03R\ttookNanos\"\x0e\n" +
@@ -763,26 +787,27 @@ var file_control_proto_goTypes = []any{
 	nil,                         // 14: sandlot.vmcontrol.v1.SetIdentityRequest.EnvEntry
 }
 var file_control_proto_depIdxs = []int32{
-	14, // 0: sandlot.vmcontrol.v1.SetIdentityRequest.env:type_name -> sandlot.vmcontrol.v1.SetIdentityRequest.EnvEntry
-	0,  // 1: sandlot.vmcontrol.v1.VMControl.Pause:input_type -> sandlot.vmcontrol.v1.PauseRequest
-	2,  // 2: sandlot.vmcontrol.v1.VMControl.Resume:input_type -> sandlot.vmcontrol.v1.ResumeRequest
-	4,  // 3: sandlot.vmcontrol.v1.VMControl.Snapshot:input_type -> sandlot.vmcontrol.v1.SnapshotRequest
-	6,  // 4: sandlot.vmcontrol.v1.VMControl.Restore:input_type -> sandlot.vmcontrol.v1.RestoreRequest
-	8,  // 5: sandlot.vmcontrol.v1.VMControl.Stats:input_type -> sandlot.vmcontrol.v1.StatsRequest
-	10, // 6: sandlot.vmcontrol.v1.VMControl.SetIdentity:input_type -> sandlot.vmcontrol.v1.SetIdentityRequest
-	12, // 7: sandlot.vmcontrol.v1.VMControl.SetNetwork:input_type -> sandlot.vmcontrol.v1.SetNetworkRequest
-	1,  // 8: sandlot.vmcontrol.v1.VMControl.Pause:output_type -> sandlot.vmcontrol.v1.PauseResponse
-	3,  // 9: sandlot.vmcontrol.v1.VMControl.Resume:output_type -> sandlot.vmcontrol.v1.ResumeResponse
-	5,  // 10: sandlot.vmcontrol.v1.VMControl.Snapshot:output_type -> sandlot.vmcontrol.v1.SnapshotResponse
-	7,  // 11: sandlot.vmcontrol.v1.VMControl.Restore:output_type -> sandlot.vmcontrol.v1.RestoreResponse
-	9,  // 12: sandlot.vmcontrol.v1.VMControl.Stats:output_type -> sandlot.vmcontrol.v1.StatsResponse
-	11, // 13: sandlot.vmcontrol.v1.VMControl.SetIdentity:output_type -> sandlot.vmcontrol.v1.SetIdentityResponse
-	13, // 14: sandlot.vmcontrol.v1.VMControl.SetNetwork:output_type -> sandlot.vmcontrol.v1.SetNetworkResponse
-	8,  // [8:15] is the sub-list for method output_type
-	1,  // [1:8] is the sub-list for method input_type
-	1,  // [1:1] is the sub-list for extension type_name
-	1,  // [1:1] is the sub-list for extension extendee
-	0,  // [0:1] is the sub-list for field type_name
+	10, // 0: sandlot.vmcontrol.v1.RestoreRequest.identity:type_name -> sandlot.vmcontrol.v1.SetIdentityRequest
+	14, // 1: sandlot.vmcontrol.v1.SetIdentityRequest.env:type_name -> sandlot.vmcontrol.v1.SetIdentityRequest.EnvEntry
+	0,  // 2: sandlot.vmcontrol.v1.VMControl.Pause:input_type -> sandlot.vmcontrol.v1.PauseRequest
+	2,  // 3: sandlot.vmcontrol.v1.VMControl.Resume:input_type -> sandlot.vmcontrol.v1.ResumeRequest
+	4,  // 4: sandlot.vmcontrol.v1.VMControl.Snapshot:input_type -> sandlot.vmcontrol.v1.SnapshotRequest
+	6,  // 5: sandlot.vmcontrol.v1.VMControl.Restore:input_type -> sandlot.vmcontrol.v1.RestoreRequest
+	8,  // 6: sandlot.vmcontrol.v1.VMControl.Stats:input_type -> sandlot.vmcontrol.v1.StatsRequest
+	10, // 7: sandlot.vmcontrol.v1.VMControl.SetIdentity:input_type -> sandlot.vmcontrol.v1.SetIdentityRequest
+	12, // 8: sandlot.vmcontrol.v1.VMControl.SetNetwork:input_type -> sandlot.vmcontrol.v1.SetNetworkRequest
+	1,  // 9: sandlot.vmcontrol.v1.VMControl.Pause:output_type -> sandlot.vmcontrol.v1.PauseResponse
+	3,  // 10: sandlot.vmcontrol.v1.VMControl.Resume:output_type -> sandlot.vmcontrol.v1.ResumeResponse
+	5,  // 11: sandlot.vmcontrol.v1.VMControl.Snapshot:output_type -> sandlot.vmcontrol.v1.SnapshotResponse
+	7,  // 12: sandlot.vmcontrol.v1.VMControl.Restore:output_type -> sandlot.vmcontrol.v1.RestoreResponse
+	9,  // 13: sandlot.vmcontrol.v1.VMControl.Stats:output_type -> sandlot.vmcontrol.v1.StatsResponse
+	11, // 14: sandlot.vmcontrol.v1.VMControl.SetIdentity:output_type -> sandlot.vmcontrol.v1.SetIdentityResponse
+	13, // 15: sandlot.vmcontrol.v1.VMControl.SetNetwork:output_type -> sandlot.vmcontrol.v1.SetNetworkResponse
+	9,  // [9:16] is the sub-list for method output_type
+	2,  // [2:9] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }

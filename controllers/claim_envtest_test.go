@@ -1,0 +1,133 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// TestRestoreClaims: sandboxes from a Snapshot of a template with a warm
+// pool claim its pool pods to restore the snapshot in place (the claim
+// names the data), one pod each; the rest get pods of their own; a
+// snapshot another node holds, or of another size, claims nothing there.
+func TestRestoreClaims(t *testing.T) {
+	h := newHarness(t)
+	h.runKubelet()
+	startController(t)
+	h.addNode("slot-node", "16", "32Gi", nil)
+	h.addNode("other-node", "16", "32Gi", nil)
+	h.acceptedTemplate("python", 512)
+	h.basesOn("python", "slot-node", "other-node")
+	h.editTemplate("python", func(spec *sandlotv1.TemplateSpec) { spec.WarmPool = 2 })
+	pool := h.runPool("python", 4) // two per node
+	snap := h.readySnapshot("fork-src", "slot-node", sandlotv1.RemoteNotApplicable, 512)
+	h.setSnapshot("fork-src", func(st *sandlotv1.SnapshotStatus) { st.Template = "python" })
+	for i := range 3 {
+		h.create(newSandbox(fmt.Sprintf("child-%d", i), sandlotv1.SandboxSource{Snapshot: "fork-src"}))
+	}
+	claimed := map[string]string{} // pool pod → sandbox
+	h.eventually(20*time.Second, "3 children placed", func() error {
+		clear(claimed)
+		for i := range 3 {
+			s := h.sandbox(fmt.Sprintf("child-%d", i))
+			switch {
+			case s.Status.PodName == "":
+				return errorf("%s has no pod", s.Name)
+			case pool[s.Status.PodName]:
+				if other, dup := claimed[s.Status.PodName]; dup {
+					t.Fatalf("pool pod %s claimed by %s and %s", s.Status.PodName, other, s.Name)
+				}
+				claimed[s.Status.PodName] = s.Name
+			}
+		}
+		return nil
+	})
+	if len(claimed) != 2 {
+		t.Fatalf("claimed %v: want both of slot-node's pool pods", claimed)
+	}
+	for name, sbx := range claimed {
+		pod := h.pod(name)
+		a, err := sandlotv1.DecodeVMAnnotations(pod.Annotations)
+		if err != nil || pod.Spec.NodeName != "slot-node" || a.Claim == nil || a.Claim.Restore == nil ||
+			a.Claim.Restore.UID != string(snap.UID) || a.Claim.Sandbox != sbx {
+			t.Fatalf("pool pod %s on %s claimed by %s: annotations %v (%v)", name, pod.Spec.NodeName, sbx, pod.Annotations, err)
+		}
+		if got := sandlotv1.PodSource(pod.Annotations); got == nil || got.UID != string(snap.UID) {
+			t.Fatalf("pool pod %s restores %+v, want the snapshot", name, got)
+		}
+	}
+	// The one left over restores in a pod of its own on the data's node.
+	for i := range 3 {
+		s := h.sandbox(fmt.Sprintf("child-%d", i))
+		if !pool[s.Status.PodName] && (s.Status.PodName != s.Name || s.Status.NodeName != "slot-node") {
+			t.Fatalf("%s: pod %s on %s", s.Name, s.Status.PodName, s.Status.NodeName)
+		}
+	}
+	// other-node's pool pods stay: the data is local to slot-node.
+	if n := h.unclaimedPoolOn("python", "other-node"); n != 2 {
+		t.Fatalf("%d unclaimed pool pods left on other-node, want 2", n)
+	}
+}
+
+// TestResumeClaimsPoolPod: a paused sandbox resumes into a pool pod of its
+// template on the package's node; the package is released only once the
+// node agent carried the claim out (the pod runs before its VM restored).
+func TestResumeClaimsPoolPod(t *testing.T) {
+	h := withController(t, "resume-node", 512)
+	before := h.running(newSandbox("nap", sandlotv1.SandboxSource{Template: "python"}), "10.88.3.1")
+	h.pause("nap")
+	h.finishPause("nap")
+	h.gone(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "nap"}})
+	h.waitPhase("nap", sandlotv1.SandboxPaused)
+	h.editTemplate("python", func(spec *sandlotv1.TemplateSpec) { spec.WarmPool = 1 })
+	pool := h.runPool("python", 1)
+	pkg := &sandlotv1.PausedSandbox{}
+	if err := h.c.Get(context.Background(), h.key("nap"), pkg); err != nil {
+		t.Fatal(err)
+	}
+
+	h.editSpec("nap", func(spec *sandlotv1.SandboxSpec) { spec.Paused = false })
+	var podName string
+	h.eventually(10*time.Second, "resume claims the pool pod", func() error {
+		podName = h.sandbox("nap").Status.PodName
+		if !pool[podName] {
+			return errorf("pod %q", podName)
+		}
+		return nil
+	})
+	pod := h.pod(podName)
+	if src := sandlotv1.PodSource(pod.Annotations); src == nil || src.Kind != sandlotv1.RestoreKindPausedSandbox || src.UID != string(pkg.UID) {
+		t.Fatalf("claimed pool pod restores %+v, want the package %s", src, pkg.UID)
+	}
+	h.consistently(time.Second, "the package kept until the claim is carried out", func() error {
+		return h.c.Get(context.Background(), h.key("nap"), &sandlotv1.PausedSandbox{})
+	})
+	patch := client.MergeFrom(pod.DeepCopy()) // play the node agent
+	pod.Annotations[sandlotv1.AnnotationClaimActivated] = pod.Annotations[sandlotv1.AnnotationClaim]
+	if err := h.c.Patch(context.Background(), pod, patch); err != nil {
+		t.Fatal(err)
+	}
+	h.gone(&sandlotv1.PausedSandbox{ObjectMeta: metav1.ObjectMeta{Name: "nap"}})
+	after := h.waitPhase("nap", sandlotv1.SandboxRunning)
+	if after.Status.SandboxID != before.Status.SandboxID || after.Status.PodName != podName {
+		t.Fatalf("resumed status = %+v", after.Status)
+	}
+}
+
+// unclaimedPoolOn counts a template's unclaimed pool pods on node.
+func (h *harness) unclaimedPoolOn(tpl, node string) int {
+	h.t.Helper()
+	pods := &corev1.PodList{}
+	if err := h.c.List(context.Background(), pods, client.InNamespace(h.ns),
+		client.MatchingLabels{sandlotv1.LabelPool: tpl, sandlotv1.LabelSandbox: "", sandlotv1.LabelNode: node}); err != nil {
+		h.t.Fatal(err)
+	}
+	return len(pods.Items)
+}
