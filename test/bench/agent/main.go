@@ -9,7 +9,10 @@
 //     gone), the pause package's upload (shared store) and resume on the same node;
 //   - 4.3 (shared store) start from a fresh snapshot on the other node, its data
 //     fetched from the store;
-//   - 4.4 (shared store) resume on the other node.
+//   - 4.4 (shared store) resume on the other node;
+//   - resumes and snapshot starts into warm pool pods (the template's pool
+//     filled to c per node first): the pod exists, the agent restores the
+//     sandbox's data into it in place; beside the bare QEMU restore floor.
 //
 // A start or resume ends when the Sandbox is Running and envd answers on
 // its pod IP. -store=local keeps the data on each node's disk; -store=s3
@@ -61,7 +64,7 @@ const (
 )
 
 var metrics = []string{mTemplate, mSnapAPI, mSnapRemote, mSnapPut, mLocalSnap, mPause, mPauseGone, mPauseRemote, mLocalResume,
-	mCrossSnap, mCrossResume}
+	mPoolResume, mPoolSnap, mCrossSnap, mCrossResume}
 
 // placedOn says, for the rows whose placement is noted, where a sandbox
 // should have started.
@@ -113,6 +116,9 @@ func report(table *stats.Table, kind string) {
 		store, accel, cluster.K8sVersion, crienv.ContainerdVersion, host.Describe()))
 	fmt.Println()
 	table.Ratio(os.Stdout, row(mLocalSnap, 1), row(mTemplate, 1))
+	table.Ratio(os.Stdout, row(mLocalResume, 1), mFloor)
+	table.Ratio(os.Stdout, row(mPoolResume, 1), mFloor)
+	table.Ratio(os.Stdout, row(mPoolSnap, 1), mFloor)
 	if kind != "local" {
 		table.Ratio(os.Stdout, row(mCrossResume, 1), row(mLocalResume, 1))
 	}
@@ -141,12 +147,19 @@ type bench struct {
 	seq     int
 	samples map[string][]float64 // by row
 	placed  map[string][2]int    // by row: started where noted, of all
+	floor   []float64            // bare QEMU restores, ms
 }
 
 // prefetch is the juicefs clients' --prefetch (-juicefs-prefetch).
 var prefetch = new(int)
 
 func newBench(t crienv.T, kind string) *bench {
+	// The VM floor first, alone on the cores: what the resumes' ratios
+	// are read against.
+	floor, err := sbxbench.Floor(5)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var objectStore *minio.Server
 	mounts := map[string]*juicefs.Mount{}
 	c, k := sbxbench.StartCluster(t, 2, func(dir string, o *cluster.Options) {
@@ -168,7 +181,7 @@ func newBench(t crienv.T, kind string) *bench {
 		}
 	})
 	b := &bench{t: t, k: k, shared: kind != "local", objectStore: objectStore, mounts: mounts, nodeA: c.Nodes[0].Name, nodeB: c.Nodes[1].Name,
-		samples: map[string][]float64{}, placed: map[string][2]int{}}
+		samples: map[string][]float64{}, placed: map[string][2]int{}, floor: floor}
 	b.template()
 	return b
 }
@@ -216,6 +229,7 @@ func (b *bench) local(c int) {
 	srcs, nodes := b.coldStart(c)
 	snaps, snapNodes := b.snapshots(c, srcs)
 	b.pauseResume(c, srcs, nodes)
+	b.poolRows(c, srcs, snaps)
 	b.remove(sbxbench.Sandboxes(srcs)...)
 	kids := b.names("k", c)
 	b.add(mLocalSnap, c, b.each(mLocalSnap, c, func(ctx context.Context, i int) (time.Duration, error) {
@@ -401,6 +415,7 @@ func (b *bench) tally(metric string, c int, there bool) {
 // table with concurrency spelled out in the row. Rows without samples
 // (the shared-store ones with the local store) are left out.
 func (b *bench) fill(t *stats.Table, levels []int) {
+	t.Add(mFloor, "ms", b.floor, "bench-vm -floor, this run, before the cluster started (256 MiB VM)")
 	for _, m := range metrics {
 		for _, c := range levels {
 			note := ""
