@@ -131,3 +131,100 @@ func (h *harness) unclaimedPoolOn(tpl, node string) int {
 	}
 	return len(pods.Items)
 }
+
+// TestClaimsAvoidFailedNodesAndSurviveLostPods: a pool pod on a node that
+// is not Ready is never claimed (its node failed: the claim would never be
+// carried out); a claimed pool pod deleted before the node agent carried
+// the claim out sends its sandbox back to placement, not to Failed.
+func TestClaimsAvoidFailedNodesAndSurviveLostPods(t *testing.T) {
+	h := newHarness(t)
+	h.runKubelet()
+	startController(t)
+	h.addNode("live-node", "16", "32Gi", nil)
+	h.addNode("dead-node", "16", "32Gi", nil)
+	h.acceptedTemplate("python", 512)
+	h.basesOn("python", "live-node", "dead-node")
+	h.editTemplate("python", func(spec *sandlotv1.TemplateSpec) { spec.WarmPool = 1 })
+	h.runPool("python", 2)
+	h.setNodeReady("dead-node", false)
+	h.waitPoolNodes("python", "live-node")
+
+	s := h.createAndPlace("orphan-a")
+	if s.Status.NodeName != "live-node" {
+		t.Fatalf("placed on %s, want live-node", s.Status.NodeName)
+	}
+	first := s.Status.PodName
+	if h.pod(first).Labels[sandlotv1.LabelPool] == "" {
+		t.Fatalf("pod %s is no pool pod: live-node's pool pod was not claimed", first)
+	}
+	if n := h.unclaimedPoolOn("python", "dead-node"); n != 1 {
+		t.Fatalf("%d unclaimed pool pods on dead-node, want its 1 left alone", n)
+	}
+	if err := h.c.Delete(context.Background(), h.pod(first)); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(20*time.Second, "placed again in another pod", func() error {
+		got := h.sandbox("orphan-a")
+		switch {
+		case got.Status.Phase == sandlotv1.SandboxFailed:
+			t.Fatalf("the sandbox failed: %s: %s", got.Status.Reason, got.Status.Message)
+		case got.Status.PodName == first || got.Status.PodName == "" || got.Status.NodeName != "live-node":
+			return errorf("pod %q on %q (%s: %s)", got.Status.PodName, got.Status.NodeName, got.Status.Reason, got.Status.Message)
+		}
+		return nil
+	})
+}
+
+// createAndPlace creates a python sandbox and returns it once it has a pod.
+func (h *harness) createAndPlace(name string) *sandlotv1.Sandbox {
+	h.t.Helper()
+	h.create(newSandbox(name, sandlotv1.SandboxSource{Template: "python"}))
+	var s *sandlotv1.Sandbox
+	h.eventually(10*time.Second, name+" placed", func() error {
+		s = h.sandbox(name)
+		if s.Status.PodName == "" {
+			return errorf("no pod yet (%s)", s.Status.Message)
+		}
+		return nil
+	})
+	return s
+}
+
+// setNodeReady sets a node's Ready condition, as its kubelet (or the node
+// lifecycle controller, for a dead one) would.
+func (h *harness) setNodeReady(name string, ready bool) {
+	h.t.Helper()
+	status := corev1.ConditionTrue
+	if !ready {
+		status = corev1.ConditionFalse
+	}
+	h.eventually(5*time.Second, "node "+name+" Ready "+string(status), func() error {
+		n := &corev1.Node{}
+		if err := h.c.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
+			return err
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Test", LastHeartbeatTime: metav1.Now()}}
+		return h.c.Status().Update(context.Background(), n)
+	})
+}
+
+// waitPoolNodes waits until the template's status lists pools on exactly
+// want nodes: the controllers share one node cache, so the Template
+// controller dropping a node means the Sandbox controller sees it too.
+func (h *harness) waitPoolNodes(tpl string, want ...string) {
+	h.t.Helper()
+	h.eventually(10*time.Second, "pools of "+tpl+" on "+fmt.Sprint(want), func() error {
+		got := &sandlotv1.Template{}
+		if err := h.c.Get(context.Background(), h.key(tpl), got); err != nil {
+			return err
+		}
+		var nodes []string
+		for _, p := range got.Status.Pool {
+			nodes = append(nodes, p.Node)
+		}
+		if fmt.Sprint(nodes) != fmt.Sprint(want) {
+			return errorf("pools on %v", nodes)
+		}
+		return nil
+	})
+}

@@ -60,16 +60,13 @@ func (r *SandboxReconciler) claimPoolPod(ctx context.Context, sbx *sandlotv1.San
 	if err := r.List(ctx, free, client.InNamespace(sbx.Namespace), sel); err != nil {
 		return nil, fmt.Errorf("list pool pods: %w", err)
 	}
-	candidates := free.Items
-	if req.restore != nil {
-		candidates = r.restoreHosts(ctx, free.Items, src)
+	candidates, err := r.claimable(ctx, sbx, free.Items, src, req)
+	if err != nil {
+		return nil, err
 	}
 	claim := &sandlotv1.PoolClaim{Sandbox: sbx.Name, SandboxID: sbx.Status.SandboxID, Env: envMap(src.Env), Restore: req.restore}
 	for i := range candidates {
 		pod := &candidates[i]
-		if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
-			continue
-		}
 		switch won, err := r.claim(ctx, sbx, pod, claim); {
 		case err != nil:
 			return nil, err
@@ -102,27 +99,46 @@ func (r *SandboxReconciler) claim(ctx context.Context, sbx *sandlotv1.Sandbox, p
 	return false, fmt.Errorf("claim pool pod %s: %w", pod.Name, err)
 }
 
-// restoreHosts are the pool pods that can host src's restore in place,
-// those on a node holding the data first.
-func (r *SandboxReconciler) restoreHosts(ctx context.Context, pods []corev1.Pod, src resolvedSource) []corev1.Pod {
-	fingerprints := map[string]string{}
+// claimable are the pool pods sbx may claim, in the order to try them:
+// running, on a node placement would choose now (ready, schedulable, the
+// template's constraints: a pool pod of a failed or cordoned node is left
+// alone), and for a restore claim able to host it, those on a node that
+// holds the data first.
+func (r *SandboxReconciler) claimable(ctx context.Context, sbx *sandlotv1.Sandbox, pods []corev1.Pod, src resolvedSource, req poolRequest) ([]corev1.Pod, error) {
+	cons, err := r.constraintsOf(ctx, sbx)
+	if err != nil {
+		return nil, err
+	}
+	nodes := map[string]*corev1.Node{}
 	var local, remote []corev1.Pod
 	for _, pod := range pods {
-		node := pod.Spec.NodeName
-		if _, ok := fingerprints[node]; !ok && src.Data.Remote {
-			n := &corev1.Node{}
-			if err := r.Get(ctx, client.ObjectKey{Name: node}, n); err == nil {
-				fingerprints[node] = n.Labels[sandlotv1.LabelFingerprint]
-			}
+		if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+			continue
 		}
-		switch hostsRestore(&pod, src, fingerprints[node]) {
+		name := pod.Spec.NodeName
+		n, seen := nodes[name]
+		if !seen {
+			n = &corev1.Node{}
+			if err := r.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+				n = nil // gone, or not in the cache: not a node to start on
+			}
+			nodes[name] = n
+		}
+		if n == nil || ineligibleFor(n, cons) != "" {
+			continue
+		}
+		host := hostLocal
+		if req.restore != nil {
+			host = hostsRestore(&pod, src, n.Labels[sandlotv1.LabelFingerprint])
+		}
+		switch host {
 		case hostLocal:
 			local = append(local, pod)
 		case hostRemote:
 			remote = append(remote, pod)
 		}
 	}
-	return append(local, remote...)
+	return append(local, remote...), nil
 }
 
 type restoreHost int

@@ -38,6 +38,14 @@ func viewPod(pod *corev1.Pod) podView {
 			Message: fmt.Sprintf("kubelet on %s rejected pod %s (%s: %s); placing it again", pod.Spec.NodeName, pod.Name,
 				pod.Status.Reason, pod.Status.Message)}
 	}
+	if pod.DeletionTimestamp != nil && !claimCarriedOut(pod) {
+		// A claimed warm pool pod going before its VM ran as the sandbox
+		// (its node failed, someone deleted it): nothing of the sandbox
+		// was in it, so it is placed again.
+		return podView{Phase: sandlotv1.SandboxPending, Ready: metav1.ConditionFalse, Replace: true,
+			Reason: sandlotv1.ReasonClaimedPodLost, PodReason: sandlotv1.ReasonClaimedPodLost,
+			Message: fmt.Sprintf("claimed warm pool pod %s on %s went before the sandbox ran in it; placing it again", pod.Name, pod.Spec.NodeName)}
+	}
 	if pod.DeletionTimestamp != nil {
 		return podView{Phase: sandlotv1.SandboxFailed, Ready: metav1.ConditionFalse,
 			Reason: sandlotv1.ReasonPodLost, PodReason: sandlotv1.ReasonPodLost,

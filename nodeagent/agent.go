@@ -23,12 +23,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -98,6 +101,8 @@ func Setup(mgr ctrl.Manager, n Node) error {
 	probes := controller.Options{MaxConcurrentReconciles: probeWorkers}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("vmready").For(&corev1.Pod{}).WithOptions(probes).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(vr.sandboxPods)).
+		Watches(&sandlotv1.Sandbox{}, handler.EnqueueRequestsFromMapFunc(vr.podOfSandbox),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(vr); err != nil {
 		return fmt.Errorf("vmready reconciler: %w", err)
 	}
@@ -178,6 +183,17 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{RequeueAfter: vmReadyPoll}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// podOfSandbox is a Sandbox's pod on this node: VMReady is confirmed for
+// each new generation of its Sandbox, which no pod event may follow (a
+// pause undone before its package was taken leaves the same VM running).
+func (r *VMReadyReconciler) podOfSandbox(_ context.Context, o client.Object) []reconcile.Request {
+	sbx, ok := o.(*sandlotv1.Sandbox)
+	if !ok || sbx.Status.NodeName != r.Name || sbx.Status.PodName == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Status.PodName}}}
 }
 
 // claimPending: a warm pool pod claimed by a sandbox it does not run as

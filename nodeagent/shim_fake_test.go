@@ -142,6 +142,10 @@ func (v *fakeVM) Restore(ctx context.Context, req *controlapi.RestoreRequest) (*
 		return nil, v.restoreErr
 	}
 	v.restores = append(v.restores, req.GetDir())
+	if id := req.GetIdentity(); id != nil { // a claim's restore: the identity comes with it
+		v.identities = append(v.identities, id)
+	}
+	v.state = "Running" // a restored VM runs
 	return &controlapi.RestoreResponse{TookNanos: int64(20 * time.Millisecond)}, nil
 }
 

@@ -1,6 +1,7 @@
 package nodeagent_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -9,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent"
@@ -137,4 +140,29 @@ func TestClaimFailureIsClaimFailed(t *testing.T) {
 	vm.set(func(v *fakeVM) { v.identityErr = nil })
 	a.waitVMReady("refused", metav1.ConditionTrue, "VMRunning")
 	a.waitEvent(sbx, corev1.EventTypeNormal, nodeagent.ReasonClaimActivated, pod.Name)
+}
+
+// TestVMReadyFollowsTheGeneration: a new generation of a Sandbox whose VM
+// runs on (a pause undone before its package was taken) gets VMReady
+// confirmed for it, though no pod event follows.
+func TestVMReadyFollowsTheGeneration(t *testing.T) {
+	a := startAgent(t, nil)
+	a.sandbox("regen", "regensandbox00000001")
+	a.pod("regen", map[string]string{sandlotv1.LabelSandbox: "regen"}, nil, corev1.PodRunning, "Running")
+	sbx := a.waitVMReady("regen", metav1.ConditionTrue, "VMRunning")
+	for _, paused := range []string{"true", "false"} { // merge patches, as kubectl sends
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":`+paused+`}}`))
+		if err := a.c.Patch(context.Background(), sbx, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.eventually("VMReady at the new generation", func() error {
+		if err := a.get(sbx); err != nil {
+			return err
+		}
+		if c := condition(sbx.Status.Conditions, sandlotv1.ConditionVMReady); c.Status != metav1.ConditionTrue || c.ObservedGeneration != sbx.Generation {
+			return fmt.Errorf("VMReady %+v at generation %d", c, sbx.Generation)
+		}
+		return nil
+	})
 }

@@ -10,6 +10,9 @@ import (
 const (
 	// ReasonClaimFailed: a warm pool claim (or its activation) failed.
 	ReasonClaimFailed = "ClaimFailed"
+	// ReasonClaimedPodLost: a claimed warm pool pod went before the
+	// sandbox ran in it; the sandbox is placed again.
+	ReasonClaimedPodLost = "ClaimedPodLost"
 	// ReasonNetworkFailed: the node agent could not apply the sandbox's
 	// network rules on its VM's tap.
 	ReasonNetworkFailed = "NetworkFailed"
@@ -26,7 +29,7 @@ const (
 var failureReasons = []string{
 	ReasonNoEligibleNode, ReasonInsufficientCapacity, ReasonSourceNotFound, ReasonSourceFailed, ReasonTemplateNotAccepted,
 	ReasonPodFailed, ReasonPodLost, ReasonPodRejected, ReasonPodCreateFailed, ReasonPauseFailed, ReasonPausedStateDiscarded,
-	ReasonInvalidSpec, ReasonClaimFailed, ReasonPlacementFailed, ReasonInvalidImage, ReasonImageMissing, ReasonProbeTimeout,
+	ReasonInvalidSpec, ReasonClaimFailed, ReasonClaimedPodLost, ReasonPlacementFailed, ReasonInvalidImage, ReasonImageMissing, ReasonProbeTimeout,
 	ReasonBuildFailed, ReasonRollbackRefused, ReasonRollbackFailed, ReasonExpired, ReasonDataLost, ReasonInvalidNetwork, "Failed",
 }
 

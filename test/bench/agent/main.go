@@ -229,8 +229,7 @@ func (b *bench) local(c int) {
 	srcs, nodes := b.coldStart(c)
 	snaps, snapNodes := b.snapshots(c, srcs)
 	b.pauseResume(c, srcs, nodes)
-	b.poolRows(c, srcs, snaps)
-	b.remove(sbxbench.Sandboxes(srcs)...)
+	b.poolRows(c, srcs, nodes, snaps, snapNodes) // removes srcs
 	kids := b.names("k", c)
 	b.add(mLocalSnap, c, b.each(mLocalSnap, c, func(ctx context.Context, i int) (time.Duration, error) {
 		s, d, err := sbxbench.Start(ctx, b.k, kids[i], sandlotv1.SandboxSource{Snapshot: snaps[i]})

@@ -27,15 +27,17 @@ func init() {
 }
 
 // poolRows measures mPoolResume on the sandboxes srcs (paused again,
-// untimed) and mPoolSnap from the snapshots snaps, each batch with the
-// template's pool filled to c per node first (untimed), and empties the
-// pool after.
-func (b *bench) poolRows(c int, srcs, snaps []string) {
-	b.fillPool(c)
+// untimed, then removed) and mPoolSnap from the snapshots snaps. Before
+// each batch the template's pool is filled (untimed) to as many pods per
+// node as the batch starts on its busiest node (nodes, snapNodes: where
+// each should start): the pods fit the nodes' CPU beside nothing else of
+// the run. The pool is emptied after.
+func (b *bench) poolRows(c int, srcs, nodes, snaps, snapNodes []string) {
 	b.each("pause for the pool's resume", c, func(ctx context.Context, i int) (time.Duration, error) {
 		d, err := b.pause(ctx, srcs[i])
 		return d.paused, err
 	})
+	b.fillPool(busiest(nodes))
 	b.add(mPoolResume, c, b.each(mPoolResume, c, func(ctx context.Context, i int) (time.Duration, error) {
 		s, d, err := b.resume(ctx, srcs[i])
 		if err == nil {
@@ -43,7 +45,9 @@ func (b *bench) poolRows(c int, srcs, snaps []string) {
 		}
 		return d, err
 	})...)
-	b.fillPool(c)
+	b.fillPool(0)
+	b.remove(sbxbench.Sandboxes(srcs)...)
+	b.fillPool(busiest(snapNodes))
 	kids := b.names("pk", c)
 	b.add(mPoolSnap, c, b.each(mPoolSnap, c, func(ctx context.Context, i int) (time.Duration, error) {
 		s, d, err := sbxbench.Start(ctx, b.k, kids[i], sandlotv1.SandboxSource{Snapshot: snaps[i]})
@@ -52,8 +56,18 @@ func (b *bench) poolRows(c int, srcs, snaps []string) {
 		}
 		return d, err
 	})...)
-	b.remove(sbxbench.Sandboxes(kids)...)
 	b.fillPool(0)
+	b.remove(sbxbench.Sandboxes(kids)...)
+}
+
+// busiest is how many of nodes name the node named most.
+func busiest(nodes []string) int {
+	count, most := map[string]int{}, 0
+	for _, n := range nodes {
+		count[n]++
+		most = max(most, count[n])
+	}
+	return most
 }
 
 // inPoolPod: the sandbox runs in a pool pod (named by the pool, not after

@@ -13,6 +13,9 @@
 //     and the batch's wall time, and Fork: parent paused (how long the
 //     snapshot paused the parent's VM); the parent is gone before the
 //     children start, which need only its data;
+//   - Fork into warm pool pods, N children: the same with a warm pool of N
+//     filled first, each child restored into a pool pod in place (no pod
+//     starts), noting how many did;
 //   - Rollback, concurrency R: R running sandboxes rolled back in place at
 //     once, each to its own snapshot, until the node agent reports it done;
 //   - Host memory and QEMU PSS per live sandbox, D sandboxes: D idle
@@ -36,7 +39,7 @@
 // pod IP is asked directly here); a guest doing work: density measures idle guests, and a
 // rollback ends with the agent's report, not envd's next answer.
 //
-//	go run ./test/bench/lifecycle [-c 1,10,20,50] [-forks 1,100] [-rollbacks 1,5,10]
+//	go run ./test/bench/lifecycle [-c 1,10,20,50] [-forks 1,100] [-pool-forks 1,100] [-rollbacks 1,5,10]
 //	    [-density 20,50] [-paused-density 50,100] [-mem 192] [-poolmax 20] [-json]
 package main
 
@@ -68,6 +71,7 @@ import (
 func rowTemplate(c int) string { return fmt.Sprintf("Create from template, concurrency %d", c) }
 func rowPool(c int) string     { return fmt.Sprintf("Create from warm pool, concurrency %d", c) }
 func rowFork(n int) string     { return fmt.Sprintf("Fork, %d children", n) }
+func rowForkPool(n int) string { return fmt.Sprintf("Fork into warm pool pods, %d children", n) }
 func rowRollback(r int) string { return fmt.Sprintf("Rollback, concurrency %d", r) }
 func rowHostMem(d int) string  { return fmt.Sprintf("Host memory per live sandbox, %d sandboxes", d) }
 func rowPSS(d int) string      { return fmt.Sprintf("QEMU PSS per live sandbox, %d sandboxes", d) }
@@ -84,15 +88,16 @@ const rowParentPaused = "Fork: parent paused"
 const tplName = "bench"
 
 type levels struct {
-	creates, forks, rollbacks, density []int
-	pausedDensity                      []int
-	poolMax                            int
+	creates, forks, poolForks, rollbacks, density []int
+	pausedDensity                                 []int
+	poolMax                                       int
 }
 
 func main() {
 	var l levels
 	cs := flag.String("c", "1,10,20,50", "create concurrency levels (template and warm pool)")
 	forks := flag.String("forks", "1,100", "children per fork batch")
+	poolForks := flag.String("pool-forks", "1,100", "children per fork batch into a warm pool of as many pods")
 	rbs := flag.String("rollbacks", "1,5,10", "rollback concurrency levels")
 	dens := flag.String("density", "20,50", "running sandboxes per density level")
 	pdens := flag.String("paused-density", "50,100", "paused clones (a warm pool) per density level")
@@ -104,7 +109,7 @@ func main() {
 	for _, p := range []struct {
 		name, s string
 		to      *[]int
-	}{{"c", *cs, &l.creates}, {"forks", *forks, &l.forks}, {"rollbacks", *rbs, &l.rollbacks}, {"density", *dens, &l.density}, {"paused-density", *pdens, &l.pausedDensity}} {
+	}{{"c", *cs, &l.creates}, {"forks", *forks, &l.forks}, {"pool-forks", *poolForks, &l.poolForks}, {"rollbacks", *rbs, &l.rollbacks}, {"density", *dens, &l.density}, {"paused-density", *pdens, &l.pausedDensity}} {
 		var err error
 		*p.to, err = sbxbench.ParseLevels(p.name, p.s)
 		errs = append(errs, err)
@@ -113,7 +118,7 @@ func main() {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}
-		fmt.Fprintln(os.Stderr, "usage: lifecycle [-c 1,10,20,50] [-forks 1,100] [-rollbacks 1,5,10] [-density 20,50] [-paused-density 50,100] [-mem 192] [-poolmax 20] [-json]")
+		fmt.Fprintln(os.Stderr, "usage: lifecycle [-c 1,10,20,50] [-forks 1,100] [-pool-forks 1,100] [-rollbacks 1,5,10] [-density 20,50] [-paused-density 50,100] [-mem 192] [-poolmax 20] [-json]")
 		os.Exit(2)
 	}
 	var b *bench
@@ -238,6 +243,9 @@ func (b *bench) run(l levels) {
 	}
 	for _, n := range l.forks {
 		b.fork(n)
+	}
+	for _, n := range l.poolForks {
+		b.forkIntoPool(n)
 	}
 	b.table.Add(rowParentPaused, "ms", b.paused, "the parent VM's pause for the snapshot of each fork level (status.sourcePausedMicroseconds)")
 	for _, r := range l.rollbacks {

@@ -347,3 +347,41 @@ func procKiB(path, key string) float64 {
 	}
 	return 0
 }
+
+// poolRefillSlack is room for the pool pods that refill a pool while its
+// pods are claimed (at most two start at once; a batch sees a few).
+const poolRefillSlack = 20
+
+// forkIntoPool measures N children of one snapshot started at once with
+// a warm pool of N filled first (untimed): each child claims a pool pod
+// and the node agent restores the snapshot into it in place, so no pod
+// starts. The pool refills during the batch, as it would in use.
+func (b *bench) forkIntoPool(n int) {
+	row := rowForkPool(n)
+	if why := b.fits(n + poolRefillSlack); why != "" {
+		b.skip(row, why)
+		return
+	}
+	parent := b.started("fpp", 1, tplSource)
+	snap := b.snapshotsOf("fpsnap", parent...)[0]
+	b.remove(sbxbench.Sandboxes(parent)...)
+	b.setPool(n)
+	kids, claimed := b.names("fpk", n), make([]bool, n)
+	samples, wall := b.each(row, n, func(ctx context.Context, i int) (time.Duration, error) {
+		s, d, err := sbxbench.Start(ctx, b.k, kids[i], sandlotv1.SandboxSource{Snapshot: snap.Name})
+		if err == nil {
+			claimed[i] = s.Status.PodName != s.Name // a pool pod keeps its generated name
+		}
+		return d, err
+	})
+	b.setPool(0)
+	k := 0
+	for _, ok := range claimed {
+		if ok {
+			k++
+		}
+	}
+	b.record(row, samples, wall, fmt.Sprintf("%d of %d restored into a pool pod", k, n))
+	b.table.Add(row+": batch wall time", "ms", []float64{stats.MS(wall)}, "")
+	b.remove(append(sbxbench.Sandboxes(kids), sbxbench.Snapshots([]string{snap.Name})...)...)
+}

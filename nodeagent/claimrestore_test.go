@@ -1,0 +1,76 @@
+package nodeagent_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// restoreClaimPod makes a paused warm pool pod on the agent's node that
+// the controller gave to sbx (its controller owner) with a claim that
+// restores ref, and sbx's token Secret.
+func (a *agent) restoreClaimPod(sbx *sandlotv1.Sandbox, id string, ref sandlotv1.RestoreRef) (*corev1.Pod, *fakeVM) {
+	a.t.Helper()
+	a.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sandlotv1.TokenSecretName(sbx.Name)},
+		Data: map[string][]byte{sandlotv1.TokenSecretKey: []byte("token-" + sbx.Name)}})
+	base := &sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: "python-base", UID: "base-uid", Location: "snapshots/base-uid"}
+	ann, err := sandlotv1.VMAnnotations{Pool: "python", Restore: base,
+		Claim: &sandlotv1.PoolClaim{Sandbox: sbx.Name, SandboxID: id, Restore: &ref}}.Encode()
+	if err != nil {
+		a.t.Fatalf("claim annotations: %v", err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "python-pool-" + id[:5], Annotations: ann,
+		Labels:          map[string]string{sandlotv1.LabelPool: "python", sandlotv1.LabelSandbox: sbx.Name},
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sbx, sandlotv1.GroupVersion.WithKind("Sandbox"))}},
+		Spec: corev1.PodSpec{NodeName: a.node, Containers: []corev1.Container{{Name: sandlotv1.ContainerName, Image: "sandbox"}}}}
+	a.create(pod)
+	vm := a.shims.vm(pod.UID, "Paused")
+	a.setStatus(pod, func() { pod.Status.Phase = corev1.PodRunning })
+	return pod, vm
+}
+
+// TestRestoreClaim: a sandbox from a Snapshot that claimed a warm pool
+// pod gets the snapshot restored into it in place, with its identity in
+// the same call; a claim naming a Snapshot its sandbox does not restore
+// (another sandbox's) restores nothing and says why.
+func TestRestoreClaim(t *testing.T) {
+	a := startAgent(t, nil)
+	snap, ref := a.readySnapshot("claimed-src")
+
+	child := a.clone(a.ns, "claim-child", snap.Name)
+	const id = "childclaim0000000001"
+	pod, vm := a.restoreClaimPod(child, id, ref)
+	a.waitVMReady("claim-child", metav1.ConditionTrue, "VMRunning")
+	resumes, ids, _, restores := vm.calls()
+	if resumes != 0 || len(restores) != 1 || !strings.Contains(restores[0], string(snap.UID)) {
+		t.Fatalf("%d Resume calls and restores %v, want the snapshot %s restored in place", resumes, restores, snap.UID)
+	}
+	if len(ids) != 1 || ids[0].GetSandboxId() != id || ids[0].GetAccessToken() != "token-claim-child" || ids[0].GetHostname() != id {
+		t.Fatalf("identities pushed %v, want the sandbox's with the restore", ids)
+	}
+	a.eventually("the claim recorded as carried out", func() error { // after VMReady
+		if err := a.get(pod); err != nil {
+			return err
+		}
+		if pod.Annotations[sandlotv1.AnnotationClaimActivated] != pod.Annotations[sandlotv1.AnnotationClaim] {
+			return fmt.Errorf("annotations %v", pod.Annotations)
+		}
+		return nil
+	})
+
+	// A tampered claim: a template's sandbox naming that Snapshot.
+	thief := a.sandbox("claim-thief", "thiefclaim0000000001")
+	_, stolen := a.restoreClaimPod(thief, "thiefclaim0000000001", ref)
+	sbx := a.waitVMReady("claim-thief", metav1.ConditionFalse, sandlotv1.ReasonClaimFailed)
+	if c := condition(sbx.Status.Conditions, sandlotv1.ConditionVMReady); !strings.Contains(c.Message, "may not restore") {
+		t.Fatalf("VMReady message %q does not say the claim was refused", c.Message)
+	}
+	if _, ids, _, restores := stolen.calls(); len(restores) != 0 || len(ids) != 0 {
+		t.Fatalf("a refused claim restored %v and pushed %v", restores, ids)
+	}
+}
