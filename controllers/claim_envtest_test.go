@@ -18,15 +18,7 @@ import (
 // names the data), one pod each; the rest get pods of their own; a
 // snapshot another node holds, or of another size, claims nothing there.
 func TestRestoreClaims(t *testing.T) {
-	h := newHarness(t)
-	h.runKubelet()
-	startController(t)
-	h.addNode("slot-node", "16", "32Gi", nil)
-	h.addNode("other-node", "16", "32Gi", nil)
-	h.acceptedTemplate("python", 512)
-	h.basesOn("python", "slot-node", "other-node")
-	h.editTemplate("python", func(spec *sandlotv1.TemplateSpec) { spec.WarmPool = 2 })
-	pool := h.runPool("python", 4) // two per node
+	h, pool := pooledOnTwoNodes(t, "slot-node", "other-node", 2)
 	snap := h.readySnapshot("fork-src", "slot-node", sandlotv1.RemoteNotApplicable, 512)
 	h.setSnapshot("fork-src", func(st *sandlotv1.SnapshotStatus) { st.Template = "python" })
 	for i := range 3 {
@@ -137,15 +129,7 @@ func (h *harness) unclaimedPoolOn(tpl, node string) int {
 // carried out); a claimed pool pod deleted before the node agent carried
 // the claim out sends its sandbox back to placement, not to Failed.
 func TestClaimsAvoidFailedNodesAndSurviveLostPods(t *testing.T) {
-	h := newHarness(t)
-	h.runKubelet()
-	startController(t)
-	h.addNode("live-node", "16", "32Gi", nil)
-	h.addNode("dead-node", "16", "32Gi", nil)
-	h.acceptedTemplate("python", 512)
-	h.basesOn("python", "live-node", "dead-node")
-	h.editTemplate("python", func(spec *sandlotv1.TemplateSpec) { spec.WarmPool = 1 })
-	h.runPool("python", 2)
+	h, _ := pooledOnTwoNodes(t, "live-node", "dead-node", 1)
 	h.setNodeReady("dead-node", false)
 	h.waitPoolNodes("python", "live-node")
 
@@ -227,4 +211,20 @@ func (h *harness) waitPoolNodes(tpl string, want ...string) {
 		}
 		return nil
 	})
+}
+
+// pooledOnTwoNodes starts the controller with two nodes, the python
+// template's base on both and a warm pool of perNode running on each;
+// it returns the pool pods' names.
+func pooledOnTwoNodes(t *testing.T, a, b string, perNode int) (*harness, map[string]bool) {
+	t.Helper()
+	h := newHarness(t)
+	h.runKubelet()
+	startController(t)
+	h.addNode(a, "16", "32Gi", nil)
+	h.addNode(b, "16", "32Gi", nil)
+	h.acceptedTemplate("python", 512)
+	h.basesOn("python", a, b)
+	h.editTemplate("python", func(spec *sandlotv1.TemplateSpec) { spec.WarmPool = int32(perNode) })
+	return h, h.runPool("python", 2*perNode)
 }

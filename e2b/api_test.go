@@ -127,7 +127,7 @@ func TestCreate(t *testing.T) {
 			got := decode[sandboxJSON](t, receive(t, ch, 10*time.Second), http.StatusCreated)
 			id := sandlotv1.SandboxIDFor(sbx.UID)
 			want := sandboxJSON{TemplateID: tc.templateID, SandboxID: id, ClientID: "sandlot", EnvdVersion: DefaultEnvdVersion,
-				EnvdAccessToken: token, Domain: testDomain}
+				EnvdAccessToken: token, TrafficAccessToken: trafficToken(token), Domain: testDomain}
 			if got != want {
 				t.Errorf("create answered %+v, want %+v", got, want)
 			}

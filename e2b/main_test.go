@@ -346,12 +346,12 @@ func (f *fixture) createToken(t *testing.T, sbx *sandlotv1.Sandbox) string {
 	return tok
 }
 
-// readySandbox is a running sandbox whose envd (and port 8080) is
+// readySandbox is a running sandbox whose envd (and interpreter, port 8080) is
 // listener, once the server sees it ready; it returns its ID and token.
 func (f *fixture) readySandbox(t *testing.T, listener string, mutate func(*sandlotv1.Sandbox)) (id, token string) {
 	t.Helper()
 	sbx := f.makeSandbox(t, mutate)
-	f.setRunning(t, sbx, newPodIP(listener, sandlotv1.EnvdPort, 8080))
+	f.setRunning(t, sbx, newPodIP(listener, sandlotv1.EnvdPort, sandlotv1.CodeInterpreterPort, 8080))
 	token = f.createToken(t, sbx)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

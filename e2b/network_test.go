@@ -129,12 +129,14 @@ func TestCreateWithNetwork(t *testing.T) {
 		t.Errorf("GET network %+v, allowInternetAccess %v", d.Network, d.AllowInternetAccess)
 	}
 
-	plain, _, r := f.createWith(t, map[string]any{"templateID": "base", "allow_internet_access": false})
+	plain, plainToken, r := f.createWith(t, map[string]any{"templateID": "base", "allow_internet_access": false})
 	if n := plain.Spec.Network; n == nil || n.AllowInternetAccess == nil || *n.AllowInternetAccess || len(n.AllowOut)+len(n.DenyOut) > 0 {
 		t.Errorf("allow_internet_access false alone: spec.network %+v", n)
 	}
-	if got := decode[sandboxJSON](t, r, http.StatusCreated); got.TrafficAccessToken != "" {
-		t.Errorf("a public sandbox got a traffic token %q", got.TrafficAccessToken)
+	// A public sandbox's traffic token gates none of its ports; the
+	// code-interpreter SDK sends it on its context routes.
+	if got := decode[sandboxJSON](t, r, http.StatusCreated); got.TrafficAccessToken != trafficToken(plainToken) {
+		t.Errorf("a public sandbox got traffic token %q, want its own", got.TrafficAccessToken)
 	}
 	d = decode[sandboxDetail](t, f.api(t, "GET", "/sandboxes/"+sandlotv1.SandboxIDFor(plain.UID), nil), http.StatusOK)
 	if d.Network == nil || !d.Network.AllowPublicTraffic || d.AllowInternetAccess == nil || *d.AllowInternetAccess {

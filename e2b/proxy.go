@@ -156,10 +156,29 @@ func (s *Server) checkAccess(r *http.Request, sbx *sandlotv1.Sandbox, port int) 
 		return nil
 	}
 	want := s.token(r.Context(), sbx)
+	contextAccess(r, port, want)
 	if want == "" || !sameSecret(r.Header.Get("X-Access-Token"), want) {
 		return errorf(http.StatusUnauthorized, "invalid or missing X-Access-Token for sandbox %q", sandlotv1.SandboxIDFor(sbx.UID))
 	}
 	return nil
+}
+
+// contextAccess lets the code interpreter's context routes (/contexts
+// and below) in on the sandbox's traffic access token, the only token the
+// code-interpreter SDK sends there (its /execute sends X-Access-Token
+// too): a request with no X-Access-Token and a valid traffic token goes
+// on with the sandbox's own envd token, which the interpreter checks. The
+// traffic token is given only with the envd token (create, connect) and
+// opens only this sandbox's contexts; running code needs the envd token.
+func contextAccess(r *http.Request, port int, envdToken string) {
+	path := r.URL.Path
+	if port != sandlotv1.CodeInterpreterPort || envdToken == "" || r.Header.Get("X-Access-Token") != "" ||
+		(path != "/contexts" && !strings.HasPrefix(path, "/contexts/")) {
+		return
+	}
+	if sameSecret(r.Header.Get(trafficTokenHeader), trafficToken(envdToken)) {
+		r.Header.Set("X-Access-Token", envdToken)
+	}
 }
 
 // mayResume: traffic wakes a paused sandbox only when it comes from the

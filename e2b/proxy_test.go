@@ -202,3 +202,43 @@ func TestProxy(t *testing.T) {
 		}
 	})
 }
+
+// TestContextRoutesTakeTheTrafficToken: the interpreter's context routes
+// (the code-interpreter SDK sends them only E2B-Traffic-Access-Token) go
+// on to the pod with the sandbox's envd token when they carry the
+// sandbox's traffic token; another sandbox's traffic token, or the traffic
+// token on /execute or on envd's port, opens nothing.
+func TestContextRoutesTakeTheTrafficToken(t *testing.T) {
+	f := setup(t)
+	t.Parallel()
+	pod := newTestPod(t)
+	addr := pod.Listener.Addr().String()
+	id, token := f.readySandbox(t, addr, nil)
+	_, otherToken := f.readySandbox(t, addr, nil)
+	host := func(port int) string { return fmt.Sprintf("%d-%s.%s", port, id, testDomain) }
+	traffic, otherTraffic := trafficToken(token), trafficToken(otherToken)
+	for _, path := range []string{"/contexts", "/contexts/abc/restart"} {
+		r := call(t, f.url, "POST", path, "{}", "Host", host(sandlotv1.CodeInterpreterPort), trafficTokenHeader, traffic)
+		if got := decode[echoed](t, r, http.StatusOK); got.Path != path || got.Token != token {
+			t.Errorf("%s: the pod saw %+v, want the path with the sandbox's envd token", path, got)
+		}
+	}
+	hits := pod.hits.Load()
+	for _, tc := range []struct {
+		name, path string
+		port       int
+		traffic    string
+	}{
+		{"another sandbox's traffic token", "/contexts", sandlotv1.CodeInterpreterPort, otherTraffic},
+		{"the traffic token on /execute", "/execute", sandlotv1.CodeInterpreterPort, traffic},
+		{"the traffic token on envd", "/contexts", sandlotv1.EnvdPort, traffic},
+		{"a look-alike path", "/contextsx", sandlotv1.CodeInterpreterPort, traffic},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			call(t, f.url, "POST", tc.path, "{}", "Host", host(tc.port), trafficTokenHeader, tc.traffic).wantError(t, 401, "X-Access-Token")
+		})
+	}
+	if n := pod.hits.Load(); n != hits {
+		t.Errorf("refused requests reached the pod %d times", n-hits)
+	}
+}

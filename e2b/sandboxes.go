@@ -166,9 +166,10 @@ func (s *Server) token(ctx context.Context, sbx *sandlotv1.Sandbox) string {
 func (s *Server) sandboxJSON(ctx context.Context, sbx *sandlotv1.Sandbox) *sandboxJSON {
 	out := &sandboxJSON{TemplateID: templateIDOf(sbx), SandboxID: sandlotv1.SandboxIDFor(sbx.UID), ClientID: s.cfg.ClientID,
 		EnvdVersion: s.cfg.EnvdVersion, EnvdAccessToken: s.token(ctx, sbx), Domain: s.cfg.Domain}
-	if privateTraffic(sbx) {
-		out.TrafficAccessToken = trafficToken(out.EnvdAccessToken)
-	}
+	// Every sandbox's: it gates the ports of a private one, and the
+	// code-interpreter SDK sends only it on its context routes
+	// (contextAccess), whatever the sandbox's traffic.
+	out.TrafficAccessToken = trafficToken(out.EnvdAccessToken)
 	return out
 }
 

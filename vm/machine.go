@@ -278,11 +278,10 @@ func (v *VM) connect(ctx context.Context, id identity.Identity) error {
 	}()
 	trace := newTrace("connect " + v.cfg.Name)
 	defer trace.done()
-	c, err := control.Dial(ctx, v.spec.ControlSocket)
-	if err != nil {
-		return v.guestErr(fmt.Errorf("control channel: %w", err))
+	if err := v.dialControl(ctx); err != nil {
+		return err
 	}
-	v.ctl = c
+	c := v.ctl
 	trace.step("dialled")
 	// A booting guest opens its port late, so it is pinged until it
 	// answers; a restored guest's port is open already (its state came
@@ -299,6 +298,24 @@ func (v *VM) connect(ctx context.Context, id identity.Identity) error {
 		return fmt.Errorf("set identity of %s: %w", v.cfg.Name, err)
 	}
 	return res.Err()
+}
+
+// dialControl connects the host end of the control channel (once). A
+// restore dials it before the device state is loaded: the snapshot says
+// the host was connected, and a port whose host is not connected when
+// the state loads gets a "host closed" event, on which the guest reopens
+// its end — and drops what the host writes meanwhile (the identity; the
+// start then waited for its reply until the CRI's timeout).
+func (v *VM) dialControl(ctx context.Context) error {
+	if v.ctl != nil {
+		return nil
+	}
+	c, err := control.Dial(ctx, v.spec.ControlSocket)
+	if err != nil {
+		return v.guestErr(fmt.Errorf("control channel: %w", err))
+	}
+	v.ctl = c
+	return nil
 }
 
 // SetIdentity pushes a new identity to the running guest (a warm pool

@@ -85,6 +85,9 @@ func (v *VM) restore(ctx context.Context, dir string, m *Manifest) error {
 		return err
 	}
 	trace.step("qemu up, qmp connected")
+	if err := v.dialControl(ctx); err != nil { // before the state loads: see dialControl
+		return err
+	}
 	// The changed pages go in before the device state: loading virtio
 	// state checks the queues against the rings in guest RAM.
 	if m.MemoryLayer != nil {

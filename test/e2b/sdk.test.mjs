@@ -95,6 +95,30 @@ test('runCode: value, stdout, error with traceback, state kept', async () => {
   assert.match(c.error.traceback, /ZeroDivisionError/)
 })
 
+test('code contexts through the proxy, the SDK as it is: cwd, state, list, restart, remove', async () => {
+  // The SDK sends these routes only E2B-Traffic-Access-Token (no
+  // X-Access-Token): every sandbox's create answers one.
+  const ctx = await sbx.createCodeContext({ cwd: '/tmp' })
+  assert.equal(ctx.cwd, '/tmp')
+  assert.equal((await sbx.runCode('import os\nos.getcwd()', { context: ctx })).text, "'/tmp'")
+  await sbx.runCode('y = 7', { context: ctx })
+  assert.equal((await sbx.runCode('y * 6', { context: ctx })).text, '42')
+  assert.equal((await sbx.runCode('"y" in globals()')).text, 'False', 'the default context sees another context\'s state')
+  assert.ok((await sbx.listCodeContexts()).some((c) => c.id === ctx.id && c.cwd === '/tmp'))
+  await sbx.restartCodeContext(ctx)
+  assert.equal((await sbx.runCode('y', { context: ctx })).error?.name, 'NameError')
+  await sbx.removeCodeContext(ctx)
+  assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
+  // Another sandbox's traffic token opens none of this one's contexts.
+  const other = track(await CodeSandbox.create({ metadata: { run, role: 'contexts' } }))
+  assert.ok(other.trafficAccessToken, 'create answered no traffic access token')
+  const res = await fetch(apiUrl + '/contexts', {
+    headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999', 'E2B-Traffic-Access-Token': other.trafficAccessToken },
+  })
+  assert.equal(res.status, 401)
+  assert.equal(await other.kill(), true)
+})
+
 test('setTimeout moves the end; getMetrics reads the guest', async () => {
   await sbx.setTimeout(600_000)
   const info = await sbx.getInfo()
