@@ -187,9 +187,9 @@ func isPoolPod(t *testing.T, k client.Client, pool map[types.UID]bool, s *sandlo
 	return pool[pod.UID]
 }
 
-// withoutOverhead drops the RuntimeClass's per-pod overhead (placement
-// accounting only: QEMU runs outside the pod's cgroup) until the test
-// ends, when it is put back.
+// withoutOverhead drops the CPU of the RuntimeClass's per-pod overhead
+// until the test ends, when it is put back. Its memory stays: QEMU runs in
+// the pod's cgroup.
 func withoutOverhead(t *testing.T, k client.Client) {
 	t.Helper()
 	ctx := context.Background()
@@ -197,11 +197,14 @@ func withoutOverhead(t *testing.T, k client.Client) {
 	if err := k.Get(ctx, client.ObjectKey{Name: sandlotv1.RuntimeClassName}, rc); err != nil {
 		t.Fatal(err)
 	}
-	saved := rc.Overhead
+	if rc.Overhead == nil {
+		return
+	}
+	saved := rc.Overhead.DeepCopy()
 	patch := client.MergeFrom(rc.DeepCopy())
-	rc.Overhead = nil
+	delete(rc.Overhead.PodFixed, corev1.ResourceCPU)
 	if err := k.Patch(ctx, rc, patch); err != nil {
-		t.Fatalf("drop the RuntimeClass's overhead: %v", err)
+		t.Fatalf("drop the CPU of the RuntimeClass's overhead: %v", err)
 	}
 	t.Cleanup(func() {
 		patch := client.MergeFrom(rc.DeepCopy())

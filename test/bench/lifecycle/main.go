@@ -147,13 +147,14 @@ func firstErr(errs []error) error {
 }
 
 type bench struct {
-	t          crienv.T // Fatalf ends the run and the cluster with it: nothing is undone on the way out
-	k          client.WithWatch
-	node       string
-	clusterDir string // every QEMU of this cluster names a path under it
-	mem        int
-	allocMiB   int64 // the node's allocatable memory and pods: what placement admits
-	maxPods    int64
+	t           crienv.T // Fatalf ends the run and the cluster with it: nothing is undone on the way out
+	k           client.WithWatch
+	node        string
+	clusterDir  string // every QEMU of this cluster names a path under it
+	mem         int
+	allocMiB    int64 // the node's allocatable memory and pods: what placement admits
+	maxPods     int64
+	overheadMiB int64 // the RuntimeClass's memory overhead per pod
 
 	table   stats.Table
 	batches []stats.Batch
@@ -196,11 +197,17 @@ func (b *bench) capacity() {
 	}
 	b.allocMiB = n.Status.Allocatable.Memory().Value() >> 20
 	b.maxPods = n.Status.Allocatable.Pods().Value()
+	overhead, err := sbxbench.OverheadMiB(context.Background(), b.k)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.overheadMiB = overhead
 }
 
-// fits says why pods VMs of -mem MiB cannot all be placed on the node, or "".
+// fits says why pods VMs of -mem MiB (and the RuntimeClass's memory
+// overhead each) cannot all be placed on the node, or "".
 func (b *bench) fits(pods int) string {
-	switch need := int64(pods) * int64(b.mem); {
+	switch need := int64(pods) * (int64(b.mem) + b.overheadMiB); {
 	case need > b.allocMiB:
 		return fmt.Sprintf("%d VMs request %d MiB, the node has %d MiB allocatable", pods, need, b.allocMiB)
 	case int64(pods) > b.maxPods:

@@ -350,7 +350,7 @@ func procKiB(path, key string) float64 {
 
 // poolRefillSlack is room for the pool pods that refill a pool while its
 // pods are claimed (at most two start at once; a batch sees a few).
-const poolRefillSlack = 20
+const poolRefillSlack = 5
 
 // forkIntoPool measures N children of one snapshot started at once with
 // a warm pool of N filled first (untimed): each child claims a pool pod
