@@ -100,7 +100,7 @@ test('code contexts through the proxy, the SDK as it is: cwd, state, list, resta
   // X-Access-Token): every sandbox's create answers one.
   const ctx = await sbx.createCodeContext({ cwd: '/tmp' })
   assert.equal(ctx.cwd, '/tmp')
-  assert.equal((await sbx.runCode('import os\nos.getcwd()', { context: ctx })).text, "'/tmp'")
+  assert.deepEqual((await sbx.runCode('import os\nprint(os.getcwd())', { context: ctx })).logs.stdout, ['/tmp\n'])
   await sbx.runCode('y = 7', { context: ctx })
   assert.equal((await sbx.runCode('y * 6', { context: ctx })).text, '42')
   assert.equal((await sbx.runCode('"y" in globals()')).text, 'False', 'the default context sees another context\'s state')
