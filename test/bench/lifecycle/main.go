@@ -275,7 +275,7 @@ func (b *bench) record(name string, samples []float64, wall time.Duration, note 
 func (b *bench) header() string {
 	accel, _ := vm.DetectAccel()
 	return fmt.Sprintf("sandlot lifecycle: accel %s, Kubernetes %s, containerd %s, 1 node, VM 1 vCPU %d MiB "+
-		"(template sandboxes restore its base snapshot; RuntimeClass overhead zeroed for the run), %s",
+		"(template sandboxes restore its base snapshot; RuntimeClass CPU overhead dropped for the run), %s",
 		accel, cluster.K8sVersion, crienv.ContainerdVersion, b.mem, host.Describe())
 }
 
