@@ -49,6 +49,22 @@ type dataSource struct {
 	Fingerprint string
 }
 
+// on says whether node n may restore the data: local (n holds it), or
+// else why not ("" for a node that may fetch it, or any node when there
+// is no data).
+func (d dataSource) on(n *corev1.Node) (local bool, why string) {
+	local = slices.Contains(d.Nodes, n.Name)
+	switch {
+	case local || len(d.Nodes) == 0:
+		return local, ""
+	case !d.Remote:
+		return false, "source data is local to " + strings.Join(d.Nodes, ", ")
+	case d.Fingerprint != "" && n.Labels[sandlotv1.LabelFingerprint] != d.Fingerprint:
+		return false, "incompatible fingerprint"
+	}
+	return false, ""
+}
+
 // nodeConstraints are where a sandbox's template lets it run: the taints
 // it tolerates and the labels a node must have.
 type nodeConstraints struct {
@@ -130,16 +146,10 @@ func place(req placementRequest) placement {
 			rejected[why]++
 			continue
 		}
-		local := slices.Contains(req.Source.Nodes, n.Name)
-		if len(req.Source.Nodes) > 0 && !local {
-			if !req.Source.Remote {
-				rejected["source data is local to "+strings.Join(req.Source.Nodes, ", ")]++
-				continue
-			}
-			if fp := req.Source.Fingerprint; fp != "" && n.Labels[sandlotv1.LabelFingerprint] != fp {
-				rejected["incompatible fingerprint"]++
-				continue
-			}
+		local, why := req.Source.on(n)
+		if why != "" {
+			rejected[why]++
+			continue
 		}
 		left, why := room(n, req.Used[n.Name], req.Demand)
 		if why != "" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -127,11 +126,11 @@ func (r *SandboxReconciler) claimable(ctx context.Context, sbx *sandlotv1.Sandbo
 		if n == nil || ineligibleFor(n, cons) != "" {
 			continue
 		}
-		host := hostLocal
-		if req.restore != nil {
-			host = hostsRestore(&pod, src, n.Labels[sandlotv1.LabelFingerprint])
+		if req.restore == nil { // the pool restored the template's base on its node
+			local = append(local, pod)
+			continue
 		}
-		switch host {
+		switch hostsRestore(&pod, src, n) {
 		case hostLocal:
 			local = append(local, pod)
 		case hostRemote:
@@ -149,24 +148,22 @@ const (
 	hostRemote             // on another node that may fetch it
 )
 
-// hostsRestore says whether pod (on a node of that fingerprint label) may
-// host src's restore in place: the same image and VM size — the shim
-// replaces the VM under the pod's container and cgroup — on a node that
-// may restore the data, as placement decides for a new pod.
-func hostsRestore(pod *corev1.Pod, src resolvedSource, fingerprint string) restoreHost {
+// hostsRestore says whether pod (on node) may host src's restore in
+// place: the same image and VM size — the shim replaces the VM under the
+// pod's container and cgroup — on a node that may restore the data, as
+// placement decides for a new pod.
+func hostsRestore(pod *corev1.Pod, src resolvedSource, node *corev1.Node) restoreHost {
 	a, err := sandlotv1.DecodeVMAnnotations(pod.Annotations)
 	vm := src.VM
 	if err != nil || len(pod.Spec.Containers) == 0 || pod.Spec.Containers[0].Image != vm.Image ||
 		a.VCPU != vm.Resources.VCPU || a.MemoryMiB != vm.Resources.MemoryMiB || a.WritableLayerMiB != vm.WritableLayerMiB {
 		return hostNone
 	}
-	switch node := pod.Spec.NodeName; {
-	case slices.Contains(src.Data.Nodes, node):
+	switch local, why := src.Data.on(node); {
+	case why != "":
+		return hostNone
+	case local:
 		return hostLocal
-	case !src.Data.Remote:
-		return hostNone
-	case src.Data.Fingerprint != "" && fingerprint != src.Data.Fingerprint:
-		return hostNone
 	}
 	return hostRemote
 }

@@ -68,7 +68,9 @@ func TestHostsRestore(t *testing.T) {
 		{"another size", pool("a", "img:1", bigger), src, "", hostNone},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := hostsRestore(tc.pod, tc.src, tc.fp); got != tc.want {
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: tc.pod.Spec.NodeName,
+				Labels: map[string]string{sandlotv1.LabelFingerprint: tc.fp}}}
+			if got := hostsRestore(tc.pod, tc.src, node); got != tc.want {
 				t.Fatalf("got %v, want %v", got, tc.want)
 			}
 		})

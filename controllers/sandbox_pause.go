@@ -2,7 +2,6 @@ package controllers
 
 import (
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
@@ -112,10 +111,10 @@ func decideWhileUnpaused(w pauseWorld) pauseDecision {
 			return discarded
 		}
 		return pauseDecision{Run: true}
-	case pod != nil && restoresFrom(pod, ps.UID):
+	case pod != nil && sandlotv1.PodRestoresFrom(pod.Annotations, string(ps.UID)):
 		// The pod restores this package: release it once the pod runs it
 		// (a claimed warm pool pod runs before its VM is restored).
-		running := pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning && claimCarriedOut(pod)
+		running := pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning && !sandlotv1.ClaimPending(pod.Annotations)
 		return pauseDecision{Run: true, Resuming: true, DeletePaused: running && ps.DeletionTimestamp == nil}
 	case pod != nil && pod.DeletionTimestamp == nil && w.Phase != sandlotv1.SandboxPaused:
 		// Unpaused before the pause completed: the VM runs on (the agent
@@ -146,18 +145,4 @@ func dataMessage(st sandlotv1.DataStatus) string {
 		}
 	}
 	return "no reason given"
-}
-
-// restoresFrom: pod's VM restores the data of that UID (by the pod's
-// start, or by the claim of a warm pool pod).
-func restoresFrom(pod *corev1.Pod, uid types.UID) bool {
-	src := sandlotv1.PodSource(pod.Annotations)
-	return src != nil && src.UID == string(uid)
-}
-
-// claimCarriedOut: pod is no claimed warm pool pod, or the node agent
-// carried its claim out (the VM runs as the sandbox).
-func claimCarriedOut(pod *corev1.Pod) bool {
-	claim := pod.Annotations[sandlotv1.AnnotationClaim]
-	return claim == "" || pod.Annotations[sandlotv1.AnnotationClaimActivated] == claim
 }

@@ -38,7 +38,7 @@ func viewPod(pod *corev1.Pod) podView {
 			Message: fmt.Sprintf("kubelet on %s rejected pod %s (%s: %s); placing it again", pod.Spec.NodeName, pod.Name,
 				pod.Status.Reason, pod.Status.Message)}
 	}
-	if pod.DeletionTimestamp != nil && !claimCarriedOut(pod) {
+	if pod.DeletionTimestamp != nil && sandlotv1.ClaimPending(pod.Annotations) {
 		// A claimed warm pool pod going before its VM ran as the sandbox
 		// (its node failed, someone deleted it): nothing of the sandbox
 		// was in it, so it is placed again.

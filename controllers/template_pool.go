@@ -38,8 +38,7 @@ func (r *TemplateReconciler) listPool(ctx context.Context, tpl *sandlotv1.Templa
 		pod := &list.Items[i]
 		switch {
 		case pod.Labels[sandlotv1.LabelSandbox] != "":
-			if claim := pod.Annotations[sandlotv1.AnnotationClaim]; pod.DeletionTimestamp == nil && claim != "" &&
-				pod.Annotations[sandlotv1.AnnotationClaimActivated] != claim {
+			if pod.DeletionTimestamp == nil && sandlotv1.ClaimPending(pod.Annotations) {
 				p.activating++
 			}
 		case pod.DeletionTimestamp != nil:

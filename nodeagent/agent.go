@@ -141,7 +141,7 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	status, reason, msg := r.probe(ctx, pod)
 	claimed := false
-	if claimPending(pod) && (reason == "VMPaused" || reason == "VMRunning") {
+	if sandlotv1.ClaimPending(pod.Annotations) && (reason == "VMPaused" || reason == "VMRunning") {
 		// A claimed warm pool pod: resume it with its sandbox's identity.
 		began := time.Now()
 		if err := r.activate(ctx, pod, reason == "VMPaused"); err != nil {
@@ -152,7 +152,7 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			status, reason, msg = r.probe(ctx, pod)
 		}
 	}
-	if (reason == "VMPaused" || reason == "VMRunning") && !claimPending(pod) {
+	if (reason == "VMPaused" || reason == "VMRunning") && !sandlotv1.ClaimPending(pod.Annotations) {
 		if err := r.pushNetwork(ctx, pod); err != nil {
 			status, reason, msg = metav1.ConditionFalse, sandlotv1.ReasonNetworkFailed, err.Error()
 		}
@@ -194,13 +194,6 @@ func (r *VMReadyReconciler) podOfSandbox(_ context.Context, o client.Object) []r
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Status.PodName}}}
-}
-
-// claimPending: a warm pool pod claimed by a sandbox it does not run as
-// yet.
-func claimPending(pod *corev1.Pod) bool {
-	claim := pod.Annotations[sandlotv1.AnnotationClaim]
-	return claim != "" && pod.Annotations[sandlotv1.AnnotationClaimActivated] != claim
 }
 
 // probe asks the pod's shim whether its VM runs.
@@ -259,8 +252,7 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, pause
 	}
 	id := &controlapi.SetIdentityRequest{SandboxId: claim.SandboxID, AccessToken: token, Env: env, Hostname: claim.SandboxID}
 	if claim.Restore != nil {
-		_, err := r.restoreClaim(ctx, c, pod, id)
-		return err
+		return r.restoreClaim(ctx, c, pod, id)
 	}
 	// Resumed first: the guest answers its control channel only when it
 	// runs. Its pod IP is known to no client before the claim shows.

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
@@ -25,34 +23,33 @@ import (
 // and the shim replaces the pool's paused VM with its restore, taking the
 // sandbox's identity in the same push. Done twice (an agent that died
 // before markActivated), the shim's request ID makes the second a no-op.
-func (r *VMReadyReconciler) restoreClaim(ctx context.Context, c Control, pod *corev1.Pod, id *controlapi.SetIdentityRequest) (time.Duration, error) {
+func (r *VMReadyReconciler) restoreClaim(ctx context.Context, c Control, pod *corev1.Pod, id *controlapi.SetIdentityRequest) error {
 	ann, err := sandlotv1.DecodeVMAnnotations(pod.Annotations)
 	if err != nil {
-		return 0, fmt.Errorf("claim annotations of %s: %w", pod.Name, err)
+		return fmt.Errorf("claim annotations of %s: %w", pod.Name, err)
 	}
 	ref := ann.Claim.Restore
 	if err := r.guard.authorizeClaim(ctx, pod, *ann.Claim); err != nil {
-		return 0, err
+		return err
 	}
 	key, err := stageapi.Key(ref.Kind, ref.UID)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	began := time.Now()
 	dir, release, err := r.layout.open(ctx, key)
 	if err != nil {
-		return 0, fmt.Errorf("open %s %s on %s: %w", ref.Kind, ref.Name, r.Name, err)
+		return fmt.Errorf("open %s %s on %s: %w", ref.Kind, ref.Name, r.Name, err)
 	}
 	defer release() // the VM has mapped its files once Restore answers
 	opened := time.Since(began)
 	resp, err := c.Restore(ctx, &controlapi.RestoreRequest{Dir: dir, Identity: id, RequestId: claimID(pod)})
 	if err != nil {
-		return 0, fmt.Errorf("restore %s %s into pool pod %s: %w", ref.Kind, ref.Name, pod.Name, err)
+		return fmt.Errorf("restore %s %s into pool pod %s: %w", ref.Kind, ref.Name, pod.Name, err)
 	}
-	took := time.Duration(resp.GetTookNanos())
 	log.FromContext(ctx).Info("warm pool pod claimed: VM restored as the sandbox", "pod", pod.Name, "sandbox", ann.Claim.Sandbox,
-		"from", ref.Kind+"/"+ref.Name, "opened", opened, "restored", took)
-	return took, nil
+		"from", ref.Kind+"/"+ref.Name, "opened", opened, "restored", time.Duration(resp.GetTookNanos()))
+	return nil
 }
 
 // claimID names a claim for the shim's idempotent restore.
@@ -64,21 +61,11 @@ func claimID(pod *corev1.Pod) string {
 // authorizeClaim refuses unless pod, a warm pool pod of this node, is
 // controlled by the Sandbox that claimed it and that Sandbox restores the
 // claim's data (its source Snapshot, or its own pause package) in the
-// pod's namespace: a claim annotation naming other data restores nothing.
+// pod's namespace — the shim's stage check of its owner and data: a claim
+// annotation naming other data restores nothing.
 func (g *stageGuard) authorizeClaim(ctx context.Context, pod *corev1.Pod, claim sandlotv1.PoolClaim) error {
 	ref := claim.Restore
-	owner := metav1.GetControllerOf(pod)
-	if pod.Spec.NodeName != g.node {
-		return fmt.Errorf("%w: pool pod %s/%s is on node %q, not %s", errStageRefused, pod.Namespace, pod.Name, pod.Spec.NodeName, g.node)
-	}
-	if owner == nil || owner.Kind != "Sandbox" || owner.Name != claim.Sandbox {
-		return fmt.Errorf("%w: pool pod %s/%s is not controlled by Sandbox %s, which claims it", errStageRefused, pod.Namespace, pod.Name, claim.Sandbox)
-	}
-	if gv, err := schema.ParseGroupVersion(owner.APIVersion); err != nil || gv.Group != sandlotv1.GroupVersion.Group {
-		return fmt.Errorf("%w: pool pod %s/%s is controlled by %s %s, not sandlot's", errStageRefused, pod.Namespace, pod.Name, owner.APIVersion, owner.Kind)
-	}
-	c := &stageCheck{stageGuard: g, reads: map[string]readResult{}, verdicts: map[string]string{}}
-	why, err := c.ownerDenial(ctx, pod.Namespace, owner, ref.Kind, ref.UID, ref.Name)
+	why, err := g.claimDenial(ctx, pod, claim)
 	switch {
 	case err != nil:
 		return fmt.Errorf("check the claim of pool pod %s: %w", pod.Name, err)
@@ -87,4 +74,20 @@ func (g *stageGuard) authorizeClaim(ctx context.Context, pod *corev1.Pod, claim 
 			pod.Namespace, pod.Name, ref.Kind, pod.Namespace, ref.Name, claim.Sandbox, why)
 	}
 	return nil
+}
+
+// claimDenial says why pod may not restore its claim's data, "" when it may.
+func (g *stageGuard) claimDenial(ctx context.Context, pod *corev1.Pod, claim sandlotv1.PoolClaim) (string, error) {
+	if pod.Spec.NodeName != g.node {
+		return fmt.Sprintf("it is on node %q, not %s", pod.Spec.NodeName, g.node), nil
+	}
+	owner, why := sandlotController(pod)
+	switch {
+	case why != "":
+		return why, nil
+	case owner.Kind != "Sandbox" || owner.Name != claim.Sandbox:
+		return fmt.Sprintf("its controller is %s %s, not the claiming Sandbox", owner.Kind, owner.Name), nil
+	}
+	c := &stageCheck{stageGuard: g, reads: map[string]readResult{}, verdicts: map[string]string{}}
+	return c.ownerDenial(ctx, pod.Namespace, owner, claim.Restore.Kind, claim.Restore.UID, claim.Restore.Name)
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
@@ -43,7 +41,7 @@ func (r *DataReconciler) resumeHalted(ctx context.Context, snap dataObject) {
 	}
 	pod, err := r.sandboxPod(ctx, snap)
 	// Not a pod resumed from this package (its VM is not the halted one).
-	if err != nil || pod.DeletionTimestamp != nil || restoresFrom(pod, snap.GetUID()) {
+	if err != nil || pod.DeletionTimestamp != nil || sandlotv1.PodRestoresFrom(pod.Annotations, string(snap.GetUID())) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -81,11 +79,4 @@ func startFromSpec(snap dataObject) {
 		return
 	}
 	p.Status.NodeName, p.Status.Phase = p.Spec.NodeName, sandlotv1.DataPending
-}
-
-// restoresFrom: pod's VM was restored from the data of that UID (by the
-// pod's start, or by the claim of a warm pool pod).
-func restoresFrom(pod *corev1.Pod, uid types.UID) bool {
-	src := sandlotv1.PodSource(pod.Annotations)
-	return src != nil && src.UID == string(uid)
 }

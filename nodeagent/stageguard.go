@@ -150,12 +150,9 @@ func (c *stageCheck) denial(ctx context.Context, pod *corev1.Pod, kind, uid, nam
 	if ann[sandlotv1.AnnotationRestoreKind] != kind || ann[sandlotv1.AnnotationRestoreUID] != uid {
 		return fmt.Sprintf("its annotations restore %s %s", ann[sandlotv1.AnnotationRestoreKind], ann[sandlotv1.AnnotationRestoreUID]), nil
 	}
-	owner := metav1.GetControllerOf(pod)
-	if owner == nil {
-		return "no Sandbox or Template controls it", nil
-	}
-	if gv, err := schema.ParseGroupVersion(owner.APIVersion); err != nil || gv.Group != sandlotv1.GroupVersion.Group {
-		return fmt.Sprintf("its controller is %s %s, not sandlot's", owner.Kind, owner.Name), nil
+	owner, why := sandlotController(pod)
+	if why != "" {
+		return why, nil
 	}
 	// Everything below depends on the namespace, the data and the owner.
 	key := strings.Join([]string{pod.Namespace, name, owner.Kind, owner.Name, string(owner.UID)}, "/")
@@ -167,6 +164,18 @@ func (c *stageCheck) denial(ctx context.Context, pod *corev1.Pod, kind, uid, nam
 		c.verdicts[key] = why
 	}
 	return why, err
+}
+
+// sandlotController is pod's controller, or why it has none of sandlot's.
+func sandlotController(pod *corev1.Pod) (*metav1.OwnerReference, string) {
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil {
+		return nil, "no Sandbox or Template controls it"
+	}
+	if gv, err := schema.ParseGroupVersion(owner.APIVersion); err != nil || gv.Group != sandlotv1.GroupVersion.Group {
+		return nil, fmt.Sprintf("its controller is %s %s, not sandlot's", owner.Kind, owner.Name)
+	}
+	return owner, ""
 }
 
 // ownerDenial says why owner, the controller of a pod of namespace ns,

@@ -167,6 +167,20 @@ func PodSource(annotations map[string]string) *RestoreRef {
 	return a.Source()
 }
 
+// PodRestoresFrom: the VM of a pod with these annotations runs from the
+// data of that UID (by the pod's start, or by a warm pool claim).
+func PodRestoresFrom(annotations map[string]string, uid string) bool {
+	src := PodSource(annotations)
+	return src != nil && src.UID == uid
+}
+
+// ClaimPending: a warm pool pod claimed by a sandbox its VM does not run
+// as yet (the node agent has not carried the claim out).
+func ClaimPending(annotations map[string]string) bool {
+	claim := annotations[AnnotationClaim]
+	return claim != "" && annotations[AnnotationClaimActivated] != claim
+}
+
 func (r *RestoreRef) validate(what string) error {
 	if r.Kind != RestoreKindSnapshot && r.Kind != RestoreKindPausedSandbox {
 		return fmt.Errorf("%s kind %q: want %s or %s", what, r.Kind, RestoreKindSnapshot, RestoreKindPausedSandbox)

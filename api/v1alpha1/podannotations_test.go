@@ -172,3 +172,22 @@ func TestSource(t *testing.T) {
 		t.Fatal("annotations that do not decode have a source")
 	}
 }
+
+func TestClaimPendingAndRestoresFrom(t *testing.T) {
+	pkg := &RestoreRef{Kind: RestoreKindPausedSandbox, Name: "sbx", UID: "u2", Location: "l2"}
+	claimed, err := VMAnnotations{Pool: "p", Restore: &RestoreRef{Kind: RestoreKindSnapshot, Name: "b", UID: "u1", Location: "l1"},
+		Claim: &PoolClaim{Sandbox: "s", SandboxID: testID, Restore: pkg}}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ClaimPending(claimed) || ClaimPending(map[string]string{}) {
+		t.Fatal("a claim not carried out is pending; no claim is not")
+	}
+	if !PodRestoresFrom(claimed, "u2") || PodRestoresFrom(claimed, "u1") {
+		t.Fatal("a restore claim's pod restores the claim's data, not the pool's base")
+	}
+	claimed[AnnotationClaimActivated] = claimed[AnnotationClaim]
+	if ClaimPending(claimed) {
+		t.Fatal("a claim carried out is still pending")
+	}
+}
