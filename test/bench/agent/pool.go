@@ -2,12 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/bench/sbxbench"
@@ -41,7 +36,7 @@ func (b *bench) poolRows(c int, srcs, nodes, snaps, snapNodes []string) {
 	b.add(mPoolResume, c, b.each(mPoolResume, c, func(ctx context.Context, i int) (time.Duration, error) {
 		s, d, err := b.resume(ctx, srcs[i])
 		if err == nil {
-			b.tally(mPoolResume, c, inPoolPod(s))
+			b.tally(mPoolResume, c, sbxbench.InPoolPod(s))
 		}
 		return d, err
 	})...)
@@ -52,7 +47,7 @@ func (b *bench) poolRows(c int, srcs, nodes, snaps, snapNodes []string) {
 	b.add(mPoolSnap, c, b.each(mPoolSnap, c, func(ctx context.Context, i int) (time.Duration, error) {
 		s, d, err := sbxbench.Start(ctx, b.k, kids[i], sandlotv1.SandboxSource{Snapshot: snaps[i]})
 		if err == nil {
-			b.tally(mPoolSnap, c, inPoolPod(s))
+			b.tally(mPoolSnap, c, sbxbench.InPoolPod(s))
 		}
 		return d, err
 	})...)
@@ -70,46 +65,12 @@ func busiest(nodes []string) int {
 	return most
 }
 
-// inPoolPod: the sandbox runs in a pool pod (named by the pool, not after
-// the sandbox).
-func inPoolPod(s *sandlotv1.Sandbox) bool { return s.Status.PodName != s.Name }
-
 // fillPool sets the template's warm pool to n per node and waits until
-// each node has n unclaimed pool pods running and no others.
+// each node has n unclaimed pool pods ready and none starting.
 func (b *bench) fillPool(n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"warmPool":%d}}`, n))
-	if err := b.k.Patch(ctx, &sandlotv1.Template{ObjectMeta: sbxbench.Meta("bench")}, patch); err != nil {
-		b.t.Fatalf("warm pool %d: %v", n, err)
+	if err := sbxbench.SetPool(ctx, b.k, "bench", n, b.nodeA, b.nodeB); err != nil {
+		b.t.Fatal(err)
 	}
-	for {
-		pods := &corev1.PodList{}
-		err := b.k.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{sandlotv1.LabelPool: "bench", sandlotv1.LabelSandbox: ""})
-		if err == nil && poolFull(pods.Items, n, b.nodeA, b.nodeB) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			b.t.Fatalf("warm pool of %d per node not ready: %v", n, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// poolFull: n running pool pods on each node, none starting or going.
-func poolFull(pods []corev1.Pod, n int, nodes ...string) bool {
-	per := map[string]int{}
-	for _, p := range pods {
-		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
-			return false
-		}
-		per[p.Spec.NodeName]++
-	}
-	for _, node := range nodes {
-		if per[node] != n {
-			return false
-		}
-	}
-	return true
 }

@@ -337,7 +337,7 @@ func (b *bench) call(method, path, body string) (int, []byte, error) {
 func (b *bench) setPool(n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	if err := sbxbench.SetPool(ctx, b.k, tplName, b.node, n); err != nil {
+	if err := sbxbench.SetPool(ctx, b.k, tplName, n, b.node); err != nil {
 		b.t.Fatal(err)
 	}
 }

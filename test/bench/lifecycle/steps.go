@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -68,7 +69,7 @@ func (b *bench) fromPool(c, poolMax int) {
 	samples, wall := b.each(row, c, func(ctx context.Context, i int) (time.Duration, error) {
 		s, d, err := sbxbench.Start(ctx, b.k, names[i], tplSource)
 		if err == nil {
-			claimed[i] = s.Status.PodName != s.Name // a pool pod keeps its generated name
+			claimed[i] = sbxbench.InPoolPod(s)
 		}
 		return d, err
 	})
@@ -86,22 +87,53 @@ func (b *bench) fromPool(c, poolMax int) {
 // fork measures N children of one snapshot started at once. The parent
 // goes before they start: only its data is needed, and N VMs are enough
 // for two cores.
-func (b *bench) fork(n int) {
-	row := rowFork(n)
-	if why := b.fits(n); why != "" {
+func (b *bench) fork(n int) { b.forkBatch(rowFork(n), n, 0) }
+
+// forkIntoPool is fork with a warm pool of N filled first (untimed): each
+// child claims a pool pod and the node agent restores the snapshot into it
+// in place, so no pod starts. The pool refills during the batch, as it
+// would in use.
+func (b *bench) forkIntoPool(n int) { b.forkBatch(rowForkPool(n), n, n) }
+
+// poolRefillSlack is room for the pool pods that refill a pool while its
+// pods are claimed (at most two start at once; a batch sees a few).
+const poolRefillSlack = 5
+
+// forkBatch measures row: n children of a fresh snapshot at once, with a
+// warm pool of pool pods (0: none) waiting for them.
+func (b *bench) forkBatch(row string, n, pool int) {
+	room := n
+	if pool > 0 {
+		room += poolRefillSlack
+	}
+	if why := b.fits(room); why != "" {
 		b.skip(row, why)
 		return
 	}
 	parent := b.started("fp", 1, tplSource)
 	snap := b.snapshotsOf("fsnap", parent...)[0]
-	b.paused = append(b.paused, float64(snap.Status.SourcePausedMicroseconds)/1000)
+	if pool == 0 {
+		b.paused = append(b.paused, float64(snap.Status.SourcePausedMicroseconds)/1000)
+	}
 	b.remove(sbxbench.Sandboxes(parent)...)
-	kids := b.names("fk", n)
+	b.setPool(pool)
+	kids, claimed := b.names("fk", n), 0
+	var mu sync.Mutex
 	samples, wall := b.each(row, n, func(ctx context.Context, i int) (time.Duration, error) {
-		_, d, err := sbxbench.Start(ctx, b.k, kids[i], sandlotv1.SandboxSource{Snapshot: snap.Name})
+		s, d, err := sbxbench.Start(ctx, b.k, kids[i], sandlotv1.SandboxSource{Snapshot: snap.Name})
+		if err == nil && sbxbench.InPoolPod(s) {
+			mu.Lock()
+			claimed++
+			mu.Unlock()
+		}
 		return d, err
 	})
-	b.record(row, samples, wall, "")
+	b.setPool(0)
+	note := ""
+	if pool > 0 {
+		note = fmt.Sprintf("%d of %d restored into a pool pod", claimed, n)
+	}
+	b.record(row, samples, wall, note)
 	b.table.Add(row+": batch wall time", "ms", []float64{stats.MS(wall)}, "")
 	b.remove(append(sbxbench.Sandboxes(kids), sbxbench.Snapshots([]string{snap.Name})...)...)
 }
@@ -277,7 +309,7 @@ func (b *bench) rollback(ctx context.Context, name, snap, id string) (time.Durat
 func (b *bench) setPool(n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	if err := sbxbench.SetPool(ctx, b.k, tplName, b.node, n); err != nil {
+	if err := sbxbench.SetPool(ctx, b.k, tplName, n, b.node); err != nil {
 		b.t.Fatal(err)
 	}
 }
@@ -346,42 +378,4 @@ func procKiB(path, key string) float64 {
 		}
 	}
 	return 0
-}
-
-// poolRefillSlack is room for the pool pods that refill a pool while its
-// pods are claimed (at most two start at once; a batch sees a few).
-const poolRefillSlack = 5
-
-// forkIntoPool measures N children of one snapshot started at once with
-// a warm pool of N filled first (untimed): each child claims a pool pod
-// and the node agent restores the snapshot into it in place, so no pod
-// starts. The pool refills during the batch, as it would in use.
-func (b *bench) forkIntoPool(n int) {
-	row := rowForkPool(n)
-	if why := b.fits(n + poolRefillSlack); why != "" {
-		b.skip(row, why)
-		return
-	}
-	parent := b.started("fpp", 1, tplSource)
-	snap := b.snapshotsOf("fpsnap", parent...)[0]
-	b.remove(sbxbench.Sandboxes(parent)...)
-	b.setPool(n)
-	kids, claimed := b.names("fpk", n), make([]bool, n)
-	samples, wall := b.each(row, n, func(ctx context.Context, i int) (time.Duration, error) {
-		s, d, err := sbxbench.Start(ctx, b.k, kids[i], sandlotv1.SandboxSource{Snapshot: snap.Name})
-		if err == nil {
-			claimed[i] = s.Status.PodName != s.Name // a pool pod keeps its generated name
-		}
-		return d, err
-	})
-	b.setPool(0)
-	k := 0
-	for _, ok := range claimed {
-		if ok {
-			k++
-		}
-	}
-	b.record(row, samples, wall, fmt.Sprintf("%d of %d restored into a pool pod", k, n))
-	b.table.Add(row+": batch wall time", "ms", []float64{stats.MS(wall)}, "")
-	b.remove(append(sbxbench.Sandboxes(kids), sbxbench.Snapshots([]string{snap.Name})...)...)
 }

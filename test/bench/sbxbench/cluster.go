@@ -51,10 +51,14 @@ func OverheadMiB(ctx context.Context, k client.Client) (int64, error) {
 	return rc.Overhead.PodFixed.Memory().Value() >> 20, nil
 }
 
-// SetPool sets a template's warm pool size and waits until node's pool,
+// InPoolPod: the sandbox runs in a warm pool pod (named by the pool, not
+// after the sandbox).
+func InPoolPod(s *sandlotv1.Sandbox) bool { return s.Status.PodName != s.Name }
+
+// SetPool sets a template's warm pool size and waits until each of nodes' pools,
 // as the controller reports it for this spec, has that many Ready and
 // none Starting.
-func SetPool(ctx context.Context, k client.WithWatch, template, node string, n int) error {
+func SetPool(ctx context.Context, k client.WithWatch, template string, n int, nodes ...string) error {
 	tpl := &sandlotv1.Template{ObjectMeta: Meta(template)}
 	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"warmPool":%d}}`, n))
 	if err := k.Patch(ctx, tpl, patch); err != nil {
@@ -65,13 +69,18 @@ func SetPool(ctx context.Context, k client.WithWatch, template, node string, n i
 		if t.Status.ObservedGeneration < gen {
 			return false, nil
 		}
-		last = sandlotv1.NodePool{}
-		for _, p := range t.Status.Pool {
-			if p.Node == node {
-				last = p
+		for _, node := range nodes {
+			last = sandlotv1.NodePool{Node: node}
+			for _, p := range t.Status.Pool {
+				if p.Node == node {
+					last = p
+				}
+			}
+			if last.Ready != int32(n) || last.Starting != 0 {
+				return false, nil
 			}
 		}
-		return last.Ready == int32(n) && last.Starting == 0, nil
+		return true, nil
 	})
 	if err != nil {
 		return fmt.Errorf("warm pool %d: %w (last: %+v)", n, err, last)
