@@ -114,6 +114,10 @@ func TestTenantCannotPatchSandlotKeys(t *testing.T) {
 		"remove the sandbox label": {func(p *corev1.Pod) { delete(p.Labels, sandlotv1.LabelSandbox) }, "label " + sandlotv1.LabelSandbox},
 		"forge a claim": {func(p *corev1.Pod) { p.Annotations[sandlotv1.AnnotationClaimActivated] = "x" },
 			"annotation " + sandlotv1.AnnotationClaimActivated},
+		"forge a restore claim": {func(p *corev1.Pod) {
+			p.Annotations[sandlotv1.AnnotationClaim] = `{"sandbox":"alice","sandboxID":"abcdefghij0123456789",` +
+				`"restore":{"kind":"Snapshot","name":"bobs","uid":"3f0c7a52","location":"snapshots/3f0c7a52"}}`
+		}, "annotation " + sandlotv1.AnnotationClaim},
 		"change the network rules": {func(p *corev1.Pod) { p.Annotations[sandlotv1.AnnotationNetwork] = "{}" },
 			"annotation " + sandlotv1.AnnotationNetwork},
 		"forge the applied rules": {func(p *corev1.Pod) {
