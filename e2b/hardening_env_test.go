@@ -44,7 +44,7 @@ func (f *fixture) pausedAutoResume(t *testing.T, listener string) (*sandlotv1.Sa
 	token := f.createToken(t, sbx)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := f.srv.waitUsable(ctx, sbx.Name, sbx.Generation); err != nil {
+	if _, err := f.srv.waitUsable(ctx, sbx.Namespace, sbx.Name, sbx.Generation); err != nil {
 		t.Fatalf("the server never saw the sandbox: %v", err)
 	}
 	return sbx, token

@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -24,6 +26,7 @@ import (
 // +kubebuilder:rbac:groups=sandlot.dev,resources=templates,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=sandlot.dev,resources=pausedsandboxes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
 
 // indexSandboxID indexes Sandboxes by their E2B sandbox ID, which is
 // derived from the UID: known the moment a create returns.
@@ -36,18 +39,28 @@ const indexSandboxID = "sandlot.dev/sandbox-id"
 type Kube struct {
 	client.Client
 	changed *notifier
+	pods    corev1client.PodsGetter // pod logs (a subresource the client above does not stream)
 }
 
-// NewKube starts the cache for namespace and returns once it is synced.
-// The cache stops with ctx.
-func NewKube(ctx context.Context, cfg *rest.Config, namespace string) (*Kube, error) {
+// podLogs streams a pod's log.
+func (k *Kube) podLogs(ctx context.Context, ns, name string, opts *corev1.PodLogOptions) (io.ReadCloser, error) {
+	return k.pods.Pods(ns).GetLogs(name, opts).Stream(ctx)
+}
+
+// NewKube starts the cache of the namespaces served (the API's own, then
+// the teams') and returns once it is synced. The cache stops with ctx.
+func NewKube(ctx context.Context, cfg *rest.Config, namespaces ...string) (*Kube, error) {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, sandlotv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return nil, fmt.Errorf("build scheme: %w", err)
 		}
 	}
-	c, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{namespace: {}}})
+	served := map[string]cache.Config{}
+	for _, ns := range namespaces {
+		served[ns] = cache.Config{}
+	}
+	c, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: served})
 	if err != nil {
 		return nil, fmt.Errorf("create cache: %w", err)
 	}
@@ -71,11 +84,15 @@ func NewKube(ctx context.Context, cfg *rest.Config, namespace string) (*Kube, er
 	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if !c.WaitForCacheSync(syncCtx) {
-		return nil, fmt.Errorf("the cache of namespace %s did not sync (is the API server reachable, are the CRDs installed?)", namespace)
+		return nil, fmt.Errorf("the cache of namespaces %v did not sync (is the API server reachable, are the CRDs installed, "+
+			"may sandlot-api read each of them?)", namespaces)
 	}
 	k.Client, err = client.New(cfg, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: c}})
 	if err != nil {
 		return nil, fmt.Errorf("create client: %w", err)
+	}
+	if k.pods, err = corev1client.NewForConfig(cfg); err != nil {
+		return nil, fmt.Errorf("create the pod log client: %w", err)
 	}
 	return k, nil
 }

@@ -152,7 +152,7 @@ func (s *Server) connect(_ http.ResponseWriter, r *http.Request) (int, any, *api
 			return 0, nil, err
 		}
 	}
-	ready, err := s.waitUsable(r.Context(), sbx.Name, 0)
+	ready, err := s.waitUsable(r.Context(), sbx.Namespace, sbx.Name, 0)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -174,7 +174,7 @@ func (s *Server) resumeAndWait(ctx context.Context, sbx *sandlotv1.Sandbox, time
 	if err := s.patchSpec(ctx, sbx, spec); err != nil {
 		return 0, nil, err
 	}
-	ready, err := s.waitUsable(ctx, sbx.Name, sbx.Generation)
+	ready, err := s.waitUsable(ctx, sbx.Namespace, sbx.Name, sbx.Generation)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -78,7 +78,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) (int, any
 // metadata, in one of states (any when empty) and of template (any when "").
 func (s *Server) matching(ctx context.Context, filter map[string]string, states map[string]bool, template string) ([]sandlotv1.Sandbox, *apiError) {
 	list := &sandlotv1.SandboxList{}
-	if err := s.kube.List(ctx, list, client.InNamespace(s.cfg.Namespace)); err != nil {
+	if err := s.kube.List(ctx, list, client.InNamespace(teamOf(ctx))); err != nil {
 		return nil, kubeError("list sandboxes", err)
 	}
 	var out []sandlotv1.Sandbox

@@ -355,7 +355,7 @@ func (f *fixture) readySandbox(t *testing.T, listener string, mutate func(*sandl
 	token = f.createToken(t, sbx)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := f.srv.waitUsable(ctx, sbx.Name, sbx.Generation); err != nil {
+	if _, err := f.srv.waitUsable(ctx, sbx.Namespace, sbx.Name, sbx.Generation); err != nil {
 		t.Fatalf("the server never saw the sandbox ready: %v", err)
 	}
 	return sandlotv1.SandboxIDFor(sbx.UID), token

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -186,11 +184,16 @@ func contextAccess(r *http.Request, port int, envdToken string) {
 // envd would accept it). Public ports need no token, and a stranger who
 // has a port's URL (a shared link, a crawler) must not keep a paused
 // sandbox running on a node. A sandbox without a token (its Secret not
-// made, or deleted) resumes only for a request with a valid API key.
+// made, or deleted) resumes only for a request with a valid API key of
+// its team.
 func (s *Server) mayResume(r *http.Request, sbx *sandlotv1.Sandbox) bool {
 	want := s.token(r.Context(), sbx)
 	if want == "" {
-		return r.Header.Get("X-API-KEY") != "" && s.authorize(r) == nil
+		if r.Header.Get("X-API-KEY") == "" {
+			return false
+		}
+		team, err := s.authorize(r)
+		return err == nil && team == sbx.Namespace
 	}
 	return sameSecret(r.Header.Get("X-Access-Token"), want)
 }
@@ -209,60 +212,5 @@ func (s *Server) autoResume(ctx context.Context, sbx *sandlotv1.Sandbox) (*sandl
 			return nil, err
 		}
 	}
-	return s.waitUsable(ctx, sbx.Name, sbx.Generation)
-}
-
-// envdMetrics is envd's GET /metrics.
-type envdMetrics struct {
-	TS         int64   `json:"ts"`
-	CPUCount   int32   `json:"cpu_count"`
-	CPUUsedPct float64 `json:"cpu_used_pct"`
-	MemTotal   int64   `json:"mem_total"`
-	MemUsed    int64   `json:"mem_used"`
-	MemCache   int64   `json:"mem_cache"`
-	DiskUsed   int64   `json:"disk_used"`
-	DiskTotal  int64   `json:"disk_total"`
-}
-
-// metrics is the sandbox's current resource use, read from its envd (as
-// E2B's orchestrator does); a paused sandbox has none.
-func (s *Server) metrics(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
-	sbx, aerr := s.sandbox(r.Context(), r.PathValue("id"), false)
-	if aerr != nil {
-		return 0, nil, aerr
-	}
-	if paused(sbx) || sbx.Status.PodIP == "" {
-		return http.StatusOK, []metricJSON{}, nil
-	}
-	m, err := s.envdMetrics(r.Context(), sbx)
-	if err != nil {
-		return 0, nil, errorf(http.StatusBadGateway, "metrics of sandbox %s: %v", r.PathValue("id"), err)
-	}
-	return http.StatusOK, []metricJSON{{Timestamp: time.Unix(m.TS, 0).UTC().Format(time.RFC3339), TimestampUnix: m.TS,
-		CPUCount: m.CPUCount, CPUUsedPct: m.CPUUsedPct, MemUsed: m.MemUsed, MemTotal: m.MemTotal, MemCache: m.MemCache,
-		DiskUsed: m.DiskUsed, DiskTotal: m.DiskTotal}}, nil
-}
-
-func (s *Server) envdMetrics(ctx context.Context, sbx *sandlotv1.Sandbox) (*envdMetrics, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	u := "http://" + net.JoinHostPort(sbx.Status.PodIP, strconv.Itoa(sandlotv1.EnvdPort)) + "/metrics"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("X-Access-Token", s.token(ctx, sbx))
-	resp, err := s.proxy.rp.Transport.RoundTrip(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("envd answered %s", resp.Status)
-	}
-	m := &envdMetrics{}
-	if err := json.NewDecoder(resp.Body).Decode(m); err != nil {
-		return nil, fmt.Errorf("decode envd metrics: %w", err)
-	}
-	return m, nil
+	return s.waitUsable(ctx, sbx.Namespace, sbx.Name, sbx.Generation)
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,7 +49,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) (int, any
 	if err != nil {
 		return 0, nil, err
 	}
-	sbx, err := s.newSandboxObject(&req, source)
+	sbx, err := s.newSandboxObject(teamOf(r.Context()), &req, source)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -59,13 +60,13 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) (int, any
 }
 
 // newSandboxObject is the Sandbox of source that req asks for.
-func (s *Server) newSandboxObject(req *newSandbox, source sandlotv1.SandboxSource) (*sandlotv1.Sandbox, *apiError) {
+func (s *Server) newSandboxObject(ns string, req *newSandbox, source sandlotv1.SandboxSource) (*sandlotv1.Sandbox, *apiError) {
 	network, private, err := req.network()
 	if err != nil {
 		return nil, err
 	}
 	sbx := &sandlotv1.Sandbox{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "e2b-", Namespace: s.cfg.Namespace,
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "e2b-", Namespace: ns,
 			Annotations: map[string]string{AnnotationTemplateID: req.TemplateID}},
 		Spec: sandlotv1.SandboxSpec{Source: source, Metadata: req.Metadata, Env: envList(req.EnvVars), Network: network},
 	}
@@ -90,7 +91,7 @@ func (s *Server) startSandbox(ctx context.Context, sbx *sandlotv1.Sandbox) (*san
 	if err := s.kube.Create(ctx, sbx); err != nil {
 		return nil, kubeError("create the sandbox", err)
 	}
-	ready, aerr := s.waitUsable(ctx, sbx.Name, sbx.Generation)
+	ready, aerr := s.waitUsable(ctx, sbx.Namespace, sbx.Name, sbx.Generation)
 	if aerr != nil {
 		// Nothing half-made stays behind a failed create.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -107,7 +108,7 @@ func (s *Server) startSandbox(ctx context.Context, sbx *sandlotv1.Sandbox) (*san
 // that name, else a Snapshot of that name, else the default Template
 // for the SDKs' default IDs.
 func (s *Server) resolveTemplate(ctx context.Context, id string) (sandlotv1.SandboxSource, *apiError) {
-	key := client.ObjectKey{Namespace: s.cfg.Namespace, Name: id}
+	key := client.ObjectKey{Namespace: teamOf(ctx), Name: id}
 	if err := s.kube.Get(ctx, key, &sandlotv1.Template{}); err == nil {
 		return sandlotv1.SandboxSource{Template: id}, nil
 	}
@@ -122,7 +123,7 @@ func (s *Server) resolveTemplate(ctx context.Context, id string) (sandlotv1.Sand
 		}
 		return sandlotv1.SandboxSource{Template: key.Name}, nil
 	}
-	return sandlotv1.SandboxSource{}, errorf(http.StatusNotFound, "template %q not found: no Template or Snapshot of that name in namespace %s", id, s.cfg.Namespace)
+	return sandlotv1.SandboxSource{}, errorf(http.StatusNotFound, "template %q not found: no Template or Snapshot of that name in namespace %s", id, teamOf(ctx))
 }
 
 func envList(m map[string]string) []sandlotv1.EnvVar {
@@ -136,10 +137,10 @@ func envList(m map[string]string) []sandlotv1.EnvVar {
 // waitUsable waits until the sandbox's VM is ready for generation gen or
 // later (a resume bumps the generation: an older VMReady is the VM that
 // was paused), running, with a pod IP and its token Secret.
-func (s *Server) waitUsable(ctx context.Context, name string, gen int64) (*sandlotv1.Sandbox, *apiError) {
+func (s *Server) waitUsable(ctx context.Context, ns, name string, gen int64) (*sandlotv1.Sandbox, *apiError) {
 	sbx := &sandlotv1.Sandbox{}
 	err := s.kube.waitFor(ctx, s.cfg.CreateTimeout, "sandbox "+name+" ready", func() (bool, *apiError) {
-		if err := s.kube.Get(ctx, client.ObjectKey{Namespace: s.cfg.Namespace, Name: name}, sbx); err != nil {
+		if err := s.kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sbx); err != nil {
 			return false, nil // not in the cache yet
 		}
 		if sbx.DeletionTimestamp != nil {
@@ -188,7 +189,7 @@ func (s *Server) sandbox(ctx context.Context, id string, withEnded bool) (*sandl
 		return nil, notFound
 	}
 	list := &sandlotv1.SandboxList{}
-	if err := s.kube.List(ctx, list, client.InNamespace(s.cfg.Namespace), client.MatchingFields{indexSandboxID: id}); err != nil {
+	if err := s.kube.List(ctx, list, client.InNamespace(teamOf(ctx)), client.MatchingFields{indexSandboxID: id}); err != nil {
 		return nil, kubeError("look up the sandbox", err)
 	}
 	for i := range list.Items {
@@ -301,6 +302,11 @@ func kubeError(what string, err error) *apiError {
 		if c := int(st.Status().Code); c >= 400 && c < 500 {
 			code = c
 		}
+	}
+	// The team's ResourceQuota (count/sandboxes.sandlot.dev): E2B's
+	// concurrent-sandbox limit answers 429; the message names the limit.
+	if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota") {
+		code = http.StatusTooManyRequests
 	}
 	return errorf(code, "%s: %v", what, err)
 }

@@ -6,8 +6,6 @@ package e2b
 
 import (
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -16,9 +14,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // DefaultEnvdVersion is the envd API version sandlot-guest implements
@@ -27,8 +22,11 @@ const DefaultEnvdVersion = "0.6.2"
 
 // Config shapes a Server.
 type Config struct {
-	// Namespace holds the sandboxes, snapshots and templates served.
+	// Namespace holds the sandboxes, snapshots and templates of the API's
+	// own team, and every team's keys Secrets.
 	Namespace string
+	// Teams are the other teams' namespaces (teams.go).
+	Teams []string
 	// DefaultTemplate is the Template the SDKs' default template IDs
 	// (base, code-interpreter-v1) name, unless a Template of that name exists.
 	DefaultTemplate string
@@ -141,8 +139,14 @@ func (s *Server) routes() *http.ServeMux {
 	handle("POST", "/sandboxes/{id}/fork", s.fork)
 	handle("POST", "/sandboxes/{id}/rollback", s.rollback)
 	handle("GET", "/sandboxes/{id}/metrics", s.metrics)
+	// Its other methods are /sandboxes/{id}'s 405 (a fallback of its own
+	// would conflict with GET /sandboxes/{id}).
+	mux.HandleFunc("GET /sandboxes/metrics", s.serve(s.sandboxesMetrics))
+	handle("GET", "/sandboxes/{id}/logs", s.logsV1)
+	handle("GET", "/v2/sandboxes/{id}/logs", s.logs)
 	handle("PUT", "/sandboxes/{id}/network", s.updateNetwork)
 	handle("GET", "/snapshots", s.listSnapshots)
+	handle("GET", "/teams", s.teams)
 	handle("GET", "/templates", s.listTemplates)
 	handle("GET", "/templates/{id}", s.getTemplate)
 	handle("DELETE", "/templates/{id}", s.deleteTemplate)
@@ -172,10 +176,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.apiDeadlines(w, r)
-	if err := s.authorize(r); err != nil {
+	team, err := s.authorize(r)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
+	r = r.WithContext(withTeam(r.Context(), team))
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	s.mux.ServeHTTP(w, r)
 }
@@ -208,27 +214,14 @@ func writeJSON(w http.ResponseWriter, code int, body any) {
 
 func writeError(w http.ResponseWriter, err *apiError) { writeJSON(w, err.Code, err) }
 
-// authorize checks X-API-KEY against the keys Secret's values, in
-// constant time (hashes of equal length, every key compared).
-func (s *Server) authorize(r *http.Request) *apiError {
+// authorize checks X-API-KEY against every team's keys and returns the
+// key's team (namespace).
+func (s *Server) authorize(r *http.Request) (string, *apiError) {
 	key := r.Header.Get("X-API-KEY")
 	if key == "" {
-		return errorf(http.StatusUnauthorized, "missing X-API-KEY header")
+		return "", errorf(http.StatusUnauthorized, "missing X-API-KEY header")
 	}
-	secret := &corev1.Secret{}
-	if err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: s.cfg.Namespace, Name: s.cfg.KeysSecret}, secret); err != nil {
-		return errorf(http.StatusUnauthorized, "invalid API key (no keys issued: %v)", err)
-	}
-	got := sha256.Sum256([]byte(key))
-	ok := 0
-	for _, v := range secret.Data {
-		want := sha256.Sum256([]byte(strings.TrimSpace(string(v))))
-		ok |= subtle.ConstantTimeCompare(got[:], want[:])
-	}
-	if ok != 1 {
-		return errorf(http.StatusUnauthorized, "invalid API key")
-	}
-	return nil
+	return s.keyTeam(r.Context(), key)
 }
 
 // NewAPIKey draws a key in E2B's format: e2b_ and 40 hex digits.
@@ -242,8 +235,8 @@ func NewAPIKey() (string, error) {
 
 // templateBuild answers E2B's template-build routes: sandlot builds a
 // template from an OCI image in the nodes' containerd.
-func (s *Server) templateBuild(http.ResponseWriter, *http.Request) (int, any, *apiError) {
+func (s *Server) templateBuild(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
 	return 0, nil, errorf(http.StatusNotImplemented, "sandlot does not build templates through the E2B API: "+
 		"import an OCI image into the nodes' containerd and create a Template (kind: Template, spec.image) in namespace %s; "+
-		"its base snapshot is built on every node, and its name is the templateID", s.cfg.Namespace)
+		"its base snapshot is built on every node, and its name is the templateID", teamOf(r.Context()))
 }

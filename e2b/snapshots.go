@@ -54,7 +54,7 @@ func (s *Server) runningSandbox(ctx context.Context, id string) (*sandlotv1.Sand
 // snapshot makes a Snapshot of sbx (named name, or generated with
 // prefix) and waits until its data is Ready.
 func (s *Server) snapshot(ctx context.Context, sbx *sandlotv1.Sandbox, name, prefix string) (*sandlotv1.Snapshot, *apiError) {
-	snap := &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.Namespace},
+	snap := &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: sbx.Namespace},
 		Spec: sandlotv1.SnapshotSpec{Source: sandlotv1.SnapshotSource{Sandbox: sbx.Name}}}
 	if name == "" {
 		snap.GenerateName = prefix
@@ -93,7 +93,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) (int, any
 		return 0, nil, err
 	}
 	list := &sandlotv1.SnapshotList{}
-	if err := s.kube.List(r.Context(), list, client.InNamespace(s.cfg.Namespace)); err != nil {
+	if err := s.kube.List(r.Context(), list, client.InNamespace(teamOf(r.Context()))); err != nil {
 		return 0, nil, kubeError("list snapshots", err)
 	}
 	var items []sandlotv1.Snapshot
@@ -182,7 +182,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) (int, any, *apiErr
 // and network rules (egress rules and private traffic) are the child's.
 func (s *Server) forkOf(parent *sandlotv1.Sandbox, snapshot string, timeout *int64) *sandlotv1.Sandbox {
 	req := newSandbox{TemplateID: snapshot, Timeout: timeout, Metadata: parent.Spec.Metadata}
-	sbx, _ := s.newSandboxObject(&req, sandlotv1.SandboxSource{Snapshot: snapshot}) // no network asked: nothing to refuse
+	sbx, _ := s.newSandboxObject(parent.Namespace, &req, sandlotv1.SandboxSource{Snapshot: snapshot}) // no network asked: nothing to refuse
 	sbx.Spec.Network = parent.Spec.Network.DeepCopy()
 	if privateTraffic(parent) {
 		sbx.Annotations[AnnotationPrivateTraffic] = "true"
@@ -205,7 +205,7 @@ func (s *Server) rollback(_ http.ResponseWriter, r *http.Request) (int, any, *ap
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: s.cfg.Namespace, Name: body.SnapshotID}, &sandlotv1.Snapshot{}); err != nil {
+	if err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: teamOf(r.Context()), Name: body.SnapshotID}, &sandlotv1.Snapshot{}); err != nil {
 		return 0, nil, errorf(http.StatusNotFound, "snapshot %q not found", body.SnapshotID)
 	}
 	requestID := randomID()

@@ -14,7 +14,7 @@ import (
 
 func (s *Server) listTemplates(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
 	list := &sandlotv1.TemplateList{}
-	if err := s.kube.List(r.Context(), list, client.InNamespace(s.cfg.Namespace)); err != nil {
+	if err := s.kube.List(r.Context(), list, client.InNamespace(teamOf(r.Context()))); err != nil {
 		return 0, nil, kubeError("list templates", err)
 	}
 	out := make([]*templateJSON, 0, len(list.Items))
@@ -28,7 +28,7 @@ func (s *Server) listTemplates(_ http.ResponseWriter, r *http.Request) (int, any
 
 func (s *Server) getTemplate(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
 	tpl := &sandlotv1.Template{}
-	if err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: s.cfg.Namespace, Name: r.PathValue("id")}, tpl); err != nil {
+	if err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: teamOf(r.Context()), Name: r.PathValue("id")}, tpl); err != nil {
 		return 0, nil, errorf(http.StatusNotFound, "template %q not found", r.PathValue("id"))
 	}
 	return http.StatusOK, struct {
@@ -56,7 +56,7 @@ func (s *Server) templateJSON(tpl *sandlotv1.Template) *templateJSON {
 // deleteTemplate deletes a Template or a Snapshot (the SDK deletes
 // snapshots through this route).
 func (s *Server) deleteTemplate(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
-	key := client.ObjectKey{Namespace: s.cfg.Namespace, Name: r.PathValue("id")}
+	key := client.ObjectKey{Namespace: teamOf(r.Context()), Name: r.PathValue("id")}
 	for _, o := range []client.Object{&sandlotv1.Snapshot{}, &sandlotv1.Template{}} {
 		if err := s.kube.Get(r.Context(), key, o); err != nil || o.GetDeletionTimestamp() != nil || ownedByTemplate(o) {
 			continue

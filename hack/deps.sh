@@ -22,8 +22,11 @@ PACKAGES=(
 	iproute2:ip iptables:iptables-save util-linux:unshare
 	# the shim's tests: runc (the baseline handler) and the CNI plugins
 	runc:runc containernetworking-plugins:/usr/lib/cni/bridge
-	# the guest agent's tests: Debian's python3 with matplotlib (figures)
+	# the guest agent's tests: Debian's python3 with matplotlib (figures) and pandas (tables),
+	# TypeScript for the typescript contexts (on the Node the README names)
 	python3:/usr/bin/python3 python3-matplotlib:/usr/lib/python3/dist-packages/matplotlib
+	python3-pandas:/usr/lib/python3/dist-packages/pandas
+	node-typescript:/usr/share/nodejs/typescript
 	# the juicefs store's live volume: Redis as JuiceFS's metadata engine
 	redis-server:redis-server
 )

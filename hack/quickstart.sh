@@ -9,7 +9,7 @@ export KUBECONFIG="${KUBECONFIG:-${SANDLOT_CLUSTER_DIR:-/var/tmp/sandlot-up}/pki
 cd "$(dirname "$0")/.."
 k() { kubectl "$@" 2> >(grep -v 'Warning: version difference\|websocket.go' >&2); }
 
-k apply -f config/samples/quickstart.yaml
+k apply -f config/samples/quickstart.yaml -f config/samples/code-interpreter.yaml
 for _ in $(seq 1 240); do
 	[[ "$(k get sbx hello -o jsonpath='{.status.phase}')" == Running ]] && break
 	sleep 0.5
@@ -24,10 +24,11 @@ k logs hello
 guest="$(k exec hello -- uname -r)"
 [[ "$guest" != "$(uname -r)" ]] || { echo "kubectl exec ran on the host kernel" >&2; exit 1; }
 echo "kubectl exec: guest kernel $guest, host kernel $(uname -r)"
-# The E2B SDK, unchanged, through sandlot-api (make up runs it).
+# The E2B SDK, unchanged, through sandlot-api (make up runs it); its default
+# template, code-interpreter-v1, is the sample of that name.
 dir="${SANDLOT_CLUSTER_DIR:-/var/tmp/sandlot-up}"
 (cd test/e2b && npm ci --no-audit --no-fund --silent)
 E2B_API_URL="$(cat "$dir/api-url")" E2B_SANDBOX_URL="$(cat "$dir/api-url")" E2B_API_KEY="$(cat "$dir/api-key")" \
 	node test/e2b/quickstart.mjs
-k delete -f config/samples/quickstart.yaml --wait
+k delete -f config/samples/quickstart.yaml -f config/samples/code-interpreter.yaml --wait
 echo "quickstart OK"

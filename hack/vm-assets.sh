@@ -14,13 +14,15 @@
 #                                        image.tar: the same tree as an OCI archive for
 #                                        `ctr -n k8s.io images import` (+ image.digest)
 #     rootfs/busybox/                    base.ext4 (+ .sha256): busybox-static, a few MiB
+#     rootfs/code-interpreter-bookworm/  tree.tar.zst (the Debian tree + the data stack, pip,
+#                                        node, TypeScript), image.tar (+ image.digest)
 #     current.env                        KEY=value lines naming the current assets
 # skipping everything that already exists (each step records what it was
 # built from and rebuilds when that changed). Progress goes to stderr; the
 # last line on stdout is the asset directory.
 #
 #   hack/vm-assets.sh                 # everything (as root: debootstrap, chroot, chown)
-#   hack/vm-assets.sh kernel initramfs busybox debian   # only these steps
+#   hack/vm-assets.sh kernel initramfs busybox debian interpreter   # only these steps
 #   hack/vm-assets.sh check           # self-test: rebuild the initramfs, both disks and
 #                                     # the image into a temp dir, compare sha256s, fsck, PVH note
 #
@@ -49,6 +51,12 @@ DEBIAN_OCI_REF=docker.io/library/sandlot-python:bookworm
 # envd and the code interpreter are the guest agent's, not the image's.
 DEBIAN_OCI_CONFIG=(-cmd /bin/sh -cmd -c -cmd 'echo "sandlot sandbox $(hostname) ready"; exec sleep infinity'
 	-env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin -workdir /)
+# The code-interpreter image (E2B's code-interpreter-v1): the Debian tree
+# plus the data stack a notebook user expects (numpy, pandas, matplotlib),
+# pip for %pip, and node with TypeScript for the js/ts contexts. Its own
+# image, so the many tests that boot the small one stay small.
+INTERP_PACKAGES="python3-numpy python3-pandas python3-matplotlib python3-pip nodejs node-typescript"
+INTERP_OCI_REF=docker.io/library/sandlot-code-interpreter:bookworm
 
 log() { printf '[vm-assets %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() {
@@ -485,6 +493,19 @@ debian_mirror() {
 	echo "$m"
 }
 
+# pack_tree TREE TAR: TREE as the zstd tarball TAR (owners, modes,
+# xattrs and ACLs kept), written whole, then renamed into place.
+pack_tree() {
+	PARTIAL+=("$2.tmp.$$")
+	tar -C "$1" --numeric-owner --xattrs --xattrs-include='*' --acls -I 'zstd -T0 -3 -q' -cf "$2.tmp.$$" .
+	mv "$2.tmp.$$" "$2"
+}
+
+# unpack_tree TAR DIR: the tree pack_tree made, into DIR.
+unpack_tree() {
+	tar -C "$2" --numeric-owner --xattrs --xattrs-include='*' --acls -I zstd -xpf "$1"
+}
+
 debootstrap_recipe() {
 	echo "debootstrap --variant=minbase --include=$DEBIAN_INCLUDE $DEBIAN_SUITE"
 }
@@ -512,9 +533,7 @@ debian_tarball() {
 	fi
 	log "  debootstrap done in $((SECONDS - start)) s ($(du -sm "$t" | cut -f1) MB)"
 	mkdir -p "$dir"
-	PARTIAL+=("$tar.tmp.$$")
-	tar -C "$t" --numeric-owner --xattrs --xattrs-include='*' --acls -I 'zstd -T0 -3 -q' -cf "$tar.tmp.$$" .
-	mv "$tar.tmp.$$" "$tar"
+	pack_tree "$t" "$tar"
 	# Files created by the install are clamped to this time in the image;
 	# files from packages keep theirs (so the .pyc files stay valid).
 	echo "$epoch" >"$dir/debootstrap.epoch"
@@ -523,13 +542,14 @@ debian_tarball() {
 	log "  cached as $tar ($(stat -c %s "$tar") bytes)"
 }
 
-# debian_tree DIR: the cached debootstrap tree plus the image's changes
-# (its epoch is in debootstrap.epoch).
+# debian_tree DIR [TARBALL]: the cached debootstrap tree (or TARBALL, a tree
+# made from it) plus the image's changes (its epoch is in debootstrap.epoch).
 debian_tree() {
 	local t="$1" dir="$ASSETS/rootfs/debian-$DEBIAN_SUITE" epoch
+	local tarball="${2:-$dir/debootstrap.tar.zst}"
 	epoch="$(cat "$dir/debootstrap.epoch")"
 	mkdir -p "$t"
-	tar -C "$t" --numeric-owner --xattrs --xattrs-include='*' --acls -I zstd -xpf "$dir/debootstrap.tar.zst"
+	unpack_tree "$tarball" "$t"
 	# The sandbox user (E2B's "user"), as useradd makes it; SOURCE_DATE_EPOCH
 	# fixes the password-change day in /etc/shadow.
 	if ! grep -q '^user:' "$t/etc/passwd"; then
@@ -611,14 +631,16 @@ build_ociimage() {
 	(cd "$REPO" && go build -trimpath -buildvcs=false -o "$1" ./hack/ociimage)
 }
 
-# make_oci TREE OUT EPOCH: TREE as the image archive OUT; prints its
-# manifest digest. Call it with stdout redirected, not in $(...), where
-# errexit is off.
+# make_oci TREE OUT EPOCH [REF CONFIG...]: TREE as the image archive OUT
+# (default: the Debian image's ref and config); prints its manifest digest.
+# Call it with stdout redirected, not in $(...), where errexit is off.
 make_oci() {
-	local tree="$1" out="$2" epoch="$3"
+	local tree="$1" out="$2" epoch="$3" ref="${4:-$DEBIAN_OCI_REF}"
+	local -a config=("${DEBIAN_OCI_CONFIG[@]}")
+	(($# > 4)) && config=("${@:5}")
 	build_ociimage "$WORK/ociimage"
 	clamp_mtimes "$tree" "$epoch"
-	"$WORK/ociimage" -dir "$tree" -ref "$DEBIAN_OCI_REF" -o "$out" "${DEBIAN_OCI_CONFIG[@]}"
+	"$WORK/ociimage" -dir "$tree" -ref "$ref" -o "$out" "${config[@]}"
 }
 
 build_debian_oci() {
@@ -642,6 +664,101 @@ build_debian_oci() {
 	log "  archive written in $((SECONDS - start)) s: $(stat -c %s "$dir/image.tar") bytes, manifest $(cat "$dir/image.digest")"
 }
 
+# ----------------------------------------------------- code interpreter
+
+# INTERP_PROVIDED: what Debian's python3-fonttools (which matplotlib needs)
+# depends on but neither it nor matplotlib imports for plotting; with them
+# come pythran, gcc, g++ and boost's headers (~650 MB). A local package
+# provides them (at bookworm's versions: fonttools asks for scipy >= 1.8.1),
+# so dpkg stays consistent and `apt-get install python3-scipy`
+# still works in a sandbox that wants it.
+INTERP_PROVIDED="python3-scipy (= 1.10.1), python3-sympy (= 1.11.1)"
+
+# interp_provides DEB: that package.
+interp_provides() {
+	local d="$WORK/slim-deb"
+	mkdir -p "$d/DEBIAN"
+	cat >"$d/DEBIAN/control" <<-EOF
+		Package: sandlot-interpreter-slim
+		Version: 1
+		Architecture: all
+		Maintainer: sandlot <sandlot@localhost>
+		Provides: $INTERP_PROVIDED
+		Description: stands in for dependencies matplotlib does not use
+		 python3-fonttools depends on scipy and sympy (and through them on a
+		 compiler); sandlot's code-interpreter image leaves them out.
+	EOF
+	dpkg-deb --root-owner-group --build "$d" "$1" >/dev/null
+}
+
+interp_tree_recipe() {
+	echo "$(debootstrap_recipe) epoch $(cat "$ASSETS/rootfs/debian-$DEBIAN_SUITE/debootstrap.epoch") + provided $INTERP_PROVIDED + apt-get install --no-install-recommends $INTERP_PACKAGES"
+}
+
+# interp_tarball: the debootstrap tree with INTERP_PACKAGES installed by apt
+# in a chroot, cached as a tarball (the slow step: ~150 MB from the mirror).
+interp_tarball() {
+	local dir="$ASSETS/rootfs/code-interpreter-$DEBIAN_SUITE" recipe
+	local tar="$dir/tree.tar.zst"
+	recipe="$(interp_tree_recipe)"
+	if [[ -f "$tar" && "$(cat "$dir/tree.recipe" 2>/dev/null)" == "$recipe" ]]; then
+		log "code-interpreter tree present ($(stat -c %s "$tar") bytes)"
+		return
+	fi
+	need_root "the code-interpreter tree (chroot apt-get)"
+	local t="$WORK/interp-tree" mirror start=$SECONDS
+	mirror="$(debian_mirror)"
+	mkdir -p "$t"
+	unpack_tree "$ASSETS/rootfs/debian-$DEBIAN_SUITE/debootstrap.tar.zst" "$t"
+	echo "deb $mirror $DEBIAN_SUITE main" >"$t/etc/apt/sources.list"
+	cp /etc/resolv.conf "$t/etc/resolv.conf"
+	mount -t proc proc "$t/proc"
+	interp_provides "$t/tmp/sandlot-slim.deb"
+	log "code-interpreter tree: apt-get install $INTERP_PACKAGES (a few minutes)"
+	if ! chroot "$t" /bin/sh -c "dpkg -i /tmp/sandlot-slim.deb && rm /tmp/sandlot-slim.deb && apt-get update -qq &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $INTERP_PACKAGES" >"$WORK/interp-apt.log" 2>&1; then
+		tail -n 20 "$WORK/interp-apt.log" >&2
+		die "apt-get install in the code-interpreter tree failed"
+	fi
+	umount "$t/proc"
+	chroot "$t" apt-get clean
+	log "  installed in $((SECONDS - start)) s ($(du -sm "$t" | cut -f1) MB)"
+	mkdir -p "$dir"
+	pack_tree "$t" "$tar"
+	echo "$recipe" >"$dir/tree.recipe"
+	rm -rf "$t"
+}
+
+interp_oci_recipe() {
+	echo "$(interp_tree_recipe) $(debian_oci_recipe) $INTERP_OCI_REF"
+}
+
+# build_interpreter: the code-interpreter image (image.tar only: its disk is
+# made by the nodes from the image, as for any template).
+build_interpreter() {
+	need tar zstd
+	[[ -f "$ASSETS/rootfs/debian-$DEBIAN_SUITE/debootstrap.tar.zst" ]] || build_debian
+	local dir="$ASSETS/rootfs/code-interpreter-$DEBIAN_SUITE" recipe
+	recipe="$(interp_oci_recipe)"
+	if [[ -f "$dir/image.tar" && "$(cat "$dir/image.recipe" 2>/dev/null)" == "$recipe" ]]; then
+		log "image $INTERP_OCI_REF present"
+		return
+	fi
+	interp_tarball
+	log "image $INTERP_OCI_REF: building $dir/image.tar"
+	local start=$SECONDS out="$dir/.image.tar.tmp.$$" epoch
+	epoch="$(cat "$ASSETS/rootfs/debian-$DEBIAN_SUITE/debootstrap.epoch")"
+	debian_tree "$WORK/interp" "$dir/tree.tar.zst"
+	chroot "$WORK/interp" dpkg-query -W -f='${Package} ${Version}\n' >"$dir/packages.txt"
+	PARTIAL+=("$out" "$out.digest")
+	make_oci "$WORK/interp" "$out" "$epoch" "$INTERP_OCI_REF" "${DEBIAN_OCI_CONFIG[@]}" >"$out.digest"
+	mv "$out" "$dir/image.tar"
+	mv "$out.digest" "$dir/image.digest"
+	echo "$recipe" >"$dir/image.recipe"
+	rm -rf "$WORK/interp"
+	log "  archive written in $((SECONDS - start)) s: $(stat -c %s "$dir/image.tar") bytes, manifest $(cat "$dir/image.digest")"
+}
+
 # ---------------------------------------------------------------- summary
 
 write_env() {
@@ -661,6 +778,11 @@ write_env() {
 		if [[ -f "$img" ]]; then
 			echo "SANDLOT_VM_IMAGE_DEBIAN=$img"
 			echo "SANDLOT_VM_IMAGE_DEBIAN_REF=$DEBIAN_OCI_REF"
+		fi
+		img="$ASSETS/rootfs/code-interpreter-$DEBIAN_SUITE/image.tar"
+		if [[ -f "$img" ]]; then
+			echo "SANDLOT_VM_IMAGE_INTERPRETER=$img"
+			echo "SANDLOT_VM_IMAGE_INTERPRETER_REF=$INTERP_OCI_REF"
 		fi
 	} >"$ASSETS/current.env.tmp.$$"
 	mv "$ASSETS/current.env.tmp.$$" "$ASSETS/current.env"
@@ -764,7 +886,7 @@ check_oci() {
 # ------------------------------------------------------------------- main
 
 steps=("$@")
-((${#steps[@]})) || steps=(kernel initramfs busybox debian)
+((${#steps[@]})) || steps=(kernel initramfs busybox debian interpreter)
 mkdir -p "$ASSETS"
 for s in "${steps[@]}"; do
 	case "$s" in
@@ -772,8 +894,9 @@ for s in "${steps[@]}"; do
 	initramfs) build_initramfs ;;
 	busybox) build_busybox ;;
 	debian) build_debian ;;
+	interpreter) build_interpreter ;;
 	check) check ;;
-	*) die "unknown step $s (kernel, initramfs, busybox, debian, check)" ;;
+	*) die "unknown step $s (kernel, initramfs, busybox, debian, interpreter, check)" ;;
 	esac
 done
 write_env

@@ -97,6 +97,9 @@ func Setup(mgr ctrl.Manager, n Node) error {
 	// one at a time, fifty claims wait on each other. More than four at a
 	// time was slower under TCG (16: 9.8 creates/s at 10 concurrent
 	// against 12.1 with 4): the guests resuming share two cores.
+	if err := registerSandboxCollector(c, n); err != nil {
+		return fmt.Errorf("per-sandbox metrics: %w", err)
+	}
 	vr := &VMReadyReconciler{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n, layout: l, guard: guard}
 	probes := controller.Options{MaxConcurrentReconciles: probeWorkers}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("vmready").For(&corev1.Pod{}).WithOptions(probes).

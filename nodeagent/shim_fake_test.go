@@ -101,7 +101,8 @@ func (v *fakeVM) Resume(ctx context.Context, _ *controlapi.ResumeRequest) (*cont
 func (v *fakeVM) Stats(ctx context.Context, _ *controlapi.StatsRequest) (*controlapi.StatsResponse, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return &controlapi.StatsResponse{State: v.state, QemuPid: 4242, Accel: "tcg"}, nil
+	return &controlapi.StatsResponse{State: v.state, QemuPid: 4242, Accel: "tcg", PssBytes: 40 << 20, PrivateBytes: 30 << 20,
+		CpuNanos: 1_500_000_000}, nil
 }
 
 func (v *fakeVM) SetIdentity(ctx context.Context, req *controlapi.SetIdentityRequest) (*controlapi.SetIdentityResponse, error) {

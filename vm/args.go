@@ -127,19 +127,25 @@ func (s Spec) validate() error {
 	return nil
 }
 
-// cpuArgs: under TCG, SANDLOT_TCG_TB_MIB caps the translation buffer
-// (QEMU's default 1 GiB is touched as code is translated: a restored idle
-// VM had 32 MiB of it dirty, its largest private cost; full, it is
-// flushed and refilled) — for measurements (docs/benchmarks.md).
+// tcgTranslationMiB caps TCG's translation buffer. QEMU's default (1 GiB)
+// is touched as guest code is translated and QEMU runs in its pod's
+// cgroup, whose limit is the VM plus the RuntimeClass overhead (96 MiB):
+// a guest JIT (node loading TypeScript) grew it until the cgroup
+// OOM-killed QEMU. A restored idle VM dirties 32 MiB of it; with a cap
+// full, it is flushed and refilled (below 32 MiB that cost shows:
+// docs/benchmarks.md). SANDLOT_TCG_TB_MIB overrides it for measurements.
+const tcgTranslationMiB = 48
+
+// cpuArgs picks the accelerator's arguments.
 func (s Spec) cpuArgs() []string {
 	if s.Accel == AccelKVM {
 		return []string{"-accel", "kvm", "-cpu", "host,-arch-capabilities"}
 	}
-	accel := "tcg"
+	tb := tcgTranslationMiB
 	if n, err := strconv.Atoi(os.Getenv("SANDLOT_TCG_TB_MIB")); err == nil && n > 0 {
-		accel = fmt.Sprintf("tcg,tb-size=%d", n)
+		tb = n
 	}
-	return []string{"-accel", accel, "-cpu", "max"}
+	return []string{"-accel", fmt.Sprintf("tcg,tb-size=%d", tb), "-cpu", "max"}
 }
 
 // machine is microvm with guest RAM in the memory backend. TCG needs the

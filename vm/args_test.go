@@ -27,7 +27,7 @@ func TestArgs(t *testing.T) {
 		want, not []string
 	}{
 		{"cold boot under tcg", bootSpec(), []string{
-			"-accel tcg -cpu max",
+			"-accel tcg,tb-size=48 -cpu max",
 			"memory-backend-file,id=mem,size=256M,mem-path=/dev/shm/t.mem,share=on",
 			"microvm,pit=on,pic=on,rtc=on,memory-backend=mem",
 			"-kernel /k/vmlinux -initrd /k/initrd -append console=ttyS0",

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -52,6 +53,15 @@ func serve(ctx context.Context, args []string) error {
 	fs.StringVar(&lf.tlsKey, "tls-key", "", "its key (PEM)")
 	fs.StringVar(&lf.metricsListen, "metrics-listen", "", "address of /metrics (Prometheus); none when empty")
 	fs.StringVar(&cfg.Namespace, "namespace", "default", "namespace of the sandboxes, snapshots and templates served")
+	fs.Func("teams", "namespaces of the other teams served, comma-separated (each team's keys: a Secret in --namespace labelled "+
+		e2b.LabelTeam+"=<team>)", func(v string) error {
+		for t := range strings.SplitSeq(v, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				cfg.Teams = append(cfg.Teams, t)
+			}
+		}
+		return nil
+	})
 	fs.StringVar(&cfg.DefaultTemplate, "default-template", "default", "Template the SDKs' default IDs (base, code-interpreter-v1) resolve to")
 	fs.StringVar(&cfg.Domain, "domain", "", "sandbox domain returned to SDKs: port p of a sandbox is <p>-<sandboxID>.<domain> (may carry :port)")
 	fs.StringVar(&cfg.KeysSecret, "keys-secret", "sandlot-api-keys", "Secret whose values are the API keys")
@@ -72,7 +82,7 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
-	kube, err := e2b.NewKube(ctx, rest, cfg.Namespace)
+	kube, err := e2b.NewKube(ctx, rest, cfg.Namespaces()...)
 	if err != nil {
 		return fmt.Errorf("watch namespace %s: %w", cfg.Namespace, err)
 	}
@@ -153,7 +163,14 @@ func issueKey(ctx context.Context, args []string) error {
 	ns := fs.String("namespace", "default", "namespace of the keys Secret")
 	secretName := fs.String("keys-secret", "sandlot-api-keys", "the keys Secret")
 	name := fs.String("name", "", "name of the key in the Secret (default: key-<unix time>)")
+	team := fs.String("team", "", "the key's team (a namespace the API serves with --teams): kept in the Secret "+
+		"<keys-secret>-<team> labelled "+e2b.LabelTeam+"=<team>; default: --namespace's own team")
 	_ = fs.Parse(args)
+	labels := map[string]string{}
+	if *team != "" && *team != *ns {
+		*secretName += "-" + *team
+		labels[e2b.LabelTeam] = *team
+	}
 	rest, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
@@ -173,12 +190,15 @@ func issueKey(ctx context.Context, args []string) error {
 	secret, err := secrets.Get(ctx, *secretName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: *secretName, Namespace: *ns},
+		secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: *secretName, Namespace: *ns, Labels: labels},
 			StringData: map[string]string{*name: key}}
 		_, err = secrets.Create(ctx, secret, metav1.CreateOptions{})
 	case err == nil:
 		if secret.Data == nil {
 			secret.Data = map[string][]byte{}
+		}
+		if secret.Labels[e2b.LabelTeam] != labels[e2b.LabelTeam] {
+			return fmt.Errorf("secret %s/%s holds the keys of team %q, not %q", *ns, *secretName, secret.Labels[e2b.LabelTeam], *team)
 		}
 		if _, taken := secret.Data[*name]; taken {
 			return fmt.Errorf("secret %s/%s has a key named %s already", *ns, *secretName, *name)

@@ -1,6 +1,6 @@
 // Package envd composes the envd-compatible API the E2B SDK talks to on
 // port 49983: the Connect process and filesystem services, /files,
-// /health, /envs and /metrics, behind the access-token check and user
+// /health, /envs, /metrics and /metrics/history, behind the access-token check and user
 // resolution. Serve it with httpserve.New, whose bounds leave its streams
 // alone.
 package envd
@@ -48,7 +48,11 @@ func NewHandler(cfg Config) http.Handler {
 	mux.Handle("GET /envs", short(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, cfg.Identity.Env())
 	})))
-	mux.Handle("GET /metrics", short(&metricsSource{}))
+	metrics := &metricsSource{}
+	hist := newHistory(metrics.collect, func() string { return cfg.Identity.Get().SandboxID }, historyEvery, historyMax)
+	go hist.run()
+	mux.Handle("GET /metrics", short(metrics))
+	mux.Handle("GET /metrics/history", short(hist))
 	mux.Handle("GET /health", short(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})))

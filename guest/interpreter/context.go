@@ -29,6 +29,7 @@ const (
 // turn that serializes its executions.
 type codeContext struct {
 	id   string
+	lang string // langPython, langJavaScript, ...
 	cwd  string
 	srv  *Server
 	turn chan struct{} // capacity 1; holding it is the right to execute
@@ -39,7 +40,7 @@ type codeContext struct {
 }
 
 func (c *codeContext) info() Context {
-	return Context{ID: c.id, Language: "python", Cwd: c.cwd}
+	return Context{ID: c.id, Language: c.lang, Cwd: c.cwd}
 }
 
 // acquire waits for the context's turn, or for the client to give up.
@@ -67,15 +68,24 @@ func (c *codeContext) ensureKernel() (k *kernel, notice string, err error) {
 		return c.k, "", nil
 	}
 	if c.k != nil {
-		notice = fmt.Sprintf("sandlot: the Python kernel of this context had exited (%s); "+
-			"a new one was started, so earlier variables and imports are gone\n", c.k.exitStatus())
+		notice = fmt.Sprintf("sandlot: the %s kernel of this context had exited (%s); "+
+			"a new one was started, so earlier variables and imports are gone\n", c.lang, c.k.exitStatus())
 		c.k = nil
 	}
-	c.k, err = startKernel(c.srv.python, c.cwd, c.srv.sandboxEnv())
+	c.k, err = c.start()
 	if err != nil {
-		return nil, notice, fmt.Errorf("start python kernel for context %s: %w", c.id, err)
+		return nil, notice, fmt.Errorf("start %s kernel for context %s: %w", c.lang, c.id, err)
 	}
 	return c.k, notice, nil
+}
+
+// start launches a kernel of the context's language.
+func (c *codeContext) start() (*kernel, error) {
+	argv, err := c.srv.kernelCommand(c.lang)
+	if err != nil {
+		return nil, err
+	}
+	return startKernel(argv, c.cwd, c.srv.sandboxEnv())
 }
 
 // restart replaces the kernel with a fresh one; a running execution ends
@@ -90,9 +100,9 @@ func (c *codeContext) restart() error {
 		c.k.kill(reasonRestart)
 		c.k = nil
 	}
-	k, err := startKernel(c.srv.python, c.cwd, c.srv.sandboxEnv())
+	k, err := c.start()
 	if err != nil {
-		return fmt.Errorf("restart python kernel for context %s: %w", c.id, err)
+		return fmt.Errorf("restart %s kernel for context %s: %w", c.lang, c.id, err)
 	}
 	c.k = k
 	return nil
@@ -226,7 +236,7 @@ func (c *codeContext) lost(k *kernel, out *stream) {
 func lostReason(k *kernel) (string, string) {
 	switch r := k.killReason(); r {
 	case "":
-		return "KernelDied", fmt.Sprintf("the Python kernel exited unexpectedly (%s)%s; "+
+		return "KernelDied", fmt.Sprintf("the kernel exited unexpectedly (%s)%s; "+
 			"this context's variables are lost and the next execution starts a fresh kernel",
 			k.exitStatus(), k.diag.suffix())
 	case reasonRestart:

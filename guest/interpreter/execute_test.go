@@ -202,7 +202,7 @@ func TestBadRequests(t *testing.T) {
 	}{
 		{"/execute", `{"code":`, "invalid JSON"},
 		{"/execute", `{}`, `"code" is required`},
-		{"/execute", `{"code":"1","language":"javascript"}`, "javascript"},
+		{"/execute", `{"code":"1","language":"java"}`, "python, javascript (js), typescript (ts) and bash"},
 		{"/execute", `{"code":"1","context_id":"x","language":"python"}`, "only one of"},
 		{"/execute", `{"code":"1","env_vars":{"A=B":"1"}}`, "invalid variable name"},
 		{"/contexts", `{"language":"r"}`, `"r"`},
@@ -355,5 +355,24 @@ func TestMatplotlibFiguresAreDisplayed(t *testing.T) {
 	res := ofType(msgs, "result")
 	if len(res) != 1 || res[0].str("png") == "" || res[0]["is_main_result"] != false || stdout(msgs) != "after\n" {
 		t.Fatalf("want one png display result, got %v", msgs)
+	}
+}
+
+func TestDataFrameIsATable(t *testing.T) {
+	f := newFixture(t)
+	if err := exec.Command(testPython(t), "-c", "import pandas").Run(); err != nil {
+		t.Fatalf("pandas is not installed for %s: apt-get install python3-pandas", testPython(t))
+	}
+	msgs := f.run(code("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', None]})"))
+	res := ofType(msgs, "result")
+	if len(res) != 1 || !strings.Contains(res[0].str("html"), "<table") {
+		t.Fatalf("want one result with an html table, got %v", msgs)
+	}
+	data, _ := res[0]["data"].(map[string]any)
+	if a, _ := data["a"].([]any); len(a) != 2 || a[1] != float64(2) {
+		t.Fatalf("data = %v, want column a = [1 2]", res[0]["data"])
+	}
+	if b, _ := data["b"].([]any); len(b) != 2 || b[1] != nil {
+		t.Fatalf("data = %v, want column b = [x null]", res[0]["data"])
 	}
 }

@@ -72,10 +72,11 @@ func (s *Server) pickContext(req executeRequest) (*codeContext, int, string) {
 		}
 		return c, 0, ""
 	}
-	if _, err := normalizeLanguage(req.Language); err != nil {
+	lang, err := normalizeLanguage(req.Language)
+	if err != nil {
 		return nil, http.StatusBadRequest, err.Error()
 	}
-	c, err := s.defaultContext()
+	c, err := s.defaultContext(lang)
 	if err != nil {
 		return nil, http.StatusServiceUnavailable, err.Error()
 	}
@@ -91,7 +92,8 @@ func (s *Server) handleCreateContext(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if _, err := normalizeLanguage(req.Language); err != nil {
+	lang, err := normalizeLanguage(req.Language)
+	if err != nil {
 		httpError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -100,7 +102,7 @@ func (s *Server) handleCreateContext(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	c, err := s.newContext(cwd)
+	c, err := s.newContext(lang, cwd)
 	if err != nil {
 		httpError(w, http.StatusServiceUnavailable, err.Error())
 		return

@@ -32,7 +32,8 @@ const (
 	drainAfterExit = 500 * time.Millisecond
 )
 
-// kernel is one running python3 process serving one context.
+// kernel is one running kernel process (kernel.py, kernel.js or
+// kernel_bash.py) serving one context.
 type kernel struct {
 	cmd    *exec.Cmd
 	req    *os.File      // our write end of the kernel's fd 3
@@ -46,9 +47,9 @@ type kernel struct {
 	env     map[string]string // sandbox env last given to it, to spot changes
 }
 
-// startKernel launches a kernel in dir and waits until it is ready.
-func startKernel(python, dir string, env map[string]string) (*kernel, error) {
-	// Checked first: exec reports a bad Dir as if python3 were missing.
+// startKernel launches the kernel argv in dir and waits until it is ready.
+func startKernel(argv []string, dir string, env map[string]string) (*kernel, error) {
+	// Checked first: exec reports a bad Dir as if the runtime were missing.
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("working directory %q is not a usable directory (create it, or pick another cwd)", dir)
 	}
@@ -66,7 +67,7 @@ func startKernel(python, dir string, env map[string]string) (*kernel, error) {
 		closeAll(reqR, reqW, msgR, msgW)
 		return nil, fmt.Errorf("diagnostics pipe: %w", err)
 	}
-	cmd := exec.Command(python, "-u", "-c", kernelScript)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = processEnv(env)
 	// *os.File outputs keep Wait from waiting on pipes a user's background
@@ -80,7 +81,7 @@ func startKernel(python, dir string, env map[string]string) (*kernel, error) {
 	closeAll(reqR, msgW, diagW)
 	if err != nil {
 		closeAll(reqW, msgR, diagR)
-		return nil, fmt.Errorf("start %s: %w", python, err)
+		return nil, fmt.Errorf("start %s: %w", argv[0], err)
 	}
 	k := &kernel{cmd: cmd, req: reqW, msgs: make(chan []byte, 64),
 		exited: make(chan struct{}), diag: &tail{max: 4096}, env: env}
@@ -105,9 +106,9 @@ func (k *kernel) awaitReady() error {
 		}
 		k.kill("")
 		<-k.exited
-		return fmt.Errorf("python kernel failed to start (%s)%s", k.exitStatus(), k.diag.suffix())
+		return fmt.Errorf("kernel failed to start (%s)%s", k.exitStatus(), k.diag.suffix())
 	case <-timer.C:
-		return fmt.Errorf("python kernel did not become ready within %s%s", startTimeout, k.diag.suffix())
+		return fmt.Errorf("kernel did not become ready within %s%s", startTimeout, k.diag.suffix())
 	}
 }
 

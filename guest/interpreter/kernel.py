@@ -265,8 +265,24 @@ def bundle(obj, main):
             pass
     if extra:
         out["extra"] = extra
+    data = dataframe_data(obj)
+    if data is not None:
+        out["data"] = data
     out["is_main_result"] = main
     return out
+
+
+def dataframe_data(obj):
+    """A pandas DataFrame's columns as lists, E2B's `data` result (its
+    template's e2b/data formatter); NaN and dates made JSON by pandas."""
+    t = type(obj)
+    if t.__name__ != "DataFrame" or not t.__module__.startswith("pandas"):
+        return None
+    try:
+        split = json.loads(obj.to_json(orient="split", date_format="iso"))
+        return {str(c): [row[i] for row in split["data"]] for i, c in enumerate(split["columns"])}
+    except Exception:
+        return None
 
 
 def display(*objs, **kwargs):
@@ -284,7 +300,7 @@ class Cell:
         self.event_loop = None  # for top-level await, kept like IPython's
 
     def compile(self, code, name):
-        tree = ast.parse(code, name, "exec")
+        tree = ast.parse(shell_lines(code), name, "exec")
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr) and not code.rstrip().endswith(";"):
             last = ast.Expression(body=tree.body.pop().value)
@@ -310,6 +326,49 @@ class Cell:
             self.ns["_"] = value
             flush_all()
             emit(bundle(value, True))
+
+
+def shell_lines(code):
+    """IPython's line magics a notebook user types: `!cmd` runs cmd in a
+    shell, `%pip ...` runs this Python's pip; both keep their indentation,
+    and `{expr}` in them is expanded from the cell's namespace."""
+    if "!" not in code and "%pip" not in code:
+        return code
+    out = []
+    for line in code.split("\n"):
+        body = line.lstrip()
+        indent = line[:len(line) - len(body)]
+        if body.startswith("!") and not body.startswith("!="):
+            line = "%s__sandlot_shell__(%r)" % (indent, body[1:])
+        elif body.startswith("%pip ") or body == "%pip":
+            line = "%s__sandlot_pip__(%r)" % (indent, body[len("%pip"):])
+        out.append(line)
+    return "\n".join(out)
+
+
+def expand(text):
+    import string
+    ns = sys.modules["__main__"].__dict__
+    try:
+        return string.Formatter().vformat(text, (), ns)
+    except Exception:
+        return text  # braces that are the shell's (awk '{...}'), as IPython leaves them
+
+
+def shell(cmd):
+    import subprocess
+    flush_all()
+    subprocess.call(expand(cmd), shell=True)  # output goes to fd 1/2, which are captured
+
+
+def pip(args):
+    import shlex
+    import subprocess
+    flush_all()
+    # Into the sandbox's own Python, as on E2B: Debian's PEP 668 marker
+    # would refuse it.
+    env = dict(os.environ, PIP_BREAK_SYSTEM_PACKAGES="1")
+    subprocess.call([sys.executable, "-m", "pip"] + shlex.split(expand(args)), env=env)
 
 
 def error_message(e):
@@ -443,6 +502,8 @@ def setup():
     for s in (sys.stdout, sys.stderr):
         s.reconfigure(encoding="utf-8", errors="backslashreplace")
     builtins.display = display
+    builtins.__sandlot_shell__ = shell
+    builtins.__sandlot_pip__ = pip
     sys.meta_path.insert(0, PyplotHook())
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=after_fork_in_child)

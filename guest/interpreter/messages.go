@@ -109,16 +109,6 @@ func checkEnvVar(k, v string) error {
 	return nil
 }
 
-// normalizeLanguage mirrors the E2B server: empty means python.
-func normalizeLanguage(lang string) (string, error) {
-	l := strings.ToLower(strings.TrimSpace(lang))
-	switch l {
-	case "", "python", "python3":
-		return "python", nil
-	}
-	return "", fmt.Errorf("language %q is not supported: this sandbox's code interpreter runs python only", lang)
-}
-
 // outMessage is a stdout/stderr message the server itself adds to an
 // execution stream (the kernel writes the others in their final shape).
 type outMessage struct {

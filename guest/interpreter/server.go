@@ -1,9 +1,11 @@
 // Package interpreter serves the E2B code-interpreter API (port 49999) that
 // the @e2b/code-interpreter SDK's sandbox.runCode() and *CodeContext()
-// calls talk to. Each context is one long-lived python3 process running an
-// embedded, standard-library-only kernel (kernel.py) that executes cells
-// like Jupyter: state persists, the last expression is the result, output
-// streams live. No IPython or Jupyter is needed in the sandbox image.
+// calls talk to. Each context is one long-lived kernel process: for python
+// an embedded, standard-library-only kernel (kernel.py) that executes cells
+// like Jupyter (state persists, the last expression is the result, output
+// streams live); for javascript and typescript kernel.js on node; for bash
+// one bash driven by kernel_bash.py. No IPython or Jupyter is needed in the
+// sandbox image.
 package interpreter
 
 import (
@@ -35,11 +37,11 @@ type Server struct {
 	cwd    string
 	env    func() map[string]string
 
-	mu        sync.Mutex
-	contexts  map[string]*codeContext
-	order     []string // creation order, for listing
-	defaultID string
-	closed    bool
+	mu       sync.Mutex
+	contexts map[string]*codeContext
+	order    []string          // creation order, for listing
+	defaults map[string]string // language -> its default context's ID
+	closed   bool
 }
 
 // New checks that the interpreter exists and returns a Server. Kernels
@@ -60,7 +62,8 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("default working directory: %w", err)
 		}
 	}
-	return &Server{python: python, cwd: cwd, env: cfg.Env, contexts: map[string]*codeContext{}}, nil
+	return &Server{python: python, cwd: cwd, env: cfg.Env, contexts: map[string]*codeContext{},
+		defaults: map[string]string{}}, nil
 }
 
 // Close kills every kernel; the Server refuses executions afterwards.
@@ -79,34 +82,34 @@ func (s *Server) Close() {
 
 var errClosed = errors.New("the code interpreter is shut down")
 
-// newContext registers a context (its kernel starts later).
-func (s *Server) newContext(cwd string) (*codeContext, error) {
+// newContext registers a context of lang (its kernel starts later).
+func (s *Server) newContext(lang, cwd string) (*codeContext, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.addLocked(cwd)
+	return s.addLocked(lang, cwd)
 }
 
-// defaultContext returns the context used when a request names none,
-// creating it on first use (or again after it was deleted).
-func (s *Server) defaultContext() (*codeContext, error) {
+// defaultContext returns the context of lang used when a request names
+// none, creating it on first use (or again after it was deleted).
+func (s *Server) defaultContext(lang string) (*codeContext, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c, ok := s.contexts[s.defaultID]; ok {
+	if c, ok := s.contexts[s.defaults[lang]]; ok {
 		return c, nil
 	}
-	c, err := s.addLocked(s.cwd)
+	c, err := s.addLocked(lang, s.cwd)
 	if err != nil {
 		return nil, err
 	}
-	s.defaultID = c.id
+	s.defaults[lang] = c.id
 	return c, nil
 }
 
-func (s *Server) addLocked(cwd string) (*codeContext, error) {
+func (s *Server) addLocked(lang, cwd string) (*codeContext, error) {
 	if s.closed {
 		return nil, errClosed
 	}
-	c := &codeContext{id: newID(), cwd: cwd, srv: s, turn: make(chan struct{}, 1)}
+	c := &codeContext{id: newID(), lang: lang, cwd: cwd, srv: s, turn: make(chan struct{}, 1)}
 	s.contexts[c.id] = c
 	s.order = append(s.order, c.id)
 	return c, nil

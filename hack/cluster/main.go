@@ -259,7 +259,7 @@ func (d daemon) serve() error {
 	before := cluster.SnapshotHost()
 	err := crienv.Run("cluster", func(t crienv.T) {
 		c := cluster.Start(t, cluster.Options{Dir: d.dir, Nodes: d.nodes, BinDir: d.bin, Logf: logf, Chart: true, MinIO: true,
-			ClusterDNS: true, JuiceFSCSI: d.store == "juicefs"})
+			Interpreter: true, ClusterDNS: true, JuiceFSCSI: d.store == "juicefs"})
 		if err := d.recordAPI(ctx, c); err != nil {
 			t.Fatal(err)
 		}

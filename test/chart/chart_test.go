@@ -142,6 +142,9 @@ func decode(manifest string) (objects, error) {
 			continue
 		}
 		k := key(u.GetKind(), u.GetName())
+		if first, dup := objs[k]; dup && first.GetNamespace() != u.GetNamespace() {
+			k += "@" + u.GetNamespace() // the same name in another namespace (a team's RoleBinding)
+		}
 		if _, dup := objs[k]; dup {
 			return nil, errors.New("rendered twice: " + k)
 		}

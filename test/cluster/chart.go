@@ -102,6 +102,13 @@ func (c *Cluster) ChartValues() map[string]any {
 			"storeDir": filepath.Join(nodeDir, "store")},
 		"storage": map[string]any{"mode": "local"},
 	}
+	if len(c.Teams) > 0 {
+		teams := make([]any, len(c.Teams)) // the chart's schema takes JSON arrays, not []string
+		for i, t := range c.Teams {
+			teams[i] = t
+		}
+		v["api"].(map[string]any)["teams"] = teams
+	}
 	if s := c.S3; s != nil {
 		v["storage"] = map[string]any{"mode": "s3", "s3": map[string]any{"endpoint": s.Endpoint, "bucket": s.Bucket,
 			"region": s.Region, "insecure": true, "accessKeyID": s.AccessKey, "secretAccessKey": s.SecretKey}}

@@ -65,6 +65,12 @@ type Options struct {
 	// directories are then named after their nodes (the agent DaemonSet
 	// finds its node's by $(NODE_NAME)), so Dir must be short.
 	Chart bool
+	// Teams are namespaces the API serves besides default (the chart's
+	// api.teams: created, with the API's rights in them).
+	Teams []string
+	// Interpreter imports the code-interpreter image into every node too
+	// (make vm-assets builds it): the E2B tests' and `make up`'s templates.
+	Interpreter bool
 	// MinIO runs a MinIO server on the API bridge (pods reach it) as the
 	// s3 store every node shares: a chart cluster's cross-node store.
 	MinIO bool

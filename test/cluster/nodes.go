@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -89,6 +90,12 @@ func (c *Cluster) startNode(t crienv.T, i int, assets vmtest.Env) (*Node, error)
 		Subnet: fmt.Sprintf("%s.%d.0/24", c.Prefix, i), Bridge: true})
 	if assets.Image != "" {
 		n.CRI.ImportArchive(t, assets.Image, assets.ImageRef)
+	}
+	if c.Options.Interpreter {
+		if assets.InterpreterImage == "" {
+			return nil, errors.New("current.env names no code-interpreter image: run `make vm-assets`")
+		}
+		n.CRI.ImportArchive(t, assets.InterpreterImage, assets.InterpreterImageRef)
 	}
 	kc, err := c.kubeletConfig(n)
 	if err != nil {

@@ -50,9 +50,11 @@ func (c *Cluster) installRBAC() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := c.Kubectl(ctx, "get", "namespace", kube.ReleaseNamespace); err != nil {
-		if _, err := c.Kubectl(ctx, "create", "namespace", kube.ReleaseNamespace); err != nil {
-			return err
+	for _, ns := range append([]string{kube.ReleaseNamespace}, c.Teams...) {
+		if _, err := c.Kubectl(ctx, "get", "namespace", ns); err != nil {
+			if _, err := c.Kubectl(ctx, "create", "namespace", ns); err != nil {
+				return err
+			}
 		}
 	}
 	_, err = c.Kubectl(ctx, "apply", "-f", path)

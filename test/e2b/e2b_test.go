@@ -9,7 +9,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/sandlot-dev/sandlot/test/cluster"
+	"github.com/sandlot-dev/sandlot/test/poll"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
@@ -35,24 +41,29 @@ func TestSDK(t *testing.T) {
 		t.Fatalf("npm ci (installs the pinned e2b and @e2b/code-interpreter): %v\n%s", err, out)
 	}
 	k := sbxtest.Client(t, c)
-	sbxtest.Template(t, k, template)
+	start := time.Now()
+	// 512 MiB, as E2B's code-interpreter sandboxes: python with pandas, node
+	// with TypeScript and bash contexts side by side.
+	sbxtest.TemplateOf(t, k, "default", template, sbxtest.InterpreterImage(t), 512)
+	t.Logf("the code-interpreter template's base snapshots were Ready on every node in %v", time.Since(start).Round(time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	key, err := c.IssueAPIKey(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	keyB := teamOfTwo(t, k)
 	cert, certKey, err := c.PKI.IssueServingCert(dir, "sandbox-proxy", "*."+domain)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tlsAddr := fmt.Sprintf("%s:%d", c.APIAddress(), tlsPort)
-	apiURL, err := c.StartAPI("--default-template="+template, fmt.Sprintf("--domain=%s:%d", domain, tlsPort),
+	apiURL, err := c.StartAPI("--default-template="+template, "--teams="+teamB, fmt.Sprintf("--domain=%s:%d", domain, tlsPort),
 		"--tls-listen="+tlsAddr, "--tls-cert="+cert, "--tls-key="+certKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := append([]string{"E2B_API_URL=" + apiURL, "E2B_API_KEY=" + key}, inetEnv()...)
+	base := append([]string{"E2B_API_URL=" + apiURL, "E2B_API_KEY=" + key, "SANDLOT_TEAM_B_KEY=" + keyB}, inetEnv()...)
 	t.Run("sandbox-url", func(t *testing.T) {
 		runSDK(t, append(base, "SANDLOT_MODE=sandbox-url", "E2B_SANDBOX_URL="+apiURL))
 	})
@@ -61,6 +72,46 @@ func TestSDK(t *testing.T) {
 			"NODE_EXTRA_CA_CERTS="+c.PKI.CACert, "SANDLOT_TEST_DOMAIN="+domain, "SANDLOT_TEST_IP="+c.APIAddress()),
 			"--import", "./resolve.mjs")
 	})
+}
+
+// teamB is a second team: a key of its own, a template of the small image
+// and a quota of two sandboxes (sdk.test.mjs tries a third and the other
+// team's sandboxes).
+const teamB = "team-b"
+
+func teamOfTwo(t *testing.T, k client.Client) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sbxtest.TemplateOf(t, k, teamB, template, sbxtest.DefaultImage(t), 256)
+	name := corev1.ResourceName("count/sandboxes.sandlot.dev")
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "sandboxes", Namespace: teamB},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{name: resource.MustParse("2")}}}
+	if err := k.Create(ctx, quota); err != nil {
+		t.Fatal(err)
+	}
+	// Quota admission refuses every create ("status unknown") until the
+	// quota controller has counted: it learns a CRD's resource by
+	// discovery, and a quota synced before that waits for the next
+	// period (5 min). Each change of the quota syncs it again.
+	poll.Eventually(t, 2*time.Minute, "team-b's quota counted", func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(quota), quota); err != nil {
+			return err
+		}
+		if _, ok := quota.Status.Used[name]; ok {
+			return nil
+		}
+		quota.Annotations = map[string]string{"sandlot.test/resync": time.Now().Format(time.RFC3339Nano)}
+		if err := k.Update(ctx, quota); err != nil {
+			return err
+		}
+		return fmt.Errorf("status %v", quota.Status)
+	})
+	key, err := c.IssueAPIKey(ctx, "--team="+teamB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
 }
 
 // runSDK runs the Node test file with env; each of its tests is reported.

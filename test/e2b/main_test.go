@@ -20,6 +20,8 @@ func TestMain(m *testing.M) {
 		inet.Start(t)
 		o.Prefix = inet.PodPrefix // the test internet's policy route matches the pods
 		o.DNS = []string{inet.IPDNS}
+		o.Interpreter = true // the default template is E2B's code interpreter, data stack included
+		o.Teams = []string{teamB}
 	})
 }
 

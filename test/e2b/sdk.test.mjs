@@ -40,7 +40,7 @@ before(async () => {
 })
 
 after(async () => {
-  for (const s of created) await Sandbox.kill(s.sandboxId).catch(() => {})
+  for (const s of created) await s.kill().catch(() => {}) // each with its own key (team-b's too)
 })
 
 test('create: the default template, a sandbox ID and an access token', async () => {
@@ -119,14 +119,95 @@ test('code contexts through the proxy, the SDK as it is: cwd, state, list, resta
   assert.equal(await other.kill(), true)
 })
 
+test('runCode in javascript, typescript and bash: state kept, an error each; python runs !cmd and %pip', async () => {
+  for (const [language, define, use, fail, errName] of [
+    ['js', 'let n = 40', 'console.log("from js"); n + 2', 'missing.x', 'ReferenceError'],
+    ['ts', 'const m: number = 40', 'console.log("from ts"); m + 2', 'null!.toString()', 'TypeError'],
+  ]) {
+    const ctx = await sbx.createCodeContext({ language })
+    assert.equal(ctx.language, language === 'js' ? 'javascript' : 'typescript')
+    assert.equal((await sbx.runCode(define, { context: ctx })).error, undefined)
+    const r = await sbx.runCode(use, { context: ctx })
+    assert.equal(r.text, '42', JSON.stringify(r))
+    assert.deepEqual(r.logs.stdout, [`from ${language}\n`])
+    assert.equal((await sbx.runCode(fail, { context: ctx })).error?.name, errName)
+  }
+  const sh = await sbx.createCodeContext({ language: 'bash' })
+  await sbx.runCode('n=40; cd /tmp', { context: sh })
+  assert.deepEqual((await sbx.runCode('echo $((n + 2)) $PWD', { context: sh })).logs.stdout, ['42 /tmp\n'])
+  assert.equal((await sbx.runCode('ls /nonexistent', { context: sh })).error?.name, 'ExitCode')
+  assert.equal((await sbx.runCode('6 * 7', { language: 'js' })).text, '42', 'the js default context')
+  const py = await sbx.runCode('who = "hi"\n!echo {who} from the shell\n%pip --version')
+  assert.equal(py.logs.stdout[0], 'hi from the shell\n')
+  assert.match(py.logs.stdout.join(''), /^pip \d+/m)
+  await assert.rejects(sbx.runCode('1', { language: 'r' }), /400/) // the body names what runs (unit-tested)
+  for (const c of await sbx.listCodeContexts()) if (c.language !== 'python') await sbx.removeCodeContext(c)
+})
+
+test('the data stack: a matplotlib figure comes back as png, a DataFrame as a table', async () => {
+  const fig = await sbx.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()')
+  assert.equal(fig.error, undefined, JSON.stringify(fig.error))
+  const png = fig.results.find((r) => r.png)
+  assert.ok(png, `no png result in ${JSON.stringify(fig.results.map((r) => r.formats()))}`)
+  assert.equal(Buffer.from(png.png, 'base64').subarray(1, 4).toString(), 'PNG')
+  const df = await sbx.runCode('import numpy as np, pandas as pd\npd.DataFrame({"a": np.arange(2), "b": ["x", "y"]})')
+  assert.match(df.results[0].html, /<table/)
+  assert.deepEqual(df.results[0].data, { a: [0, 1], b: ['x', 'y'] })
+})
+
 test('setTimeout moves the end; getMetrics reads the guest', async () => {
   await sbx.setTimeout(600_000)
   const info = await sbx.getInfo()
   const left = info.endAt.getTime() - Date.now()
   assert.ok(left > 540_000 && left <= 605_000, `endAt ${info.endAt.toISOString()} is ${left} ms away`)
   const metrics = await sbx.getMetrics()
-  assert.equal(metrics.length, 1)
+  assert.ok(metrics.length >= 1)
   assert.ok(metrics[0].memTotal > 0 && metrics[0].memUsed > 0 && metrics[0].cpuCount >= 1, JSON.stringify(metrics[0]))
+})
+
+test('logs and metrics over time: the start command\'s output, a series of samples, several sandboxes', async () => {
+  // The image's start command holds its stdout (its start-up line went to
+  // the template's builder): what it writes now is the pod's log.
+  await sbx.commands.run('for p in /proc/[0-9]*; do [ "$(cat $p/comm)" = sleep ] && echo written-by-the-start-command > $p/fd/1 && break; done',
+    { user: 'root' })
+  const id = sbx.sandboxId
+  let v2
+  for (let i = 0; i < 30; i++) {
+    v2 = await api('GET', `/v2/sandboxes/${id}/logs?limit=100`)
+    assert.equal(v2.status, 200, JSON.stringify(v2.json))
+    if (v2.json.logs.some((l) => l.message === 'written-by-the-start-command')) break
+    await new Promise((r) => setTimeout(r, 500))
+  }
+  const line = v2.json.logs.find((l) => l.message === 'written-by-the-start-command')
+  assert.ok(line, JSON.stringify(v2.json))
+  assert.equal(line.level, 'info')
+  const cursor = Date.parse(line.timestamp)
+  assert.ok(Math.abs(cursor - Date.now()) < 60_000, line.timestamp)
+  const later = await api('GET', `/v2/sandboxes/${id}/logs?cursor=${cursor + 1}&direction=forward`)
+  assert.ok(!later.json.logs.some((l) => l.message === 'written-by-the-start-command'), 'the cursor did not move past it')
+  const v1 = await api('GET', `/sandboxes/${id}/logs`)
+  assert.ok(v1.json.logs.some((l) => l.line === 'written-by-the-start-command'), JSON.stringify(v1.json))
+  assert.equal((await api('GET', `/v2/sandboxes/${id}/logs?direction=up`)).status, 400)
+
+  let series = []
+  for (let i = 0; i < 40 && series.length < 3; i++) {
+    series = await sbx.getMetrics({ start: new Date(Date.now() - 3_600_000), end: new Date(Date.now() + 60_000) })
+    if (series.length < 3) await new Promise((r) => setTimeout(r, 1000))
+  }
+  assert.ok(series.length >= 3, `${series.length} samples`)
+  assert.ok(series.every((m, i) => i === 0 || m.timestamp >= series[i - 1].timestamp), 'samples out of order')
+  assert.ok(series.every((m) => m.memTotal > 0 && m.cpuCount >= 1 && m.diskTotal > 0), JSON.stringify(series[0]))
+  const last = series[series.length - 1].timestamp
+  const tail = await sbx.getMetrics({ start: last, end: new Date(last.getTime() + 60_000) })
+  assert.ok(tail.length >= 1 && tail.length < series.length, `start=${last.toISOString()} gave ${tail.length} of ${series.length}`)
+
+  const other = track(await CodeSandbox.create({ metadata: { run, role: 'metrics' } }))
+  const both = await api('GET', `/sandboxes/metrics?sandbox_ids=${id},${other.sandboxId}`)
+  assert.equal(both.status, 200, JSON.stringify(both.json))
+  assert.deepEqual(Object.keys(both.json.sandboxes).sort(), [id, other.sandboxId].sort())
+  assert.ok(both.json.sandboxes[other.sandboxId].memTotal > 0)
+  assert.equal((await api('GET', '/sandboxes/metrics')).status, 400)
+  assert.equal(await other.kill(), true)
 })
 
 test('security: a wrong key, another sandbox token, bad bodies', async () => {
@@ -273,6 +354,28 @@ test('network: denyOut on an open internet; kept across pause and resume', async
   const back = await Sandbox.connect(s.sandboxId)
   assert.equal(await fetchIn(back, net.range), 'REFUSED', 'still closed after a resume')
   assert.equal(await fetchIn(back, net.public), net.publicBody)
+})
+
+test('teams: a key sees, connects to and kills only its team\'s sandboxes; a create over the team\'s quota gets 429', async () => {
+  const keyB = process.env.SANDLOT_TEAM_B_KEY
+  assert.ok(keyB, 'run with SANDLOT_TEAM_B_KEY (a key of team-b, whose quota is 2 sandboxes)')
+  const b = []
+  for (let i = 0; i < 2; i++) b.push(track(await Sandbox.create({ apiKey: keyB, metadata: { run, role: 'team-b' } })))
+  await assert.rejects(Sandbox.create({ apiKey: keyB, metadata: { run, role: 'team-b' } }),
+    /Rate limit exceeded.*count\/sandboxes\.sandlot\.dev=2/)
+  const listedB = await Sandbox.list({ apiKey: keyB, query: { metadata: { run } } }).nextItems()
+  assert.deepEqual(listedB.map((s) => s.sandboxId).sort(), b.map((s) => s.sandboxId).sort())
+  const listedA = await Sandbox.list({ query: { metadata: { run } } }).nextItems()
+  assert.ok(!listedA.some((s) => b.some((x) => x.sandboxId === s.sandboxId)), 'team A lists team B\'s sandboxes')
+  for (const [victim, key] of [[sbx.sandboxId, keyB], [b[0].sandboxId, apiKey]]) {
+    await assert.rejects(Sandbox.getInfo(victim, { apiKey: key }), /not found/i)
+    await assert.rejects(Sandbox.connect(victim, { apiKey: key }), /not found/i)
+    assert.equal(await Sandbox.kill(victim, { apiKey: key }), false, `a stranger's key killed ${victim}`)
+  }
+  assert.equal(await sbx.isRunning(), true)
+  const teams = await api('GET', '/teams', { key: keyB })
+  assert.deepEqual(teams.json.map((t) => t.teamID), ['team-b'])
+  for (const s of b) assert.equal(await Sandbox.kill(s.sandboxId, { apiKey: keyB }), true)
 })
 
 test('kill, kill again', async () => {

@@ -68,8 +68,14 @@ func Client(t *testing.T, c *cluster.Cluster) client.Client {
 // waits until its base snapshot is Ready on every node.
 func Template(t *testing.T, k client.Client, name string) {
 	t.Helper()
-	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: sandlotv1.TemplateSpec{Image: DefaultImage(t), Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256}}}
+	TemplateOf(t, k, "default", name, DefaultImage(t), 256)
+}
+
+// TemplateOf is Template in another namespace, of another image and size.
+func TemplateOf(t *testing.T, k client.Client, ns, name, image string, memoryMiB int32) {
+	t.Helper()
+	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: sandlotv1.TemplateSpec{Image: image, Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: memoryMiB}}}
 	if err := k.Create(context.Background(), tpl); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -96,6 +102,20 @@ func DefaultImage(t *testing.T) string {
 		t.Fatal("current.env names no default image: run `make vm-assets`")
 	}
 	return env.ImageRef
+}
+
+// InterpreterImage is the code-interpreter image make vm-assets built; a
+// cluster imports it with Options.Interpreter.
+func InterpreterImage(t *testing.T) string {
+	t.Helper()
+	env, err := vmtest.LoadEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.InterpreterImageRef == "" {
+		t.Fatal("current.env names no code-interpreter image: run `make vm-assets`")
+	}
+	return env.InterpreterImageRef
 }
 
 // Create creates sandboxes of a template and waits until they run.

@@ -35,6 +35,9 @@ type Env struct {
 	// Image is the same python3 rootfs as an OCI image archive for
 	// ctr import, under ImageRef (the default sandbox image).
 	Image, ImageRef string
+	// InterpreterImage is the code-interpreter image (that tree plus the
+	// data stack, pip, node and TypeScript), under InterpreterImageRef.
+	InterpreterImage, InterpreterImageRef string
 }
 
 // LoadEnv reads $SANDLOT_CACHE/vm/current.env.
@@ -57,7 +60,8 @@ func LoadEnv() (Env, error) {
 	}
 	return Env{Assets: vm.Assets{Kernel: kv["SANDLOT_VM_KERNEL"], Initrd: kv["SANDLOT_VM_INITRD"], Modules: kv["SANDLOT_VM_MODULES"]},
 		Debian: kv["SANDLOT_VM_BASE_DEBIAN"], Busy: kv["SANDLOT_VM_BASE_BUSYBOX"],
-		Image: kv["SANDLOT_VM_IMAGE_DEBIAN"], ImageRef: kv["SANDLOT_VM_IMAGE_DEBIAN_REF"]}, nil
+		Image: kv["SANDLOT_VM_IMAGE_DEBIAN"], ImageRef: kv["SANDLOT_VM_IMAGE_DEBIAN_REF"],
+		InterpreterImage: kv["SANDLOT_VM_IMAGE_INTERPRETER"], InterpreterImageRef: kv["SANDLOT_VM_IMAGE_INTERPRETER_REF"]}, nil
 }
 
 // Guest is how a test reaches one VM: its identity and forwarded ports.

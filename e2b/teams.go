@@ -1,0 +1,107 @@
+package e2b
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"net/http"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Teams. An API key belongs to a team, and a team is a namespace: the
+// API's own (its keys in Config.KeysSecret) and each of Config.Teams (its
+// keys in the Secrets of the API's namespace labelled LabelTeam=<team>). A
+// request acts in its key's team's namespace only: another team's sandbox,
+// snapshot or template is not found. A team's sandbox limit is a
+// ResourceQuota on count/sandboxes.sandlot.dev in its namespace.
+
+// LabelTeam marks a keys Secret with the team (namespace) its keys are of.
+const LabelTeam = "sandlot.dev/team"
+
+type teamKey struct{}
+
+func withTeam(ctx context.Context, ns string) context.Context {
+	return context.WithValue(ctx, teamKey{}, ns)
+}
+
+// teamOf is the namespace of the request's team; "" outside API calls
+// (the proxy, which finds any team's sandbox and checks its token).
+func teamOf(ctx context.Context) string {
+	ns, _ := ctx.Value(teamKey{}).(string)
+	return ns
+}
+
+// Namespaces are the namespaces served: the API's own, then the teams'.
+func (c *Config) Namespaces() []string {
+	out := []string{c.Namespace}
+	for _, t := range c.Teams {
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// keyTeam is the team whose key this is. Every key of every team is
+// compared, in constant time over hashes of equal length.
+func (s *Server) keyTeam(ctx context.Context, key string) (string, *apiError) {
+	sets, err := s.keySets(ctx)
+	if err != nil {
+		return "", errorf(http.StatusUnauthorized, "invalid API key (no keys issued: %v)", err)
+	}
+	got := sha256.Sum256([]byte(key))
+	team := ""
+	for _, set := range sets {
+		for _, v := range set.secret.Data {
+			want := sha256.Sum256([]byte(strings.TrimSpace(string(v))))
+			if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
+				team = set.team
+			}
+		}
+	}
+	if team == "" {
+		return "", errorf(http.StatusUnauthorized, "invalid API key")
+	}
+	return team, nil
+}
+
+type keySet struct {
+	team   string
+	secret *corev1.Secret
+}
+
+// keySets are the keys Secrets of the teams served; a Secret labelled for
+// a namespace that is not served gives no access.
+func (s *Server) keySets(ctx context.Context) ([]keySet, error) {
+	var sets []keySet
+	own := &corev1.Secret{}
+	err := s.kube.Get(ctx, client.ObjectKey{Namespace: s.cfg.Namespace, Name: s.cfg.KeysSecret}, own)
+	if err == nil {
+		sets = append(sets, keySet{s.cfg.Namespace, own})
+	}
+	labelled := &corev1.SecretList{}
+	if lerr := s.kube.List(ctx, labelled, client.InNamespace(s.cfg.Namespace), client.HasLabels{LabelTeam}); lerr != nil {
+		return nil, lerr
+	}
+	for i := range labelled.Items {
+		sec := &labelled.Items[i]
+		if team := sec.Labels[LabelTeam]; slices.Contains(s.cfg.Teams, team) && sec.Name != s.cfg.KeysSecret {
+			sets = append(sets, keySet{team, sec})
+		}
+	}
+	if len(sets) == 0 {
+		return nil, err
+	}
+	return sets, nil
+}
+
+// teams answers GET /teams: the key's own team, the only one it sees.
+func (s *Server) teams(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	team := teamOf(r.Context())
+	return http.StatusOK, []map[string]any{{"teamID": team, "name": team, "isDefault": true,
+		"apiKey": r.Header.Get("X-API-KEY")}}, nil
+}
