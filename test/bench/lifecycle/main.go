@@ -50,6 +50,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -75,6 +76,7 @@ func rowForkPool(n int) string { return fmt.Sprintf("Fork into warm pool pods, %
 func rowRollback(r int) string { return fmt.Sprintf("Rollback, concurrency %d", r) }
 func rowHostMem(d int) string  { return fmt.Sprintf("Host memory per live sandbox, %d sandboxes", d) }
 func rowPSS(d int) string      { return fmt.Sprintf("QEMU PSS per live sandbox, %d sandboxes", d) }
+func rowShimPSS(d int) string  { return fmt.Sprintf("shim PSS per live sandbox, %d sandboxes", d) }
 func rowPausedMem(d int) string {
 	return fmt.Sprintf("Host memory per paused clone, %d clones (warm pool)", d)
 }
@@ -123,7 +125,7 @@ func main() {
 	}
 	var b *bench
 	err := crienv.Run("bench-lifecycle", func(t crienv.T) {
-		b = newBench(t, *mem)
+		b = newBench(t, *mem, slices.Max(append([]int{0}, l.density...)))
 		b.run(l)
 	})
 	if err != nil {
@@ -165,16 +167,21 @@ type bench struct {
 	seq int
 }
 
-func newBench(t crienv.T, mem int) *bench {
+func newBench(t crienv.T, mem, clones int) *bench {
 	// The VM floor first, alone on the cores: the raw restore every
-	// create's ratio is read against.
-	floor, err := sbxbench.Floor(5)
+	// create's ratio is read against, and bare clones at the largest
+	// density level, what a sandbox's memory is read against.
+	floor, err := sbxbench.FloorRows(5, clones)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, k := sbxbench.StartCluster(t, 1, nil)
 	b := &bench{t: t, k: k, node: c.Nodes[0].Name, clusterDir: c.Dir, mem: mem}
-	b.table.Add(sbxbench.FloorRow, "ms", floor, "bench-vm -floor, this run, before the cluster started (256 MiB VM)")
+	b.table.Add(sbxbench.FloorRow, "ms", floor[sbxbench.FloorRow], "bench-vm -floor, this run, before the cluster started (256 MiB VM)")
+	if clones > 0 {
+		b.table.Add(fmt.Sprintf("%s, %d clones", sbxbench.FloorDensityRow, clones), "MiB", floor[sbxbench.FloorDensityRow],
+			"bench-vm -floor -floor-clones, this run, before the cluster started: bare QEMU clones of a 256 MiB guest, idle 3 s")
+	}
 	b.zeroOverhead()
 	b.capacity()
 	b.template()

@@ -197,9 +197,11 @@ func (b *bench) density(d int, snap string) {
 		})
 	}
 	time.Sleep(idle)
-	after, pss := memAvailableMiB(), b.qemuPSS()
+	after, pss := memAvailableMiB(), b.pssOf("qemu-system-x86_64")
 	b.addMemory(rowHostMem(d), rowPSS(d), d, before, after, pss, fmt.Sprintf(
 		"%d idle sandboxes forked from one snapshot, started %d at a time (each batch answering before the next)", d, densityBatch))
+	shims := b.pssOf("containerd-shim-sandlot-v2")
+	b.table.Add(rowShimPSS(d), "MiB", shims, fmt.Sprintf("each pod's shim process's Pss (%d shims)", len(shims)))
 	b.remove(sbxbench.Sandboxes(names)...)
 }
 
@@ -216,7 +218,7 @@ func (b *bench) pausedDensity(d int) {
 	before := memAvailableMiB()
 	b.setPool(d)
 	time.Sleep(idle)
-	after, pss := memAvailableMiB(), b.qemuPSS()
+	after, pss := memAvailableMiB(), b.pssOf("qemu-system-x86_64")
 	b.addMemory(rowPausedMem(d), rowPausedPSS(d), d, before, after, pss, fmt.Sprintf(
 		"a warm pool of %d paused VMs restored from the template's base snapshot (the controller starts 2 at a time)", d))
 	b.setPool(0)
@@ -346,9 +348,7 @@ func (b *bench) remove(objs ...client.Object) {
 	}
 }
 
-// qemuPSS is the Pss of each QEMU of this cluster: its command line names
-// a path under the cluster's directory (other QEMUs on the host do not).
-func (b *bench) qemuPSS() []float64 {
+func (b *bench) pssOf(name string) []float64 {
 	entries, _ := os.ReadDir("/proc")
 	var out []float64
 	for _, e := range entries {
@@ -357,7 +357,7 @@ func (b *bench) qemuPSS() []float64 {
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		argv := bytes.Split(cmdline, []byte{0})
-		if filepath.Base(string(argv[0])) != "qemu-system-x86_64" || !bytes.Contains(cmdline, []byte(b.clusterDir+"/")) {
+		if filepath.Base(string(argv[0])) != name || !bytes.Contains(cmdline, []byte(b.clusterDir+"/")) {
 			continue
 		}
 		out = append(out, procKiB(filepath.Join("/proc", e.Name(), "smaps_rollup"), "Pss:")/1024)

@@ -132,15 +132,24 @@ func NoPods(ctx context.Context, k client.Client) error {
 	})
 }
 
-// FloorRow is the bare QEMU restore's row in bench-vm's table.
-const FloorRow = "restore to first answer (floor: bare QEMU)"
+// FloorRow is the bare QEMU restore's row in bench-vm's table, and
+// FloorDensityRow its bare clones' free-memory drop (with -floor-clones).
+const (
+	FloorRow        = "restore to first answer (floor: bare QEMU)"
+	FloorDensityRow = "host free-memory drop per idle clone (floor)"
+)
 
-// Floor runs bench-vm's floor (make bench-vm -floor: n bare QEMU restores
-// of a snapshot to the guest's first answer, no Kubernetes, no shim) and
-// returns its samples in ms. Run it before a cluster starts, so the two
-// do not share the cores.
+// Floor runs bench-vm -floor (n restores) and returns the bare restores.
 func Floor(n int) ([]float64, error) {
-	cmd := exec.Command("go", "run", "./test/bench/vm", "-floor", "-json", "-n", strconv.Itoa(n))
+	rows, err := FloorRows(n, 0)
+	return rows[FloorRow], err
+}
+
+// FloorRows runs bench-vm -floor with n restores and, when clones > 0, that
+// many idle bare clones; it returns its rows' samples by name.
+func FloorRows(n, clones int) (map[string][]float64, error) {
+	cmd := exec.Command("go", "run", "./test/bench/vm", "-floor", "-json", "-n", strconv.Itoa(n),
+		"-floor-clones", strconv.Itoa(clones))
 	cmd.Dir, cmd.Stderr = cluster.RepoRoot(), os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -155,10 +164,14 @@ func Floor(n int) ([]float64, error) {
 	if err := json.Unmarshal(out, &res); err != nil {
 		return nil, fmt.Errorf("bench-vm -floor output: %w", err)
 	}
+	rows := map[string][]float64{}
 	for _, r := range res.Results {
-		if r.Name == FloorRow {
-			return r.Samples, nil
+		rows[r.Name] = r.Samples
+	}
+	for _, want := range []string{FloorRow, FloorDensityRow} {
+		if _, ok := rows[want]; !ok && (want == FloorRow || clones > 0) {
+			return nil, fmt.Errorf("bench-vm -floor printed no %q row", want)
 		}
 	}
-	return nil, fmt.Errorf("bench-vm -floor printed no %q row", FloorRow)
+	return rows, nil
 }

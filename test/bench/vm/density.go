@@ -2,11 +2,16 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 	"github.com/sandlot-dev/sandlot/vm"
 )
+
+// FloorDensityRow is the bare clones' density row (sbxbench.FloorRows
+// reads it by this name).
+const FloorDensityRow = "host free-memory drop per idle clone (floor)"
 
 // density restores 20 clones (sandlot), lets them idle, and measures each
 // QEMU's PSS and the host's free-memory drop per clone; then the same
@@ -39,11 +44,12 @@ func (b *bench) density(ctx context.Context, snap string, _ vmtest.Guest) error 
 	vms = nil
 	b.add("idle clone PSS (sandlot)", "MiB", pss, "")
 	b.add("host free-memory drop per idle clone (sandlot)", "MiB", []float64{drop}, "")
-	return b.bareDensity(ctx)
+	return b.bareDensity(ctx, n)
 }
 
-func (b *bench) bareDensity(ctx context.Context) error {
-	const n = 20
+// bareDensity restores n bare QEMU clones of the floor's snapshot and
+// measures their PSS and the host's free-memory drop per clone.
+func (b *bench) bareDensity(ctx context.Context, n int) error {
 	time.Sleep(time.Second)
 	before := memAvailableMiB()
 	var clones []*bare
@@ -70,8 +76,8 @@ func (b *bench) bareDensity(ctx context.Context) error {
 	for _, c := range clones {
 		pss = append(pss, pssMiB(c.cmd.Process.Pid))
 	}
-	drop := (before - memAvailableMiB()) / n
+	drop := (before - memAvailableMiB()) / float64(n)
 	b.add("idle clone PSS (floor: bare QEMU clone)", "MiB", pss, "")
-	b.add("host free-memory drop per idle clone (floor)", "MiB", []float64{drop}, "")
+	b.add(FloorDensityRow, "MiB", []float64{drop}, fmt.Sprintf("%d clones", n))
 	return nil
 }

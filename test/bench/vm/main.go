@@ -28,6 +28,9 @@ type bench struct {
 	n     int
 	// floorOnly stops after the restores (bench-e2b's floor).
 	floorOnly bool
+	// floorClones, with floorOnly, adds the bare clones' density at that
+	// many clones (bench-lifecycle's density floor).
+	floorClones int
 	// floorSnap is the snapshot bare QEMU restores.
 	floorSnap string
 	stats.Table
@@ -39,14 +42,15 @@ func main() {
 	asJSON := flag.Bool("json", false, "print JSON instead of a table")
 	n := flag.Int("n", 5, "samples per single measurement")
 	floor := flag.Bool("floor", false, "only the restore floor other benchmarks compare against: cold boot, restore (sandlot's VM layer and bare QEMU)")
+	clones := flag.Int("floor-clones", 0, "with -floor: also the host free-memory drop per idle bare clone at this many clones")
 	flag.Parse()
-	if err := run(*asJSON, *n, *floor); err != nil {
+	if err := run(*asJSON, *n, *floor, *clones); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-vm:", err)
 		os.Exit(1)
 	}
 }
 
-func run(asJSON bool, n int, floor bool) error {
+func run(asJSON bool, n int, floor bool, clones int) error {
 	env, err := vmtest.LoadEnv()
 	if err != nil {
 		return err
@@ -60,7 +64,7 @@ func run(asJSON bool, n int, floor bool) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	b := &bench{env: env, dir: dir, accel: accel, n: n, floorOnly: floor}
+	b := &bench{env: env, dir: dir, accel: accel, n: n, floorOnly: floor, floorClones: clones}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	if err := b.all(ctx); err != nil {

@@ -32,6 +32,9 @@ func (b *bench) all(ctx context.Context) error {
 		b.restoredSnapshots, b.pauseResume, b.idleCPU, b.density}
 	if b.floorOnly {
 		steps = steps[:1]
+		if b.floorClones > 0 {
+			steps = append(steps, func(ctx context.Context, _ string, _ vmtest.Guest) error { return b.bareDensity(ctx, b.floorClones) })
+		}
 	}
 	for _, step := range steps {
 		if err := step(ctx, snap, pg); err != nil {
