@@ -31,7 +31,6 @@ type logLine struct {
 	at      time.Time
 	level   string
 	message string
-	fields  map[string]string
 }
 
 // logLevels orders E2B's levels; a query's level is the minimum returned.
@@ -50,28 +49,19 @@ type logQuery struct {
 // shows for the sandbox's pod (its start command's output), oldest first
 // (or newest first with direction=backward), from the cursor (ms).
 func (s *Server) logs(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
-	q, aerr := parseLogQuery(r.URL.Query(), "cursor")
+	lines, aerr := s.queriedLogs(r, "cursor")
 	if aerr != nil {
 		return 0, nil, aerr
 	}
-	lines, aerr := s.sandboxLogs(r.Context(), r.PathValue("id"))
-	if aerr != nil {
-		return 0, nil, aerr
-	}
-	return http.StatusOK, map[string]any{"logs": entries(q.apply(lines))}, nil
+	return http.StatusOK, map[string]any{"logs": entries(lines)}, nil
 }
 
 // logsV1 answers the deprecated GET /sandboxes/{id}/logs (start in ms).
 func (s *Server) logsV1(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
-	q, aerr := parseLogQuery(r.URL.Query(), "start")
+	lines, aerr := s.queriedLogs(r, "start")
 	if aerr != nil {
 		return 0, nil, aerr
 	}
-	lines, aerr := s.sandboxLogs(r.Context(), r.PathValue("id"))
-	if aerr != nil {
-		return 0, nil, aerr
-	}
-	lines = q.apply(lines)
 	plain := make([]map[string]string, 0, len(lines))
 	for _, l := range lines {
 		plain = append(plain, map[string]string{"timestamp": l.at.Format(time.RFC3339Nano), "line": l.message})
@@ -79,11 +69,26 @@ func (s *Server) logsV1(_ http.ResponseWriter, r *http.Request) (int, any, *apiE
 	return http.StatusOK, map[string]any{"logs": plain, "logEntries": entries(lines)}, nil
 }
 
+// queriedLogs is the sandbox's log filtered by the request's query, whose
+// cursor parameter is cursorName.
+func (s *Server) queriedLogs(r *http.Request, cursorName string) ([]logLine, *apiError) {
+	q, aerr := parseLogQuery(r.URL.Query(), cursorName)
+	if aerr != nil {
+		return nil, aerr
+	}
+	lines, aerr := s.sandboxLogs(r.Context(), r.PathValue("id"))
+	if aerr != nil {
+		return nil, aerr
+	}
+	return q.apply(lines), nil
+}
+
+// entries are lines as E2B's SandboxLogEntry (fields: none are parsed).
 func entries(lines []logLine) []map[string]any {
 	out := make([]map[string]any, 0, len(lines))
 	for _, l := range lines {
 		out = append(out, map[string]any{"timestamp": l.at.Format(time.RFC3339Nano), "level": l.level,
-			"message": l.message, "fields": l.fields})
+			"message": l.message, "fields": map[string]string{}})
 	}
 	return out
 }
@@ -177,7 +182,7 @@ func parseLogLines(r io.Reader) []logLine {
 		if err != nil {
 			continue // a line the kubelet cut at LimitBytes
 		}
-		l := logLine{at: at, level: "info", message: msg, fields: map[string]string{}}
+		l := logLine{at: at, level: "info", message: msg}
 		var structured struct {
 			Level string `json:"level"`
 			Msg   string `json:"msg"`

@@ -2,8 +2,6 @@ package e2b
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"net/http"
 	"slices"
 	"strings"
@@ -47,18 +45,16 @@ func (c *Config) Namespaces() []string {
 }
 
 // keyTeam is the team whose key this is. Every key of every team is
-// compared, in constant time over hashes of equal length.
+// compared (sameSecret: in constant time, lengths included), none skipped.
 func (s *Server) keyTeam(ctx context.Context, key string) (string, *apiError) {
 	sets, err := s.keySets(ctx)
 	if err != nil {
 		return "", errorf(http.StatusUnauthorized, "invalid API key (no keys issued: %v)", err)
 	}
-	got := sha256.Sum256([]byte(key))
 	team := ""
 	for _, set := range sets {
 		for _, v := range set.secret.Data {
-			want := sha256.Sum256([]byte(strings.TrimSpace(string(v))))
-			if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
+			if sameSecret(key, strings.TrimSpace(string(v))) {
 				team = set.team
 			}
 		}

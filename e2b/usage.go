@@ -85,6 +85,9 @@ func (s *Server) sandboxesMetrics(_ http.ResponseWriter, r *http.Request) (int, 
 	out := map[string]metricJSON{}
 	for _, id := range ids {
 		sbx, aerr := s.sandbox(r.Context(), id, false)
+		if aerr != nil && aerr.Code != http.StatusNotFound {
+			return 0, nil, aerr
+		}
 		if aerr != nil || paused(sbx) || sbx.Status.PodIP == "" {
 			continue
 		}

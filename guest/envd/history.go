@@ -40,19 +40,18 @@ func (h *history) run() {
 	defer t.Stop()
 	for now := range t.C {
 		h.mu.Lock()
-		h.tickLocked(now, false)
+		h.tickLocked(now)
 		h.mu.Unlock()
 	}
 }
 
-// tickLocked records a sample when its interval has passed, or when asked
-// to and there is none. A restored clone's first tick drops the parent's.
-func (h *history) tickLocked(now time.Time, ifEmpty bool) {
+// tickLocked records a sample when there is none or its interval has
+// passed. A restored clone's first tick drops the parent's.
+func (h *history) tickLocked(now time.Time) {
 	if id := h.owner(); id != h.of {
 		h.of, h.samples, h.every = id, nil, h.base
 	}
-	due := len(h.samples) == 0 || now.Sub(h.last) >= h.every-h.base/10
-	if !due && !(ifEmpty && len(h.samples) == 0) {
+	if len(h.samples) > 0 && now.Sub(h.last) < h.every-h.base/10 {
 		return
 	}
 	m, err := h.sample()
@@ -73,7 +72,7 @@ func (h *history) tickLocked(now time.Time, ifEmpty bool) {
 func (h *history) between(start, end int64) []Metrics {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.tickLocked(time.Now(), true) // a new sandbox has one sample at once
+	h.tickLocked(time.Now()) // a new sandbox has one sample at once
 	out := []Metrics{}
 	for _, m := range h.samples {
 		if (start == 0 || m.Ts >= start) && (end == 0 || m.Ts <= end) {

@@ -23,7 +23,7 @@ func (f *fakeSeries) history(every time.Duration, max int) *history {
 func (f *fakeSeries) tick(h *history, d time.Duration) {
 	f.now = f.now.Add(d)
 	h.mu.Lock()
-	h.tickLocked(f.now, false)
+	h.tickLocked(f.now)
 	h.mu.Unlock()
 }
 

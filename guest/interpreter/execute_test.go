@@ -348,9 +348,7 @@ func TestKernelStartFailure(t *testing.T) {
 
 func TestMatplotlibFiguresAreDisplayed(t *testing.T) {
 	f := newFixture(t)
-	if err := exec.Command(testPython(t), "-c", "import matplotlib").Run(); err != nil {
-		t.Fatalf("matplotlib is not installed for %s: apt-get install python3-matplotlib", testPython(t))
-	}
+	needModule(t, "matplotlib")
 	msgs := f.run(code("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\nprint('after')"))
 	res := ofType(msgs, "result")
 	if len(res) != 1 || res[0].str("png") == "" || res[0]["is_main_result"] != false || stdout(msgs) != "after\n" {
@@ -358,11 +356,18 @@ func TestMatplotlibFiguresAreDisplayed(t *testing.T) {
 	}
 }
 
+// needModule fails (not skips) when the test's Python lacks a module
+// Debian packages as python3-<module> (hack/deps.sh installs them).
+func needModule(t *testing.T, module string) {
+	t.Helper()
+	if err := exec.Command(testPython(t), "-c", "import "+module).Run(); err != nil {
+		t.Fatalf("%s is not installed for %s: apt-get install python3-%s", module, testPython(t), module)
+	}
+}
+
 func TestDataFrameIsATable(t *testing.T) {
 	f := newFixture(t)
-	if err := exec.Command(testPython(t), "-c", "import pandas").Run(); err != nil {
-		t.Fatalf("pandas is not installed for %s: apt-get install python3-pandas", testPython(t))
-	}
+	needModule(t, "pandas")
 	msgs := f.run(code("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', None]})"))
 	res := ofType(msgs, "result")
 	if len(res) != 1 || !strings.Contains(res[0].str("html"), "<table") {

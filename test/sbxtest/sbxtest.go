@@ -94,28 +94,27 @@ func TemplateOf(t *testing.T, k client.Client, ns, name, image string, memoryMiB
 // imported (the quickstart sample names it too).
 func DefaultImage(t *testing.T) string {
 	t.Helper()
-	env, err := vmtest.LoadEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if env.ImageRef == "" {
-		t.Fatal("current.env names no default image: run `make vm-assets`")
-	}
-	return env.ImageRef
+	return imageRef(t, "default", func(e vmtest.Env) string { return e.ImageRef })
 }
 
 // InterpreterImage is the code-interpreter image make vm-assets built; a
 // cluster imports it with Options.Interpreter.
 func InterpreterImage(t *testing.T) string {
 	t.Helper()
+	return imageRef(t, "code-interpreter", func(e vmtest.Env) string { return e.InterpreterImageRef })
+}
+
+// imageRef is the image reference of current.env that ref picks.
+func imageRef(t *testing.T, what string, ref func(vmtest.Env) string) string {
+	t.Helper()
 	env, err := vmtest.LoadEnv()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env.InterpreterImageRef == "" {
-		t.Fatal("current.env names no code-interpreter image: run `make vm-assets`")
+	if ref(env) == "" {
+		t.Fatalf("current.env names no %s image: run `make vm-assets`", what)
 	}
-	return env.InterpreterImageRef
+	return ref(env)
 }
 
 // Create creates sandboxes of a template and waits until they run.
