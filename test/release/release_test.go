@@ -33,6 +33,7 @@ func TestRelease(t *testing.T) {
 	}{
 		{"quickstart", quickstart},
 		{"exec", execInVM},
+		{"the agent's per-sandbox gauges", agentGauges},
 		{"snapshot and clone 5", snapshotAndClone},
 		{"pause, resume on the other node", pauseResumeElsewhere},
 		{"rollback", rollback},
