@@ -18,7 +18,7 @@ import (
 // names the data), one pod each; the rest get pods of their own; a
 // snapshot another node holds, or of another size, claims nothing there.
 func TestRestoreClaims(t *testing.T) {
-	h, pool := pooledOnTwoNodes(t, "slot-node", "other-node", 2)
+	h, pool, _ := pooledOnTwoNodes(t, "slot-node", "other-node", 2)
 	snap := h.readySnapshot("fork-src", "slot-node", sandlotv1.RemoteNotApplicable, 512)
 	h.setSnapshot("fork-src", func(st *sandlotv1.SnapshotStatus) { st.Template = "python" })
 	for i := range 3 {
@@ -80,6 +80,7 @@ func TestResumeClaimsPoolPod(t *testing.T) {
 	h.waitPhase("nap", sandlotv1.SandboxPaused)
 	h.editTemplate("python", func(spec *sandlotv1.TemplateSpec) { spec.WarmPool = 1 })
 	pool := h.runPool("python", 1)
+	h.waitPoolReady("python", "resume-node", 1) // the controller's cache holds it running
 	pkg := &sandlotv1.PausedSandbox{}
 	if err := h.c.Get(context.Background(), h.key("nap"), pkg); err != nil {
 		t.Fatal(err)
@@ -87,7 +88,7 @@ func TestResumeClaimsPoolPod(t *testing.T) {
 
 	h.editSpec("nap", func(spec *sandlotv1.SandboxSpec) { spec.Paused = false })
 	var podName string
-	h.eventually(10*time.Second, "resume claims the pool pod", func() error {
+	h.eventually(20*time.Second, "resume claims the pool pod", func() error {
 		podName = h.sandbox("nap").Status.PodName
 		if !pool[podName] {
 			return errorf("pod %q", podName)
@@ -129,7 +130,7 @@ func (h *harness) unclaimedPoolOn(tpl, node string) int {
 // carried out); a claimed pool pod deleted before the node agent carried
 // the claim out sends its sandbox back to placement, not to Failed.
 func TestClaimsAvoidFailedNodesAndSurviveLostPods(t *testing.T) {
-	h, _ := pooledOnTwoNodes(t, "live-node", "dead-node", 1)
+	h, _, stop := pooledOnTwoNodes(t, "live-node", "dead-node", 1)
 	h.setNodeReady("dead-node", false)
 	h.waitPoolNodes("python", "live-node")
 
@@ -147,8 +148,33 @@ func TestClaimsAvoidFailedNodesAndSurviveLostPods(t *testing.T) {
 	if err := h.c.Delete(context.Background(), h.pod(first)); err != nil {
 		t.Fatal(err)
 	}
-	h.eventually(20*time.Second, "placed again in another pod", func() error {
-		got := h.sandbox("orphan-a")
+	h.placedAgain("orphan-a", first)
+
+	// Gone before the controller saw it terminate (deleted while the
+	// controller was down; pod GC or a force delete between two reconciles
+	// likewise): still a claim never carried out, not a lost sandbox.
+	h.runPool("python", 2) // live-node's pool refilled beside dead-node's
+	s = h.createAndPlace("orphan-b")
+	second := s.Status.PodName
+	if h.pod(second).Labels[sandlotv1.LabelPool] == "" {
+		t.Fatalf("pod %s is no pool pod", second)
+	}
+	stop()
+	if err := h.c.Delete(context.Background(), h.pod(second), client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	h.gone(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: second}})
+	startController(t)
+	h.placedAgain("orphan-b", second)
+}
+
+// placedAgain waits until sandbox name runs in a pod other than first on
+// live-node, failing at once if it went Failed instead.
+func (h *harness) placedAgain(name, first string) {
+	h.t.Helper()
+	t := h.t
+	h.eventually(20*time.Second, name+" placed again in another pod", func() error {
+		got := h.sandbox(name)
 		switch {
 		case got.Status.Phase == sandlotv1.SandboxFailed:
 			t.Fatalf("the sandbox failed: %s: %s", got.Status.Reason, got.Status.Message)
@@ -213,18 +239,37 @@ func (h *harness) waitPoolNodes(tpl string, want ...string) {
 	})
 }
 
+// waitPoolReady waits until the template's status counts ready pool pods
+// on node: the Sandbox controller, sharing the Template controller's
+// cache, then sees them running too.
+func (h *harness) waitPoolReady(tpl, node string, ready int32) {
+	h.t.Helper()
+	h.eventually(20*time.Second, fmt.Sprintf("%d ready pool pods of %s on %s", ready, tpl, node), func() error {
+		got := &sandlotv1.Template{}
+		if err := h.c.Get(context.Background(), h.key(tpl), got); err != nil {
+			return err
+		}
+		for _, p := range got.Status.Pool {
+			if p.Node == node && p.Ready == ready {
+				return nil
+			}
+		}
+		return errorf("pools %+v", got.Status.Pool)
+	})
+}
+
 // pooledOnTwoNodes starts the controller with two nodes, the python
 // template's base on both and a warm pool of perNode running on each;
 // it returns the pool pods' names.
-func pooledOnTwoNodes(t *testing.T, a, b string, perNode int) (*harness, map[string]bool) {
+func pooledOnTwoNodes(t *testing.T, a, b string, perNode int) (*harness, map[string]bool, func()) {
 	t.Helper()
 	h := newHarness(t)
 	h.runKubelet()
-	startController(t)
+	stop := startController(t)
 	h.addNode(a, "16", "32Gi", nil)
 	h.addNode(b, "16", "32Gi", nil)
 	h.acceptedTemplate("python", 512)
 	h.basesOn("python", a, b)
 	h.editTemplate("python", func(spec *sandlotv1.TemplateSpec) { spec.WarmPool = int32(perNode) })
-	return h, h.runPool("python", 2*perNode)
+	return h, h.runPool("python", 2*perNode), stop
 }

@@ -50,6 +50,10 @@ func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src
 		if err != nil || !lost {
 			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil, err
 		}
+		if v, again := vanishedClaimView(sbx); again {
+			res, err := r.replacePod(ctx, sbx, nil, v)
+			return res, nil, err
+		}
 		setFailed(st, sbx.Generation, sandlotv1.ReasonPodLost, "pod "+st.PodName+" disappeared")
 		return ctrl.Result{}, nil, nil
 	case src.Fail:
@@ -92,15 +96,16 @@ func (r *SandboxReconciler) confirmLost(ctx context.Context, sbx *sandlotv1.Sand
 	return false, err
 }
 
-// replacePod removes a pod its kubelet refused and sends the sandbox back
-// to placement; the pod's name is reused once it is gone.
+// replacePod removes a pod its kubelet refused (or forgets one already
+// gone: pod nil) and sends the sandbox back to placement; the pod's name
+// is reused once it is gone.
 func (r *SandboxReconciler) replacePod(ctx context.Context, sbx *sandlotv1.Sandbox, pod *corev1.Pod, v podView) (ctrl.Result, error) {
 	st := &sbx.Status
 	r.assumed.forget(types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Name})
 	// Two steps: first the status says Pending (this reconcile's patch),
 	// then the pod goes. The other order, with the status write lost to a
 	// conflict, leaves a Starting sandbox without its pod: taken for lost.
-	if st.Phase == sandlotv1.SandboxPending && pod.DeletionTimestamp == nil {
+	if pod != nil && st.Phase == sandlotv1.SandboxPending && pod.DeletionTimestamp == nil {
 		uid := pod.UID
 		if err := r.Delete(ctx, pod, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, fmt.Errorf("delete rejected pod %s: %w", pod.Name, err)

@@ -79,6 +79,26 @@ func viewPod(pod *corev1.Pod) podView {
 	}
 }
 
+// vanishedClaimView: a sandbox whose pod is gone without the controller
+// seeing it terminate (deleted with no grace, garbage-collected) goes back
+// to placement when that pod was a claimed warm pool pod whose node agent
+// never reported this generation's VM ready — the claim was not carried
+// out, so nothing of the sandbox was in it. Otherwise the loss is real.
+func vanishedClaimView(sbx *sandlotv1.Sandbox) (podView, bool) {
+	st := &sbx.Status
+	sched := meta.FindStatusCondition(st.Conditions, sandlotv1.ConditionScheduled)
+	if sched == nil || sched.Reason != sandlotv1.ReasonClaimedFromPool {
+		return podView{}, false
+	}
+	vm := meta.FindStatusCondition(st.Conditions, sandlotv1.ConditionVMReady)
+	if vm != nil && vm.Status == metav1.ConditionTrue && vm.ObservedGeneration >= sbx.Generation {
+		return podView{}, false
+	}
+	return podView{Phase: sandlotv1.SandboxPending, Ready: metav1.ConditionFalse, Replace: true,
+		Reason: sandlotv1.ReasonClaimedPodLost, PodReason: sandlotv1.ReasonClaimedPodLost,
+		Message: fmt.Sprintf("claimed warm pool pod %s on %s disappeared before the sandbox ran in it; placing it again", st.PodName, st.NodeName)}, true
+}
+
 // podCondition is the pod's condition of type ct, nil if absent.
 func podCondition(pod *corev1.Pod, ct corev1.PodConditionType) *corev1.PodCondition {
 	for i := range pod.Status.Conditions {

@@ -58,6 +58,39 @@ func TestViewPod(t *testing.T) {
 	}
 }
 
+func TestVanishedClaimView(t *testing.T) {
+	claimed := metav1.Condition{Type: sandlotv1.ConditionScheduled, Status: metav1.ConditionTrue, Reason: sandlotv1.ReasonClaimedFromPool}
+	placed := metav1.Condition{Type: sandlotv1.ConditionScheduled, Status: metav1.ConditionTrue, Reason: "Placed"}
+	vmReady := func(gen int64, s metav1.ConditionStatus) metav1.Condition {
+		return metav1.Condition{Type: sandlotv1.ConditionVMReady, Status: s, Reason: "VMRunning", ObservedGeneration: gen}
+	}
+	cases := []struct {
+		name  string
+		conds []metav1.Condition
+		again bool
+	}{
+		{"its own pod, never ready", []metav1.Condition{placed}, false},
+		{"its own pod, ready", []metav1.Condition{placed, vmReady(2, metav1.ConditionTrue)}, false},
+		{"claimed, the claim never carried out", []metav1.Condition{claimed}, true},
+		{"claimed, the claim failed", []metav1.Condition{claimed, vmReady(2, metav1.ConditionFalse)}, true},
+		{"claimed by a resume, VMReady of the VM it paused", []metav1.Condition{claimed, vmReady(1, metav1.ConditionTrue)}, true},
+		{"claimed and running as the sandbox", []metav1.Condition{claimed, vmReady(2, metav1.ConditionTrue)}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			sbx := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Generation: 2},
+				Status: sandlotv1.SandboxStatus{PodName: "python-pool-x", NodeName: "n1", Conditions: tc.conds}}
+			v, again := vanishedClaimView(sbx)
+			if again != tc.again {
+				t.Fatalf("placed again = %v, want %v", again, tc.again)
+			}
+			if again && (!v.Replace || v.Reason != sandlotv1.ReasonClaimedPodLost || v.Phase != sandlotv1.SandboxPending) {
+				t.Fatalf("view = %+v", v)
+			}
+		})
+	}
+}
+
 func TestApplyPodViewSetsTerminalReason(t *testing.T) {
 	st := sandlotv1.SandboxStatus{}
 	applyPodView(&st, 3, podView{Phase: sandlotv1.SandboxFailed, Ready: metav1.ConditionFalse, Reason: sandlotv1.ReasonPodFailed,
