@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,6 +38,9 @@ func TestMain(m *testing.M) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { os.RemoveAll(short) })
+		if err := enoughFreeSpace(short); err != nil {
+			t.Fatal(err)
+		}
 		if err := cluster.BuildImages(o.BinDir); err != nil {
 			t.Fatal(err)
 		}
@@ -76,3 +80,21 @@ func (m mount) Metric(name, match string) (float64, error) {
 }
 
 func (m mount) String() string { return fmt.Sprintf("%s (metrics %s)", m.Dir, m.MetricsURL) }
+
+// minFreeRatio is the free share of the nodes' disk the tests need:
+// JuiceFS stages writes (its writeback) only above its --free-space-ratio
+// (0.1); below, a write waits for the object store, and the tests that
+// stop MinIO hang without saying why.
+const minFreeRatio = 0.15
+
+func enoughFreeSpace(dir string) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("free space of %s: %w", dir, err)
+	}
+	if free := float64(st.Bavail) / float64(st.Blocks); free < minFreeRatio {
+		return fmt.Errorf("%s's disk is %.0f%% free, below the %.0f%% these tests need (JuiceFS stages writes only above "+
+			"10%% free): free space, e.g. rm -rf /var/tmp/sandlot-up after make down", dir, 100*free, 100*minFreeRatio)
+	}
+	return nil
+}
