@@ -142,21 +142,6 @@ func podEnv(sandbox string, plan podPlan) []corev1.EnvVar {
 	)
 }
 
-// mergeEnv overlays the sandbox's env on the template's, keeping order.
-func mergeEnv(base, over []sandlotv1.EnvVar) []sandlotv1.EnvVar {
-	idx := map[string]int{}
-	out := make([]sandlotv1.EnvVar, 0, len(base)+len(over))
-	for _, e := range append(append([]sandlotv1.EnvVar{}, base...), over...) {
-		if i, ok := idx[e.Name]; ok {
-			out[i] = e
-			continue
-		}
-		idx[e.Name] = len(out)
-		out = append(out, e)
-	}
-	return out
-}
-
 // buildTokenSecret holds the envd access token of a Sandbox.
 func buildTokenSecret(sbx *sandlotv1.Sandbox, token string) *corev1.Secret {
 	return &corev1.Secret{

@@ -81,7 +81,7 @@ func (r *SandboxReconciler) resolveTemplate(ctx context.Context, sbx *sandlotv1.
 		return waiting(sandlotv1.ReasonTemplateNotAccepted, "%s", msg), nil
 	}
 	src := resolvedSource{VM: sandlotv1.VMSpec{Image: tpl.Spec.Image, Resources: tpl.Spec.Resources, WritableLayerMiB: tpl.Spec.WritableLayerMiB},
-		Env: mergeEnv(tpl.Spec.Env, sbx.Spec.Env), TimeoutSeconds: tpl.Spec.TimeoutSeconds, BaseRevision: baseRevision(tpl),
+		Env: sandlotv1.MergeEnv(tpl.Spec.SandboxEnv(), sbx.Spec.Env), TimeoutSeconds: tpl.Spec.TimeoutSeconds, BaseRevision: baseRevision(tpl),
 		WarmPool: tpl.Spec.WarmPool, Template: tpl.Name}
 	if sbx.Annotations[sandlotv1.AnnotationBaseOf] == tpl.Name {
 		// The template's builder: the one sandbox of it that boots cold,

@@ -101,7 +101,7 @@ func TestApplyPodViewSetsTerminalReason(t *testing.T) {
 }
 
 func TestMergeEnv(t *testing.T) {
-	got := mergeEnv([]sandlotv1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "2"}},
+	got := sandlotv1.MergeEnv([]sandlotv1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "2"}},
 		[]sandlotv1.EnvVar{{Name: "B", Value: "x"}, {Name: "C", Value: "3"}})
 	want := []sandlotv1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "x"}, {Name: "C", Value: "3"}}
 	if len(got) != len(want) {

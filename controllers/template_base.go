@@ -35,7 +35,14 @@ type builderWorld struct {
 	Snap    *sandlotv1.Snapshot     // nil when absent
 	Probe   time.Duration           // how long the probe may take after the VM started
 	Now     time.Time
+	// Build: the template has build steps; the builder is snapshotted only
+	// once the node agent reports them done (Built, nil until it starts).
+	Build bool
+	Built *metav1.Condition
 }
+
+// buildTimeout bounds a builder's steps, start and ready commands.
+const buildTimeout = time.Hour
 
 // buildStep is what to do next for one node.
 type buildStep struct {
@@ -88,6 +95,11 @@ func decideBuild(w builderWorld, entry sandlotv1.BaseSnapshot) buildStep {
 				cs.Image, entry.Node, cs.State.Waiting.Reason, cs.State.Waiting.Message))
 		}
 	}
+	if w.Build && (w.Built != nil || podReady(w.Pod)) {
+		// Once the agent runs the steps, the probe no longer decides: a
+		// guest busy building may miss a few.
+		return decideSteps(w, building, failed)
+	}
 	if podReady(w.Pod) {
 		return buildStep{CreateSnapshot: true, Entry: building("the probe passed: snapshotting").Entry}
 	}
@@ -95,6 +107,26 @@ func decideBuild(w builderWorld, entry sandlotv1.BaseSnapshot) buildStep {
 		return failed(sandlotv1.ReasonProbeTimeout, fmt.Sprintf("the readiness probe did not pass within %v of the VM starting", w.Probe))
 	}
 	return building("waiting for the readiness probe")
+}
+
+// decideSteps follows the node agent's run of the build steps in a ready
+// builder: the snapshot once they are done, the failing step's output
+// as the base's message when one fails.
+func decideSteps(w builderWorld, building func(string) buildStep, failed func(string, string) buildStep) buildStep {
+	c := w.Built
+	switch {
+	case c != nil && c.Status == metav1.ConditionTrue:
+		return buildStep{CreateSnapshot: true, Entry: building("the build is done: snapshotting").Entry}
+	case c != nil && c.Reason == sandlotv1.ReasonBuildStepFailed:
+		return failed(sandlotv1.ReasonBuildFailed, c.Message)
+	}
+	if started := w.Builder.Status.StartedAt; started != nil && w.Now.Sub(started.Time) > w.Probe+buildTimeout {
+		return failed(sandlotv1.ReasonBuildFailed, fmt.Sprintf("the build did not finish within %v", buildTimeout))
+	}
+	if c != nil {
+		return building(c.Message)
+	}
+	return building("waiting for the node agent to run the build steps")
 }
 
 func podReady(pod *corev1.Pod) bool {
@@ -123,9 +155,30 @@ func baseRevision(tpl *sandlotv1.Template) string {
 		WritableLayerMiB int32
 		Probe            *sandlotv1.ReadinessProbe
 		Env              []sandlotv1.EnvVar
-	}{tpl.Spec.Image, tpl.Spec.Resources, tpl.Spec.WritableLayerMiB, builderProbe(tpl), tpl.Spec.Env})
+		Build            *sandlotv1.TemplateBuild `json:",omitempty"`
+	}{tpl.Spec.Image, tpl.Spec.Resources, tpl.Spec.WritableLayerMiB, builderProbe(tpl), tpl.Spec.Env, buildKey(tpl.Spec.Build)})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:4])
+}
+
+// buildKey is what of a build makes its base: the steps, commands and
+// files, not its ID — unless forced, so an unchanged build reuses the
+// base (E2B's cache hit) and a forced one makes a new one.
+func buildKey(b *sandlotv1.TemplateBuild) *sandlotv1.TemplateBuild {
+	if b == nil {
+		return nil
+	}
+	k := b.DeepCopy()
+	forced := k.Force
+	for i := range k.Steps {
+		forced = forced || k.Steps[i].Force
+		k.Steps[i].Force = false
+	}
+	if !forced {
+		k.ID = ""
+	}
+	k.Force = false
+	return k
 }
 
 // baseName names a node's builder Sandbox and base Snapshot for a
@@ -140,7 +193,7 @@ func baseName(tpl *sandlotv1.Template, node string) string {
 // buildNode carries out one node's build step and returns its entry.
 func (r *TemplateReconciler) buildNode(ctx context.Context, tpl *sandlotv1.Template, node string) (sandlotv1.BaseSnapshot, error) {
 	name := baseName(tpl, node)
-	w := builderWorld{Probe: probeTimeout(tpl), Now: time.Now()}
+	w := builderWorld{Probe: probeTimeout(tpl), Now: time.Now(), Build: tpl.Spec.Build != nil}
 	for i := range tpl.Status.BaseSnapshots {
 		if b := &tpl.Status.BaseSnapshots[i]; b.Node == node && b.Revision == baseRevision(tpl) {
 			w.Entry = b
@@ -150,6 +203,9 @@ func (r *TemplateReconciler) buildNode(ctx context.Context, tpl *sandlotv1.Templ
 	var err error
 	if w.Builder, err = getOrNil(ctx, r.Client, key, &sandlotv1.Sandbox{}); err != nil {
 		return sandlotv1.BaseSnapshot{}, err
+	}
+	if w.Builder != nil {
+		w.Built = meta.FindStatusCondition(w.Builder.Status.Conditions, sandlotv1.ConditionBuilt)
 	}
 	if w.Builder != nil && w.Builder.Status.PodName != "" {
 		if w.Pod, err = getOrNil(ctx, r.Client, types.NamespacedName{Namespace: tpl.Namespace, Name: w.Builder.Status.PodName}, &corev1.Pod{}); err != nil {
@@ -179,9 +235,16 @@ func (r *TemplateReconciler) buildNode(ctx context.Context, tpl *sandlotv1.Templ
 // builderSandbox boots the template's image cold on node.
 func builderSandbox(tpl *sandlotv1.Template, node, name string) *sandlotv1.Sandbox {
 	timeout := int32(probeTimeout(tpl)/time.Second) + 600
+	if tpl.Spec.Build != nil {
+		timeout += int32(buildTimeout / time.Second)
+	}
+	ann := map[string]string{sandlotv1.AnnotationBaseOf: tpl.Name, sandlotv1.AnnotationBuildNode: node}
+	if tpl.Spec.Build != nil {
+		ann[sandlotv1.AnnotationBuildDigest] = sandlotv1.BuildDigest(tpl.Spec.Build)
+	}
 	return &sandlotv1.Sandbox{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tpl.Namespace,
-			Annotations:     map[string]string{sandlotv1.AnnotationBaseOf: tpl.Name, sandlotv1.AnnotationBuildNode: node},
+			Annotations:     ann,
 			OwnerReferences: []metav1.OwnerReference{templateOwner(tpl)}},
 		Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Template: tpl.Name}, TimeoutSeconds: ptr.To(timeout)},
 	}

@@ -34,22 +34,38 @@ func TestDecideBuild(t *testing.T) {
 		return s
 	}
 	ready := &sandlotv1.BaseSnapshot{Node: "n", Phase: sandlotv1.BaseReady}
+	built := func(s metav1.ConditionStatus, reason string) *metav1.Condition {
+		return &metav1.Condition{Type: sandlotv1.ConditionBuilt, Status: s, Reason: reason, Message: "m"}
+	}
 	cases := map[string]struct {
 		w         builderWorld
 		wantPhase sandlotv1.BasePhase
 		reason    string
 		want      buildStep // only the action flags are compared
 	}{
-		"nothing yet: create the builder":   {w: builderWorld{}, wantPhase: sandlotv1.BaseBuilding, want: buildStep{CreateBuilder: true}},
-		"builder without pod: wait":         {w: builderWorld{Builder: running}, wantPhase: sandlotv1.BaseBuilding},
-		"probe not passed yet: wait":        {w: builderWorld{Builder: running, Pod: pod(false, ""), Probe: 2 * time.Minute}, wantPhase: sandlotv1.BaseBuilding},
-		"probe passed: snapshot":            {w: builderWorld{Builder: running, Pod: pod(true, "")}, wantPhase: sandlotv1.BaseBuilding, want: buildStep{CreateSnapshot: true}},
-		"snapshot under way: wait":          {w: builderWorld{Builder: running, Snap: snap(sandlotv1.DataCreating)}, wantPhase: sandlotv1.BaseBuilding},
-		"snapshot Ready: drop the builder":  {w: builderWorld{Builder: running, Snap: snap(sandlotv1.DataReady)}, wantPhase: sandlotv1.BaseReady, reason: sandlotv1.ReasonBaseReady, want: buildStep{DeleteBuilder: true}},
-		"snapshot Failed":                   {w: builderWorld{Builder: running, Snap: snap(sandlotv1.DataFailed)}, wantPhase: sandlotv1.BaseFailed, reason: sandlotv1.ReasonBuildFailed, want: buildStep{DeleteBuilder: true}},
-		"image missing":                     {w: builderWorld{Builder: running, Pod: pod(false, "ErrImageNeverPull")}, wantPhase: sandlotv1.BaseFailed, reason: sandlotv1.ReasonImageMissing, want: buildStep{DeleteBuilder: true}},
-		"probe timed out":                   {w: builderWorld{Builder: running, Pod: pod(false, ""), Probe: 30 * time.Second}, wantPhase: sandlotv1.BaseFailed, reason: sandlotv1.ReasonProbeTimeout, want: buildStep{DeleteBuilder: true}},
-		"builder failed":                    {w: builderWorld{Builder: &sandlotv1.Sandbox{Status: sandlotv1.SandboxStatus{Phase: sandlotv1.SandboxFailed, Reason: "PodFailed"}}}, wantPhase: sandlotv1.BaseFailed, reason: sandlotv1.ReasonBuildFailed, want: buildStep{DeleteBuilder: true}},
+		"nothing yet: create the builder":  {w: builderWorld{}, wantPhase: sandlotv1.BaseBuilding, want: buildStep{CreateBuilder: true}},
+		"builder without pod: wait":        {w: builderWorld{Builder: running}, wantPhase: sandlotv1.BaseBuilding},
+		"probe not passed yet: wait":       {w: builderWorld{Builder: running, Pod: pod(false, ""), Probe: 2 * time.Minute}, wantPhase: sandlotv1.BaseBuilding},
+		"probe passed: snapshot":           {w: builderWorld{Builder: running, Pod: pod(true, "")}, wantPhase: sandlotv1.BaseBuilding, want: buildStep{CreateSnapshot: true}},
+		"snapshot under way: wait":         {w: builderWorld{Builder: running, Snap: snap(sandlotv1.DataCreating)}, wantPhase: sandlotv1.BaseBuilding},
+		"snapshot Ready: drop the builder": {w: builderWorld{Builder: running, Snap: snap(sandlotv1.DataReady)}, wantPhase: sandlotv1.BaseReady, reason: sandlotv1.ReasonBaseReady, want: buildStep{DeleteBuilder: true}},
+		"snapshot Failed":                  {w: builderWorld{Builder: running, Snap: snap(sandlotv1.DataFailed)}, wantPhase: sandlotv1.BaseFailed, reason: sandlotv1.ReasonBuildFailed, want: buildStep{DeleteBuilder: true}},
+		"image missing":                    {w: builderWorld{Builder: running, Pod: pod(false, "ErrImageNeverPull")}, wantPhase: sandlotv1.BaseFailed, reason: sandlotv1.ReasonImageMissing, want: buildStep{DeleteBuilder: true}},
+		"probe timed out":                  {w: builderWorld{Builder: running, Pod: pod(false, ""), Probe: 30 * time.Second}, wantPhase: sandlotv1.BaseFailed, reason: sandlotv1.ReasonProbeTimeout, want: buildStep{DeleteBuilder: true}},
+		"builder failed":                   {w: builderWorld{Builder: &sandlotv1.Sandbox{Status: sandlotv1.SandboxStatus{Phase: sandlotv1.SandboxFailed, Reason: "PodFailed"}}}, wantPhase: sandlotv1.BaseFailed, reason: sandlotv1.ReasonBuildFailed, want: buildStep{DeleteBuilder: true}},
+		"build: probe passed, steps not started": {w: builderWorld{Builder: running, Pod: pod(true, ""), Build: true, Probe: time.Minute},
+			wantPhase: sandlotv1.BaseBuilding},
+		"build: steps running": {w: builderWorld{Builder: running, Pod: pod(true, ""), Build: true, Probe: time.Minute, Built: built(metav1.ConditionFalse, sandlotv1.ReasonBuildRunning)},
+			wantPhase: sandlotv1.BaseBuilding, reason: sandlotv1.ReasonBuilding},
+		"build: done, snapshot": {w: builderWorld{Builder: running, Pod: pod(true, ""), Build: true, Built: built(metav1.ConditionTrue, sandlotv1.ReasonBuildSucceeded)},
+			wantPhase: sandlotv1.BaseBuilding, want: buildStep{CreateSnapshot: true}},
+		"build: steps running, the probe failing": {w: builderWorld{Builder: running, Pod: pod(false, ""), Build: true, Probe: time.Second, Built: built(metav1.ConditionFalse, sandlotv1.ReasonBuildRunning)},
+			wantPhase: sandlotv1.BaseBuilding, reason: sandlotv1.ReasonBuilding},
+		"build: a step failed": {w: builderWorld{Builder: running, Pod: pod(true, ""), Build: true, Built: built(metav1.ConditionFalse, sandlotv1.ReasonBuildStepFailed)},
+			wantPhase: sandlotv1.BaseFailed, reason: sandlotv1.ReasonBuildFailed, want: buildStep{DeleteBuilder: true}},
+		"build: took too long": {w: builderWorld{Builder: &sandlotv1.Sandbox{Status: sandlotv1.SandboxStatus{Phase: sandlotv1.SandboxRunning,
+			StartedAt: &metav1.Time{Time: now.Add(-2 * buildTimeout)}}}, Pod: pod(true, ""), Build: true, Built: built(metav1.ConditionFalse, sandlotv1.ReasonBuildRunning)},
+			wantPhase: sandlotv1.BaseFailed, reason: sandlotv1.ReasonBuildFailed, want: buildStep{DeleteBuilder: true}},
 		"already Ready: keep, no builder":   {w: builderWorld{Entry: ready}, wantPhase: sandlotv1.BaseReady},
 		"already Ready, builder left: drop": {w: builderWorld{Entry: ready, Builder: running}, wantPhase: sandlotv1.BaseReady, want: buildStep{DeleteBuilder: true}},
 	}
@@ -104,5 +120,42 @@ func TestBaseName(t *testing.T) {
 	again.UID = "66666666-2222-3333-4444-555555555555"
 	if baseName(again, "node-1") == a {
 		t.Fatalf("a new template of the same name reuses %q: it would take the old one's snapshot", a)
+	}
+}
+
+// TestBuildRevision: a build's ID alone does not change the base (a
+// rebuild of the same steps is a cache hit); a step, a file or force does.
+func TestBuildRevision(t *testing.T) {
+	tpl := func(b *sandlotv1.TemplateBuild) *sandlotv1.Template {
+		return &sandlotv1.Template{Spec: sandlotv1.TemplateSpec{Image: "img", Build: b}}
+	}
+	steps := func(cmd, hash string) []sandlotv1.BuildStep {
+		return []sandlotv1.BuildStep{{Type: sandlotv1.StepRun, Args: []string{cmd}},
+			{Type: sandlotv1.StepCopy, Args: []string{"a", "/a"}, FilesHash: hash}}
+	}
+	base := baseRevision(tpl(&sandlotv1.TemplateBuild{ID: "b1", Steps: steps("make", "aa")}))
+	same := map[string]*sandlotv1.TemplateBuild{
+		"another build ID": {ID: "b2", Steps: steps("make", "aa")},
+	}
+	differ := map[string]*sandlotv1.TemplateBuild{
+		"no build":        nil,
+		"a changed RUN":   {ID: "b1", Steps: steps("make all", "aa")},
+		"changed files":   {ID: "b1", Steps: steps("make", "bb")},
+		"a start command": {ID: "b1", Steps: steps("make", "aa"), StartCmd: "serve"},
+		"forced":          {ID: "b3", Steps: steps("make", "aa"), Force: true},
+		"a step forced":   {ID: "b4", Steps: append(steps("make", "aa"), sandlotv1.BuildStep{Type: sandlotv1.StepRun, Args: []string{"x"}, Force: true})},
+	}
+	for name, b := range same {
+		if got := baseRevision(tpl(b)); got != base {
+			t.Errorf("%s: revision %s, want %s", name, got, base)
+		}
+	}
+	for name, b := range differ {
+		if got := baseRevision(tpl(b)); got == base {
+			t.Errorf("%s: revision %s unchanged", name, got)
+		}
+	}
+	if a, b := baseRevision(tpl(&sandlotv1.TemplateBuild{ID: "x", Force: true})), baseRevision(tpl(&sandlotv1.TemplateBuild{ID: "y", Force: true})); a == b {
+		t.Errorf("two forced builds share revision %s", a)
 	}
 }

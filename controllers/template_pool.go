@@ -115,8 +115,9 @@ func (r *TemplateReconciler) poolPod(ctx context.Context, tpl *sandlotv1.Templat
 		VM:              sandlotv1.VMSpec{Image: tpl.Spec.Image, Resources: tpl.Spec.Resources, WritableLayerMiB: tpl.Spec.WritableLayerMiB},
 		Restore:         sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: snap.Name, UID: string(snap.UID), Location: snap.Status.Location},
 		MilliCPUPerVCPU: r.MilliCPUPerVCPU, Pool: tpl.Name, Constraints: templateConstraints(tpl)}
-	env := make([]corev1.EnvVar, 0, len(tpl.Spec.Env))
-	for _, e := range tpl.Spec.Env { // the sandbox's identity comes with the claim
+	tenv := tpl.Spec.SandboxEnv()
+	env := make([]corev1.EnvVar, 0, len(tenv))
+	for _, e := range tenv { // the sandbox's identity comes with the claim
 		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
 	}
 	pod, err := renderPod(tpl.Namespace, plan, env)

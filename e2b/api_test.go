@@ -36,7 +36,8 @@ func TestAuth(t *testing.T) {
 		"POST /sandboxes/" + id + "/fork", "POST /sandboxes/" + id + "/rollback", "GET /sandboxes/" + id + "/metrics",
 		"PUT /sandboxes/" + id + "/network", "GET /snapshots", "GET /templates", "GET /templates/" + defaultTpl, "DELETE /templates/" + defaultTpl,
 		"POST /templates", "POST /v2/templates", "POST /v3/templates",
-		"POST /v2/templates/x/builds/y", "GET /no/such/route", "PUT /v2/sandboxes",
+		"POST /v2/templates/x/builds/y", "GET /templates/x/files/" + strings.Repeat("a", 64), "GET /templates/x/builds/y/status",
+		"GET /templates/x/builds/y/logs", "GET /templates/aliases/x", "GET /no/such/route", "PUT /v2/sandboxes",
 	}
 	wrongKey, err := NewAPIKey()
 	if err != nil {
@@ -47,6 +48,8 @@ func TestAuth(t *testing.T) {
 		call(t, f.url, method, path, `{"templateID":"base"}`).wantError(t, http.StatusUnauthorized, "missing X-API-KEY")
 		call(t, f.url, method, path, `{"templateID":"base"}`, "X-API-KEY", wrongKey).wantError(t, http.StatusUnauthorized, "invalid API key")
 	}
+	// Upload links are signed instead: one without a signature is refused.
+	call(t, f.url, "PUT", uploadPrefix+"x/"+strings.Repeat("a", 64)+"?team="+testNS, "data").wantError(t, http.StatusForbidden, "not valid")
 	if r := call(t, f.url, "GET", "/health", nil); r.code != http.StatusOK || len(r.body) != 0 {
 		t.Errorf("GET /health without a key: %d %q, want 200", r.code, r.body)
 	}
@@ -189,7 +192,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown route", "GET", "/v9/nothing", nil, 404, "no route GET /v9/nothing"},
 		{"wrong method", "PUT", "/v2/sandboxes", nil, 405, "method not allowed"},
 		{"wrong method on an ID", "PATCH", "/sandboxes/" + unknownID, nil, 405, "method not allowed"},
-		{"template build", "POST", "/v3/templates", `{}`, 501, "create a Template"},
+		{"legacy template build", "POST", "/v2/templates", `{}`, 501, "Template().build()"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

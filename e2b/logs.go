@@ -31,6 +31,7 @@ type logLine struct {
 	at      time.Time
 	level   string
 	message string
+	step    int // a build log's step (0: none)
 }
 
 // logLevels orders E2B's levels; a query's level is the minimum returned.

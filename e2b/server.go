@@ -150,7 +150,13 @@ func (s *Server) routes() *http.ServeMux {
 	handle("GET", "/templates", s.listTemplates)
 	handle("GET", "/templates/{id}", s.getTemplate)
 	handle("DELETE", "/templates/{id}", s.deleteTemplate)
-	for _, p := range []string{"/templates", "/v2/templates", "/v3/templates", "/templates/{id}"} {
+	handle("POST", "/v3/templates", s.requestBuild)
+	handle("GET", "/templates/{id}/files/{hash}", s.fileUploadLink)
+	handle("POST", "/v2/templates/{id}/builds/{buildID}", s.startBuild)
+	handle("GET", "/templates/{id}/builds/{buildID}/status", s.buildStatus)
+	handle("GET", "/templates/{id}/builds/{buildID}/logs", s.buildLogs)
+	handle("GET", "/templates/aliases/{alias}", s.aliasExists)
+	for _, p := range []string{"/templates", "/v2/templates", "/templates/{id}"} {
 		handle("POST", p, s.templateBuild)
 	}
 	handle("PATCH", "/templates/{id}", s.templateBuild)
@@ -173,6 +179,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.URL.Path == "/health" {
 		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, uploadPrefix) {
+		s.apiDeadlines(w, r)
+		s.serveUpload(w, r) // signed links: the signature is the key
 		return
 	}
 	s.apiDeadlines(w, r)
@@ -233,10 +244,10 @@ func NewAPIKey() (string, error) {
 	return "e2b_" + hex.EncodeToString(b), nil
 }
 
-// templateBuild answers E2B's template-build routes: sandlot builds a
-// template from an OCI image in the nodes' containerd.
+// templateBuild answers E2B's legacy template routes (the CLI's v1/v2
+// Dockerfile builds, PATCH): the SDK's Template().build() is served.
 func (s *Server) templateBuild(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
-	return 0, nil, errorf(http.StatusNotImplemented, "sandlot does not build templates through the E2B API: "+
-		"import an OCI image into the nodes' containerd and create a Template (kind: Template, spec.image) in namespace %s; "+
-		"its base snapshot is built on every node, and its name is the templateID", teamOf(r.Context()))
+	return 0, nil, errorf(http.StatusNotImplemented, "%s %s is not served: build templates with the SDK's Template().build() "+
+		"(POST /v3/templates, then /v2/templates/{id}/builds/{buildID}), or create a Template (kind: Template) in namespace %s",
+		r.Method, r.URL.Path, teamOf(r.Context()))
 }

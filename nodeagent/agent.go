@@ -100,7 +100,9 @@ func Setup(mgr ctrl.Manager, n Node) error {
 	if err := registerSandboxCollector(c, n); err != nil {
 		return fmt.Errorf("per-sandbox metrics: %w", err)
 	}
-	vr := &VMReadyReconciler{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n, layout: l, guard: guard}
+	vr := &VMReadyReconciler{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n, layout: l, guard: guard,
+		builds: &builds{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n.Name,
+			guest: func(ip, token string) guestRunner { return newGuestExec(ip, token) }}}
 	probes := controller.Options{MaxConcurrentReconciles: probeWorkers}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("vmready").For(&corev1.Pod{}).WithOptions(probes).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(vr.sandboxPods)).
@@ -128,6 +130,8 @@ type VMReadyReconciler struct {
 	// layout and guard open and check the data a claim restores.
 	layout *layout
 	guard  *stageGuard
+	// builds runs template builders' steps once their VM runs.
+	builds *builds
 }
 
 // vmReadyPoll re-checks a VM that does not answer yet.
@@ -184,6 +188,11 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	if status != metav1.ConditionTrue {
 		return ctrl.Result{RequeueAfter: vmReadyPoll}, nil
+	}
+	if r.builds != nil {
+		if err := r.builds.maybeStart(ctx, sbx, pod); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	return ctrl.Result{}, nil
 }

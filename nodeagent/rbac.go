@@ -21,6 +21,9 @@ package nodeagent
 //   - secrets: get only, by name (no list or watch): a claimed pool VM's
 //     token, from its Sandbox's token Secret (agent.go). RBAC cannot
 //     narrow a get to a name pattern; the name is the claim's.
+//   - configmaps: get, a COPY build step's uploaded files (build.go);
+//     create and patch, a template builder's build log (buildlog.go,
+//     server-side apply), in the builder's namespace.
 //   - nodes: get and patch its own node's runtime and fingerprint labels
 //     (identity.go).
 //   - events: create/patch, its Events on the data it serves.
@@ -37,6 +40,7 @@ package nodeagent
 // +kubebuilder:rbac:groups=sandlot.dev,resources=templates,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

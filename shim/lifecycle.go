@@ -222,6 +222,7 @@ func (s *service) startInVM(ctx context.Context, c *container, p *process) error
 	if err != nil {
 		return err
 	}
+	params.Log = p.id == "" // the container's own log takes the guest's log FIFO
 	gp, err := g.Start(ctx, params)
 	if err != nil {
 		return fmt.Errorf("start %v in the VM: %w", params.Args, err)

@@ -71,6 +71,11 @@ type TemplateSpec struct {
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 
+	// Build, when set, runs E2B template build steps in each builder VM
+	// after it boots the image and before the base snapshot is taken.
+	// +optional
+	Build *TemplateBuild `json:"build,omitempty"`
+
 	// TimeoutSeconds is the default lifetime of a sandbox of this template.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=2592000

@@ -82,6 +82,12 @@ func TestRejectsBadManifests(t *testing.T) {
 			"spec.image: Required value"},
 		{"template with a 1 MiB writable layer", `{apiVersion: sandlot.dev/v1alpha1, kind: Template, metadata: {name: tinydisk}, spec: {image: "python:3", writableLayerMiB: 1}}`,
 			"spec.writableLayerMiB: Invalid value: 1"},
+		{"build COPY without its files", `{apiVersion: sandlot.dev/v1alpha1, kind: Template, metadata: {name: copynofiles}, spec: {image: "python:3", build: {steps: [{type: COPY, args: [a, /b]}]}}}`,
+			"a COPY step needs filesHash"},
+		{"build step of an unknown type", `{apiVersion: sandlot.dev/v1alpha1, kind: Template, metadata: {name: addstep}, spec: {image: "python:3", build: {steps: [{type: ADD, args: [a, /b]}]}}}`,
+			"Unsupported value"},
+		{"build files hash not hex", `{apiVersion: sandlot.dev/v1alpha1, kind: Template, metadata: {name: badhash}, spec: {image: "python:3", build: {steps: [{type: COPY, args: [a, /b], filesHash: "../x"}]}}}`,
+			"filesHash"},
 		{"readiness probe with two checks", `{apiVersion: sandlot.dev/v1alpha1, kind: Template, metadata: {name: twoprobes}, spec: {image: "python:3", readinessProbe: {httpGet: {port: 49999}, tcpSocket: {port: 49983}}}}`,
 			"spec.readinessProbe: Invalid value: readinessProbe needs exactly one"},
 		{"snapshot without a source", `{apiVersion: sandlot.dev/v1alpha1, kind: Snapshot, metadata: {name: nosrc}, spec: {source: {}}}`,
@@ -157,7 +163,9 @@ func TestRejectsChangedSource(t *testing.T) {
 func TestAcceptsGoodManifests(t *testing.T) {
 	ctx := context.Background()
 	for _, m := range []string{fmt.Sprintf(goodTemplate, "good"), fmt.Sprintf(goodSandbox, "good"), fmt.Sprintf(goodSnapshot, "good"),
-		`{apiVersion: sandlot.dev/v1alpha1, kind: Template, metadata: {name: digest}, spec: {image: "registry.local:5000/team/py@sha256:` + strings.Repeat("ab", 32) + `"}}`} {
+		`{apiVersion: sandlot.dev/v1alpha1, kind: Template, metadata: {name: digest}, spec: {image: "registry.local:5000/team/py@sha256:` + strings.Repeat("ab", 32) + `"}}`,
+		`{apiVersion: sandlot.dev/v1alpha1, kind: Template, metadata: {name: built}, spec: {image: "python:3", build: {id: 0123456789abcdef-1x256, startCmd: serve, readyCmd: "true",
+			steps: [{type: ENV, args: [A, b]}, {type: COPY, args: [a, /b], filesHash: ` + strings.Repeat("ab", 32) + `}, {type: RUN, args: ["make", root]}, {type: WORKDIR, args: [/app]}, {type: USER, args: [user]}]}}}`} {
 		if err := env.Client.Create(ctx, object(t, m)); err != nil {
 			t.Fatalf("rejected %s: %v", m, err)
 		}

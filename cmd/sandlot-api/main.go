@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,6 +78,7 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctrl.SetLogger(logr.FromSlogHandler(cfg.Log.Handler())) // the client and cache log through it too
 
 	rest, err := ctrl.GetConfig()
 	if err != nil {

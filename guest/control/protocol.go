@@ -212,7 +212,15 @@ type StartParams struct {
 	Terminal bool   `json:"terminal,omitempty"`
 	Cols     uint16 `json:"cols,omitempty"`
 	Rows     uint16 `json:"rows,omitempty"`
+	// Log makes the guest's log FIFO (LogFIFO) feed this process's stdout
+	// stream too: any process of the guest may write lines into the
+	// container's log (a built template's start command does). The shim
+	// asks it for the container's init process.
+	Log bool `json:"log,omitempty"`
 }
+
+// LogFIFO is where guest processes write lines for the container's log.
+const LogFIFO = "/run/sandlot/log"
 
 // StartResult is start's reply.
 type StartResult struct {

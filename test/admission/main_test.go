@@ -40,6 +40,8 @@ const (
 	alice    = "alice"
 	// policy is the chart's ValidatingAdmissionPolicy (and binding).
 	policy = "sandlot-pod-keys"
+	// configMapPolicy limits the agent's ConfigMap writes to build logs.
+	configMapPolicy = "sandlot-agent-configmaps"
 	// plainRefusal is its word with admission.allowPlainRuntimeClassPods false.
 	plainRefusal = "runtimeClassName sandlot: only sandlot's controller"
 	// enforced bounds how long the API server takes to enforce a policy
@@ -125,12 +127,12 @@ func applyPolicy(ctx context.Context, c client.Client, vals map[string]any) erro
 	if err != nil {
 		return err
 	}
-	if len(objs) != 2 {
-		return fmt.Errorf("the chart renders %d admission objects, want a policy and its binding", len(objs))
+	if len(objs) != 4 {
+		return fmt.Errorf("the chart renders %d admission objects, want two policies and their bindings", len(objs))
 	}
 	for _, o := range objs {
-		if o.GetName() != policy {
-			return fmt.Errorf("%s %s: want %s", o.GetKind(), o.GetName(), policy)
+		if o.GetName() != policy && o.GetName() != configMapPolicy {
+			return fmt.Errorf("%s %s: want %s or %s", o.GetKind(), o.GetName(), policy, configMapPolicy)
 		}
 		cur := &unstructured.Unstructured{}
 		cur.SetGroupVersionKind(o.GroupVersionKind())

@@ -64,6 +64,9 @@ func TestSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := append([]string{"E2B_API_URL=" + apiURL, "E2B_API_KEY=" + key, "SANDLOT_TEAM_B_KEY=" + keyB}, inetEnv()...)
+	t.Run("template builds", func(t *testing.T) {
+		runSDKFile(t, "build.test.mjs", append(base, "E2B_SANDBOX_URL="+apiURL, "SANDLOT_BUILD_IMAGE="+sbxtest.DefaultImage(t)))
+	})
 	t.Run("sandbox-url", func(t *testing.T) {
 		runSDK(t, append(base, "SANDLOT_MODE=sandbox-url", "E2B_SANDBOX_URL="+apiURL))
 	})
@@ -114,9 +117,14 @@ func teamOfTwo(t *testing.T, k client.Client) string {
 	return key
 }
 
-// runSDK runs the Node test file with env; each of its tests is reported.
+// runSDK runs sdk.test.mjs with env; each of its tests is reported.
 func runSDK(t *testing.T, env []string, nodeArgs ...string) {
-	args := append(nodeArgs, "--test", "--test-concurrency=1", "--test-reporter=spec", "sdk.test.mjs")
+	runSDKFile(t, "sdk.test.mjs", env, nodeArgs...)
+}
+
+// runSDKFile runs one Node test file of test/e2b with env.
+func runSDKFile(t *testing.T, file string, env []string, nodeArgs ...string) {
+	args := append(nodeArgs, "--test", "--test-concurrency=1", "--test-reporter=spec", file)
 	cmd := exec.Command("node", args...)
 	cmd.Dir = cluster.RepoRoot() + "/test/e2b"
 	cmd.Env = append(os.Environ(), env...)

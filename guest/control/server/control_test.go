@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -172,6 +173,35 @@ func TestProcessOutputAndExitStatus(t *testing.T) {
 			t.Errorf("wait: %+v %v", st, err)
 		}
 	})
+}
+
+// TestLogFIFO: lines any guest process writes to the log FIFO come out
+// as the stdout of the process that asked for it, and the FIFO does not
+// hold its exit back.
+func TestLogFIFO(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "run", "log")
+	c := pipeClient(t, newHandler(t, Options{LogFIFO: fifo}))
+	ctx := testCtx(t)
+	p, err := c.Start(ctx, control.StartParams{Args: []string{"sh", "-c", "echo own; read line; echo done"}, Log: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(fifo)
+	if err != nil || st.Mode()&os.ModeNamedPipe == 0 || st.Mode().Perm() != 0o622 {
+		t.Fatalf("the log FIFO: %v %v", st, err)
+	}
+	w, err := c.Start(ctx, control.StartParams{Args: []string{"sh", "-c", "echo from another process > " + fifo}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, w)
+	if err := c.WriteStdin(ctx, p.PID, []byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	stdout, _, exit := collect(t, p)
+	if !strings.Contains(stdout, "own\n") || !strings.Contains(stdout, "from another process\n") || exit.Status != 0 {
+		t.Fatalf("stdout %q, exit %+v", stdout, exit)
+	}
 }
 
 func TestProcessEnvCwdAndPath(t *testing.T) {

@@ -42,6 +42,8 @@ type Options struct {
 	// MaxExited bounds how many exited processes stay waitable.
 	// Default 256.
 	MaxExited int
+	// LogFIFO is the log FIFO's path (control.LogFIFO).
+	LogFIFO string
 
 	// hostnameFile follows the hostname when ApplyHost (tests point it
 	// elsewhere); default /etc/hostname if it exists.
@@ -91,6 +93,9 @@ func NewHandler(store *identity.Store, opts Options) *Handler {
 	}
 	if opts.MaxExited <= 0 {
 		opts.MaxExited = defaultMaxExited
+	}
+	if opts.LogFIFO == "" {
+		opts.LogFIFO = control.LogFIFO
 	}
 	if opts.resolvConf == "" {
 		opts.resolvConf = "/etc/resolv.conf"

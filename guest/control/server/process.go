@@ -117,6 +117,14 @@ func (h *Handler) Start(p control.StartParams) (int, error) {
 	h.procs[pid] = pr
 	h.procMu.Unlock()
 
+	h.follow(pr, p, parent)
+	go h.waitExit(pr, exited)
+	return pid, nil
+}
+
+// follow pumps a started process's output (and the log FIFO, when it
+// asked for it) into events.
+func (h *Handler) follow(pr *process, p control.StartParams, parent []*os.File) {
 	if p.Terminal {
 		pr.outputs.Add(1)
 		go h.pump(pr, control.StreamStdout, pr.pty)
@@ -125,8 +133,45 @@ func (h *Handler) Start(p control.StartParams) (int, error) {
 		go h.pump(pr, control.StreamStdout, parent[1])
 		go h.pump(pr, control.StreamStderr, parent[2])
 	}
-	go h.waitExit(pr, exited)
-	return pid, nil
+	h.maybeOpenLog(pr, p)
+}
+
+// maybeOpenLog opens the log FIFO for a process that asked for it; a
+// process runs without one rather than not at all.
+func (h *Handler) maybeOpenLog(pr *process, p control.StartParams) {
+	if !p.Log || p.Terminal {
+		return
+	}
+	if err := h.openLog(pr); err != nil {
+		h.log.Warn("control: the log FIFO", "path", h.opts.LogFIFO, "err", err)
+	}
+}
+
+// openLog makes the log FIFO (writable by every user, readable by root)
+// and forwards what is written to it as pr's stdout until pr's exit. It
+// is opened read-write, so it never ends while writers come and go.
+func (h *Handler) openLog(pr *process) error {
+	path := h.opts.LogFIFO
+	_ = os.Remove(path)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mkfifo(path, 0o622); err != nil {
+		return err
+	}
+	if err := os.Chmod(path, 0o622); err != nil { // past the umask
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	go func() {
+		<-pr.done
+		_ = f.Close()
+	}()
+	go h.copyOutput(pr, control.StreamStdout, f) // not in pr.outputs: it never ends by itself
+	return nil
 }
 
 // openStdio returns the child's stdin/stdout/stderr and the parent's
@@ -240,6 +285,11 @@ func lookPath(name string, env []string, cwd string) (string, error) {
 func (h *Handler) pump(pr *process, stream string, f *os.File) {
 	defer pr.outputs.Done()
 	defer f.Close()
+	h.copyOutput(pr, stream, f)
+}
+
+// copyOutput emits what f gives as pr's output on stream until f ends.
+func (h *Handler) copyOutput(pr *process, stream string, f *os.File) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := f.Read(buf)

@@ -59,6 +59,7 @@ type options struct {
 	n, warm      int
 	modes, pools []string
 	poolMax      int
+	builds       int
 	asJSON       bool
 }
 
@@ -70,6 +71,7 @@ func main() {
 	modes := flag.String("m", "create-only,create-delete", "modes: create-only, create-delete")
 	pools := flag.String("pool", "without,with", "warm pool: without, with")
 	flag.IntVar(&o.poolMax, "poolmax", 20, "largest warm pool (each pool VM holds its memory)")
+	flag.IntVar(&o.builds, "builds", 3, "template builds (and as many cached rebuilds and by-hand runs); 0: none")
 	flag.BoolVar(&o.asJSON, "json", false, "print JSON instead of tables")
 	flag.Parse()
 	var err error
@@ -96,8 +98,9 @@ func main() {
 		b.floor()
 		b.setup()
 		b.run(o)
+		b.builds(o.builds)
 	})
-	if b != nil && len(b.batches) > 0 {
+	if b != nil && (len(b.batches) > 0 || len(b.table.Results) > 1) {
 		b.report(os.Stdout, o.asJSON) // a failure late in the run keeps the rows before it
 	}
 	if err != nil {
@@ -379,6 +382,8 @@ func (b *bench) report(w io.Writer, asJSON bool) {
 			b.table.Ratio(w, bt.Name, floorRow)
 		}
 	}
+	b.table.Ratio(w, rowBuild, rowByHand)
+	b.table.Ratio(w, rowCached, rowByHand)
 	for _, r := range b.table.Results {
 		if r.Note != "" {
 			fmt.Fprintf(w, "%s: %s\n", r.Name, r.Note)

@@ -1,0 +1,243 @@
+package e2b
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// Templates built through the E2B API (the SDK's Template().build()):
+//
+//	POST /v3/templates                          names the template, mints a build ID
+//	GET  /templates/{id}/files/{hash}           a COPY step's upload link (buildfiles.go)
+//	POST /v2/templates/{id}/builds/{buildID}    the steps: a Template with spec.build
+//	GET  /templates/{id}/builds/{buildID}/status, /logs   (buildstatus.go)
+//
+// The Template's controller builds its base on each node: a builder VM
+// boots the image, the node agent runs the steps through the guest agent,
+// and the VM is snapshotted. The build ID carries the VM size asked for
+// at the first call, so no state is kept between the calls.
+
+// templateName is what a template name must be: a DNS label (it is the
+// Template's name and the templateID).
+var templateName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// buildID is <16 hex>-<vcpu>x<memoryMiB>.
+var buildIDPattern = regexp.MustCompile(`^[0-9a-f]{16}-([0-9]{1,3})x([0-9]{1,6})$`)
+
+type buildRequestV3 struct {
+	Name     string   `json:"name"`
+	Alias    string   `json:"alias"`
+	Tags     []string `json:"tags"`
+	TeamID   string   `json:"teamID"`
+	CPUCount int32    `json:"cpuCount"`
+	MemoryMB int32    `json:"memoryMB"`
+	MinFree  int32    `json:"minFreeDiskMb"`
+}
+
+// The VM sizes a build may ask for: the Template CRD's bounds.
+const (
+	maxVCPU      = 64
+	minMemoryMiB = 64
+	maxMemoryMiB = 262144
+)
+
+// requestBuild answers POST /v3/templates.
+func (s *Server) requestBuild(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	var req buildRequestV3
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	name := req.Name
+	if name == "" {
+		name = req.Alias
+	}
+	name, tag, _ := strings.Cut(name, ":")
+	if tag != "" || len(req.Tags) > 0 {
+		return 0, nil, errorf(http.StatusBadRequest, "tags are not supported: sandlot keeps one build per template (name %q without its tag)", name)
+	}
+	if !templateName.MatchString(name) {
+		return 0, nil, errorf(http.StatusBadRequest, "template name %q must be a DNS label: lowercase letters, digits and '-', at most 63", name)
+	}
+	if req.TeamID != "" && req.TeamID != teamOf(r.Context()) {
+		return 0, nil, errorf(http.StatusForbidden, "teamID %q is not this key's team", req.TeamID)
+	}
+	if req.CPUCount < 0 || req.CPUCount > maxVCPU || req.MemoryMB < 0 || req.MemoryMB > maxMemoryMiB ||
+		(req.MemoryMB > 0 && req.MemoryMB < minMemoryMiB) {
+		return 0, nil, errorf(http.StatusBadRequest, "cpuCount must be 1..%d and memoryMB %d..%d", maxVCPU, minMemoryMiB, maxMemoryMiB)
+	}
+	if req.MinFree != 0 {
+		return 0, nil, errorf(http.StatusBadRequest, "minFreeDiskMb is not supported: a sandbox's writable layer is the template's spec.writableLayerMiB")
+	}
+	var raw [8]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return 0, nil, errorf(http.StatusInternalServerError, "draw a build ID: %v", err)
+	}
+	id := fmt.Sprintf("%s-%dx%d", hex.EncodeToString(raw[:]), req.CPUCount, req.MemoryMB)
+	return http.StatusAccepted, map[string]any{"templateID": name, "buildID": id, "public": false,
+		"names": []string{name}, "aliases": []string{name}, "tags": []string{}}, nil
+}
+
+type buildStart struct {
+	FromImage         string                `json:"fromImage"`
+	FromTemplate      string                `json:"fromTemplate"`
+	FromImageRegistry json.RawMessage       `json:"fromImageRegistry"`
+	Force             bool                  `json:"force"`
+	Steps             []sandlotv1.BuildStep `json:"steps"`
+	StartCmd          string                `json:"startCmd"`
+	ReadyCmd          string                `json:"readyCmd"`
+}
+
+// startBuild answers POST /v2/templates/{id}/builds/{buildID}: the
+// Template is created, or its spec replaced by this build.
+func (s *Server) startBuild(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	name, buildID := r.PathValue("id"), r.PathValue("buildID")
+	cpu, mem, ok := parseBuildID(buildID)
+	if !ok || !templateName.MatchString(name) {
+		return 0, nil, errorf(http.StatusNotFound, "build %q of template %q was not requested here (POST /v3/templates first)", buildID, name)
+	}
+	var req buildStart
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	spec, aerr := s.buildSpec(r, name, req)
+	if aerr != nil {
+		return 0, nil, aerr
+	}
+	if cpu > 0 {
+		spec.Resources.VCPU = int32(cpu)
+	}
+	if mem > 0 {
+		spec.Resources.MemoryMiB = int32(mem)
+	}
+	spec.Build.ID = buildID
+	if err := s.putTemplate(r, name, spec); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusAccepted, nil, nil
+}
+
+// parseBuildID reads the VM size a build ID carries (0: the default);
+// ok is false for an ID this API did not mint.
+func parseBuildID(id string) (cpu, mem int, ok bool) {
+	m := buildIDPattern.FindStringSubmatch(id)
+	if m == nil {
+		return 0, 0, false
+	}
+	cpu, _ = strconv.Atoi(m[1])
+	mem, _ = strconv.Atoi(m[2])
+	return cpu, mem, cpu <= maxVCPU && mem <= maxMemoryMiB && (mem == 0 || mem >= minMemoryMiB)
+}
+
+// buildSpec is the Template spec a build asks for.
+func (s *Server) buildSpec(r *http.Request, name string, req buildStart) (sandlotv1.TemplateSpec, *apiError) {
+	spec := sandlotv1.TemplateSpec{Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 512}}
+	switch {
+	case len(req.FromImageRegistry) > 0 && string(req.FromImageRegistry) != "null":
+		return spec, errorf(http.StatusBadRequest, "fromImageRegistry is not supported: sandlot never pulls images; "+
+			"import the image into each node's containerd and build fromImage")
+	case (req.FromImage == "") == (req.FromTemplate == ""):
+		return spec, errorf(http.StatusBadRequest, "give exactly one of fromImage and fromTemplate")
+	case req.FromTemplate != "":
+		base := &sandlotv1.Template{}
+		if err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: teamOf(r.Context()), Name: req.FromTemplate}, base); err != nil {
+			return spec, errorf(http.StatusBadRequest, "fromTemplate %q: no such template", req.FromTemplate)
+		}
+		if req.FromTemplate == name {
+			return spec, errorf(http.StatusBadRequest, "a template cannot be built from itself")
+		}
+		// The base's image with its steps first: what its base snapshot
+		// holds, rebuilt (sandlot does not stack snapshots of templates).
+		spec.Image, spec.Env, spec.Resources = base.Spec.Image, base.Spec.Env, base.Spec.Resources
+		if b := base.Spec.Build; b != nil {
+			req.Steps = append(append([]sandlotv1.BuildStep(nil), b.Steps...), req.Steps...)
+			if req.StartCmd == "" && req.ReadyCmd == "" {
+				req.StartCmd, req.ReadyCmd = b.StartCmd, b.ReadyCmd
+			}
+		}
+	default:
+		spec.Image = req.FromImage
+	}
+	if err := s.checkSteps(r, req.Steps); err != nil {
+		return spec, err
+	}
+	spec.Build = &sandlotv1.TemplateBuild{Steps: req.Steps, StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, Force: req.Force}
+	return spec, nil
+}
+
+// checkSteps refuses what the builder would not run, by name, before a
+// Template is written.
+func (s *Server) checkSteps(r *http.Request, steps []sandlotv1.BuildStep) *apiError {
+	for i, st := range steps {
+		n := i + 1
+		switch st.Type {
+		case sandlotv1.StepRun, sandlotv1.StepWorkdir, sandlotv1.StepUser:
+			if len(st.Args) == 0 || st.Args[0] == "" {
+				return errorf(http.StatusBadRequest, "step %d: %s needs an argument", n, st.Type)
+			}
+		case sandlotv1.StepEnv:
+			if len(st.Args) == 0 || len(st.Args)%2 != 0 {
+				return errorf(http.StatusBadRequest, "step %d: ENV needs name, value pairs", n)
+			}
+		case sandlotv1.StepCopy:
+			if len(st.Args) < 2 || !filesHash.MatchString(st.FilesHash) {
+				return errorf(http.StatusBadRequest, "step %d: COPY needs src, dest and the filesHash of its upload", n)
+			}
+			if err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: teamOf(r.Context()), Name: sandlotv1.BuildFilesName(st.FilesHash)},
+				&corev1.ConfigMap{}); err != nil {
+				return errorf(http.StatusBadRequest, "step %d: COPY %s: its files (%s) were not uploaded", n, st.Args[0], st.FilesHash)
+			}
+		default:
+			return errorf(http.StatusBadRequest, "step %d: step type %q is not supported (RUN, COPY, ENV, WORKDIR, USER are)", n, st.Type)
+		}
+	}
+	return nil
+}
+
+// putTemplate creates the template or replaces its image, size and build,
+// keeping what else it has (warm pool, ports, timeout).
+func (s *Server) putTemplate(r *http.Request, name string, spec sandlotv1.TemplateSpec) *apiError {
+	ns := teamOf(r.Context())
+	tpl := &sandlotv1.Template{}
+	err := s.kube.direct.Get(r.Context(), client.ObjectKey{Namespace: ns, Name: name}, tpl) // the latest: an update of a stale one conflicts
+	switch {
+	case apierrors.IsNotFound(err):
+		tpl = &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
+		if err := s.kube.Create(r.Context(), tpl); err != nil {
+			return kubeError("create template "+name, err)
+		}
+		return nil
+	case err != nil:
+		return kubeError("get template "+name, err)
+	}
+	tpl.Spec.Image, tpl.Spec.Resources, tpl.Spec.Build = spec.Image, spec.Resources, spec.Build
+	if spec.Env != nil {
+		tpl.Spec.Env = spec.Env
+	}
+	if err := s.kube.Update(r.Context(), tpl); err != nil {
+		return kubeError("update template "+name, err)
+	}
+	return nil
+}
+
+// aliasExists answers GET /templates/aliases/{alias}.
+func (s *Server) aliasExists(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	alias := r.PathValue("alias")
+	tpl := &sandlotv1.Template{}
+	if err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: teamOf(r.Context()), Name: alias}, tpl); err != nil {
+		return 0, nil, errorf(http.StatusNotFound, "template %q not found", alias)
+	}
+	return http.StatusOK, map[string]any{"templateID": tpl.Name, "public": false}, nil
+}

@@ -1,0 +1,148 @@
+package e2b
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/test/poll"
+)
+
+// TestTemplateBuildAPI walks the SDK's Template().build() calls against
+// the real API server: name a build, upload a COPY step's files through
+// the signed link, start the build (a Template with spec.build), then
+// read its status and logs as the controller and node agent report them.
+func TestTemplateBuildAPI(t *testing.T) {
+	f := setup(t)
+	req := decode[map[string]any](t, f.api(t, "POST", "/v3/templates", map[string]any{"name": "built", "cpuCount": 2, "memoryMB": 256}), http.StatusAccepted)
+	buildID, _ := req["buildID"].(string)
+	if req["templateID"] != "built" || !regexp.MustCompile(`^[0-9a-f]{16}-2x256$`).MatchString(buildID) {
+		t.Fatalf("POST /v3/templates = %v", req)
+	}
+	hash := strings.Repeat("ab", 32)
+	link := decode[map[string]any](t, f.api(t, "GET", "/templates/built/files/"+hash, nil), http.StatusCreated)
+	up, _ := link["url"].(string)
+	if link["present"] != false || !strings.Contains(up, uploadPrefix+"built/"+hash) {
+		t.Fatalf("upload link = %v", link)
+	}
+	u, err := url.Parse(up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := strings.Replace(u.RequestURI(), "sig=", "sig=00", 1)
+	call(t, f.url, "PUT", forged, "x").wantError(t, http.StatusForbidden, "not valid")
+	otherTeam := strings.Replace(u.RequestURI(), "team="+testNS, "team=kube-system", 1)
+	call(t, f.url, "PUT", otherTeam, "x").wantError(t, http.StatusForbidden, "not valid")
+	call(t, f.url, "PUT", u.RequestURI(), strings.Repeat("x", maxFilesBytes+1)).wantError(t, http.StatusRequestEntityTooLarge, "KiB")
+	if r := call(t, f.url, "PUT", u.RequestURI(), "the tar"); r.code != http.StatusOK {
+		t.Fatalf("PUT to the upload link: %d %s", r.code, r.body)
+	}
+	again := decode[map[string]any](t, f.api(t, "GET", "/templates/built/files/"+hash, nil), http.StatusCreated)
+	if again["present"] != true {
+		t.Fatalf("after the upload, the link = %v, want present", again)
+	}
+
+	steps := []map[string]any{{"type": "ENV", "args": []string{"GREETING", "hi"}}, {"type": "WORKDIR", "args": []string{"/app"}},
+		{"type": "COPY", "args": []string{"hello.txt", "/app/", "", ""}, "filesHash": hash, "forceUpload": false},
+		{"type": "RUN", "args": []string{"echo built > marker", "root"}}}
+	start := "/v2/templates/built/builds/" + buildID
+	refuseBadBuilds(t, f, start)
+	f.api(t, "POST", "/v2/templates/built/builds/0123456789abcdef-1x1", map[string]any{"fromImage": "img"}).wantError(t, http.StatusNotFound, "not requested")
+	if r := f.api(t, "POST", start, map[string]any{"fromImage": "registry.example/base:1", "steps": steps, "startCmd": "serve", "readyCmd": "true"}); r.code != http.StatusAccepted {
+		t.Fatalf("start the build: %d %s", r.code, r.body)
+	}
+	tpl := &sandlotv1.Template{}
+	if err := f.c.Get(context.Background(), client.ObjectKey{Namespace: testNS, Name: "built"}, tpl); err != nil {
+		t.Fatal(err)
+	}
+	b := tpl.Spec.Build
+	if tpl.Spec.Image != "registry.example/base:1" || tpl.Spec.Resources != (sandlotv1.Resources{VCPU: 2, MemoryMiB: 256}) ||
+		b == nil || b.ID != buildID || len(b.Steps) != 4 || b.Steps[2].FilesHash != hash || b.StartCmd != "serve" {
+		t.Fatalf("the Template = %+v, build %+v", tpl.Spec, b)
+	}
+	checkBuildStatus(t, f, tpl, buildID)
+}
+
+// checkBuildStatus plays the controller and the node agent: a failed base
+// with its log, then reads the status as the SDK polls it.
+func checkBuildStatus(t *testing.T, f *fixture, tpl *sandlotv1.Template, buildID string) {
+	status := "/templates/built/builds/" + buildID + "/status"
+	st := decode[map[string]any](t, f.api(t, "GET", status, nil), http.StatusOK)
+	if st["status"] != "building" {
+		t.Fatalf("before the controller saw it, status = %v", st)
+	}
+	builder := "built-base-x"
+	var lines []string
+	at := time.Now().UTC()
+	for i := range 150 {
+		lines = append(lines, fmt.Sprintf(`{"t":%q,"level":"info","msg":"line %d","step":4}`, at.Add(time.Duration(i)*time.Millisecond).Format(time.RFC3339Nano), i))
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: sandlotv1.BuildLogName(builder), Namespace: testNS},
+		Data: map[string]string{sandlotv1.BuildLogKey: strings.Join(lines, "\n") + "\n"}}
+	if err := f.c.Create(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+	msg := `step 4: "echo built > marker" exited with status 1: no space`
+	tpl.Status = sandlotv1.TemplateStatus{ObservedGeneration: tpl.Generation, BaseRevision: "r1",
+		BaseSnapshots: []sandlotv1.BaseSnapshot{{Node: "n1", Revision: "r1", Phase: sandlotv1.BaseFailed, Snapshot: builder, Reason: sandlotv1.ReasonBuildFailed, Message: msg}},
+		Conditions: []metav1.Condition{{Type: sandlotv1.ConditionBaseSnapshotReady, Status: metav1.ConditionFalse, Reason: sandlotv1.ReasonBuildFailed,
+			Message: msg, ObservedGeneration: tpl.Generation, LastTransitionTime: metav1.Now()}}}
+	if err := f.c.Status().Update(context.Background(), tpl); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll.Within(10*time.Second, "the status in the server's cache", func() error {
+		got := &sandlotv1.Template{}
+		if err := f.kube.Get(context.Background(), client.ObjectKeyFromObject(tpl), got); err != nil {
+			return err
+		}
+		if got.ResourceVersion != tpl.ResourceVersion {
+			return fmt.Errorf("resourceVersion %s, want %s", got.ResourceVersion, tpl.ResourceVersion)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	first := decode[map[string]any](t, f.api(t, "GET", status, nil), http.StatusOK)
+	second := decode[map[string]any](t, f.api(t, "GET", status+"?logsOffset=100", nil), http.StatusOK)
+	reason, _ := first["reason"].(map[string]any)
+	if first["status"] != "error" || reason["step"] != "4" || reason["message"] != msg || len(first["logEntries"].([]any)) != 100 ||
+		len(second["logEntries"].([]any)) != 50 {
+		t.Fatalf("status = %v / %v", first, second)
+	}
+	logs := decode[map[string]any](t, f.api(t, "GET", "/templates/built/builds/"+buildID+"/logs?direction=backward&limit=2", nil), http.StatusOK)
+	if got := fmt.Sprint(logs["logs"]); !strings.Contains(got, "line 149") || strings.Contains(got, "line 147") {
+		t.Fatalf("newest two log lines = %s", got)
+	}
+	f.api(t, "GET", "/templates/built/builds/0123456789abcdef-1x1/status", nil).wantError(t, http.StatusNotFound, "current build")
+	decode[map[string]any](t, f.api(t, "GET", "/templates/aliases/built", nil), http.StatusOK)
+	f.api(t, "GET", "/templates/aliases/nope", nil).wantError(t, http.StatusNotFound, "not found")
+}
+
+// refuseBadBuilds: what the builder would not run is refused by name
+// before a Template is written.
+func refuseBadBuilds(t *testing.T, f *fixture, start string) {
+	bad := map[string]struct {
+		body any
+		msg  string
+	}{
+		"no base":            {map[string]any{"steps": []map[string]any{}}, "exactly one of fromImage and fromTemplate"},
+		"a registry":         {map[string]any{"fromImage": "img", "fromImageRegistry": map[string]any{"type": "registry", "username": "u", "password": "p"}}, "fromImageRegistry is not supported"},
+		"an unknown step":    {map[string]any{"fromImage": "img", "steps": []map[string]any{{"type": "ADD", "args": []string{"a", "b"}}}}, `step type "ADD"`},
+		"files not uploaded": {map[string]any{"fromImage": "img", "steps": []map[string]any{{"type": "COPY", "args": []string{"a", "/b"}, "filesHash": strings.Repeat("cd", 32)}}}, "were not uploaded"},
+		"an odd ENV":         {map[string]any{"fromImage": "img", "steps": []map[string]any{{"type": "ENV", "args": []string{"A"}}}}, "name, value pairs"},
+		"no such base":       {map[string]any{"fromTemplate": "nope"}, "no such template"},
+	}
+	for name, tc := range bad {
+		t.Run(name, func(t *testing.T) { f.api(t, "POST", start, tc.body).wantError(t, http.StatusBadRequest, tc.msg) })
+	}
+}

@@ -1,0 +1,101 @@
+// Templates built with the real, unmodified E2B SDK: Template().build()
+// and fromDockerfile through sandlot-api. Run once by test/e2b/e2b_test.go
+// (the builds do not depend on how sandbox traffic is routed).
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { Sandbox, Template, BuildError, waitForFile } from 'e2b'
+
+const image = process.env.SANDLOT_BUILD_IMAGE
+assert.ok(process.env.E2B_API_URL && process.env.E2B_API_KEY && image, 'run with E2B_API_URL, E2B_API_KEY and SANDLOT_BUILD_IMAGE')
+
+const context = fs.mkdtempSync(path.join(os.tmpdir(), 'sandlot-build-'))
+fs.writeFileSync(path.join(context, 'hello.txt'), 'hello from the build context\n')
+
+// every step kind; the start command keeps a file fresh once it runs
+function fullTemplate(runLine) {
+  return Template({ fileContextPath: context })
+    .fromImage(image)
+    .copy('hello.txt', '/app/')
+    .setEnvs({ GREETING: 'built in' })
+    .setWorkdir('/app')
+    .runCmd(runLine, { user: 'root' })
+    .setUser('user')
+    .runCmd('id -un > /tmp/built-as')
+    .setStartCmd('while true; do date +%s > /tmp/started; echo "start command tick"; sleep 1; done', waitForFile('/tmp/started'))
+}
+
+async function build(tpl, name) {
+  const logs = []
+  const began = Date.now()
+  await Template.build(tpl, name, { cpuCount: 1, memoryMB: 256, onBuildLogs: (e) => logs.push(e) })
+  return { logs, ms: Date.now() - began }
+}
+
+async function run(s, cmd) {
+  return (await s.commands.run(cmd)).stdout
+}
+
+test('Template.build: a file, an env, a workdir, a user, a RUN and a start command with a ready check', async () => {
+  const { logs, ms } = await build(fullTemplate('echo "marker $GREETING" > marker'), 'sdk-built')
+  const text = logs.map((e) => e.message).join('\n')
+  assert.match(text, /\[4\/6\] RUN echo "marker \$GREETING" > marker/, 'the build log names each step')
+  assert.match(text, /the ready command passed/)
+  console.log(`# built sdk-built in ${ms} ms`)
+  const s = await Sandbox.create('sdk-built', { timeoutMs: 120_000 })
+  try {
+    assert.equal(await s.files.read('/app/hello.txt'), 'hello from the build context\n')
+    assert.equal(await run(s, 'cat /app/marker'), 'marker built in\n', 'RUN ran in the WORKDIR with the ENV')
+    assert.equal(await run(s, 'cat /tmp/built-as'), 'user\n', 'USER applied to the step after it')
+    assert.equal(await run(s, 'echo "$GREETING"'), 'built in\n', 'the ENV is the sandbox\'s too')
+    const before = Number(await run(s, 'cat /tmp/started'))
+    await new Promise((r) => setTimeout(r, 2500))
+    assert.ok(Number(await run(s, 'cat /tmp/started')) > before, 'the start command runs in the sandbox')
+    let lines = []
+    for (let i = 0; i < 20 && !lines.some((l) => l.message === 'start command tick'); i++) {
+      const res = await fetch(`${process.env.E2B_API_URL}/v2/sandboxes/${s.sandboxId}/logs`, { headers: { 'X-API-KEY': process.env.E2B_API_KEY } })
+      assert.equal(res.status, 200)
+      lines = (await res.json()).logs
+      await new Promise((r) => setTimeout(r, 500))
+    }
+    assert.ok(lines.some((l) => l.message === 'start command tick'), `the start command's output in the sandbox's logs: ${JSON.stringify(lines.slice(-5))}`)
+  } finally {
+    await s.kill()
+  }
+})
+
+test('a rebuild of unchanged steps is a cache hit; a changed step builds again', async () => {
+  const cached = await build(fullTemplate('echo "marker $GREETING" > marker'), 'sdk-built')
+  const changed = await build(fullTemplate('echo "changed $GREETING" > marker'), 'sdk-built')
+  console.log(`# cached rebuild ${cached.ms} ms, rebuild with a changed step ${changed.ms} ms`)
+  assert.ok(cached.ms * 3 < changed.ms, `the cached rebuild (${cached.ms} ms) is not faster than a real one (${changed.ms} ms)`)
+  const s = await Sandbox.create('sdk-built', { timeoutMs: 60_000 })
+  try {
+    assert.equal(await run(s, 'cat /app/marker'), 'changed built in\n')
+  } finally {
+    await s.kill()
+  }
+})
+
+test('fromDockerfile: its steps become the build', async () => {
+  const dockerfile = `FROM ${image}\nENV FROM_DOCKERFILE=yes\nWORKDIR /srv\nRUN echo "df $FROM_DOCKERFILE" > df-marker\n`
+  await build(Template().fromDockerfile(dockerfile), 'sdk-dockerfile')
+  const s = await Sandbox.create('sdk-dockerfile', { timeoutMs: 60_000 })
+  try {
+    assert.equal(await run(s, 'cat /srv/df-marker'), 'df yes\n')
+  } finally {
+    await s.kill()
+  }
+})
+
+test('a failing RUN ends the build in error with its output', async () => {
+  const tpl = Template().fromImage(image).runCmd('echo about to fail; exit 3')
+  await assert.rejects(build(tpl, 'sdk-broken'), (err) => {
+    assert.ok(err instanceof BuildError, String(err))
+    assert.match(err.message, /exited with status 3/)
+    assert.match(err.message, /about to fail/)
+    return true
+  })
+})
