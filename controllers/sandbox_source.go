@@ -7,6 +7,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
@@ -88,7 +89,7 @@ func (r *SandboxReconciler) resolveTemplate(ctx context.Context, sbx *sandlotv1.
 		// on the node it builds for.
 		src.Data = dataSource{Nodes: nonEmpty(sbx.Annotations[sandlotv1.AnnotationBuildNode])}
 		src.Probe = builderProbe(tpl)
-		return src, nil
+		return r.builderCheckpoint(ctx, sbx, src)
 	}
 	if o := sbx.Spec.Resources; o != nil && ((o.VCPU != 0 && o.VCPU != src.VM.Resources.VCPU) ||
 		(o.MemoryMiB != 0 && o.MemoryMiB != src.VM.Resources.MemoryMiB)) {
@@ -96,6 +97,25 @@ func (r *SandboxReconciler) resolveTemplate(ctx context.Context, sbx *sandlotv1.
 			o.VCPU, o.MemoryMiB, tpl.Name, src.VM.Resources.VCPU, src.VM.Resources.MemoryMiB), nil
 	}
 	return r.resolveBase(ctx, tpl, src)
+}
+
+// builderCheckpoint makes a builder that starts from a build step
+// checkpoint restore it (on the node it builds for) instead of booting.
+func (r *SandboxReconciler) builderCheckpoint(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource) (resolvedSource, error) {
+	name, node := sbx.Annotations[sandlotv1.AnnotationBuildCheckpoint], sbx.Annotations[sandlotv1.AnnotationBuildNode]
+	if name == "" {
+		return src, nil
+	}
+	snap := &sandlotv1.Snapshot{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: name}, snap); client.IgnoreNotFound(err) != nil {
+		return resolvedSource{}, fmt.Errorf("get build checkpoint %s: %w", name, err)
+	}
+	if snap.Status.Phase != sandlotv1.DataReady || snap.DeletionTimestamp != nil || snap.Status.NodeName != node ||
+		snap.Labels[sandlotv1.LabelBuildCheckpoint] != src.Template {
+		return failing(sandlotv1.ReasonSourceFailed, "build checkpoint %q is gone or not Ready on %s: build the template again", name, node), nil
+	}
+	src.Restore = sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: snap.Name, UID: string(snap.UID), Location: snap.Status.Location}
+	return src, nil
 }
 
 // builderProbe is the template's readiness probe, or envd's /health: a

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +40,7 @@ type builderWorld struct {
 	// once the node agent reports them done (Built, nil until it starts).
 	Build bool
 	Built *metav1.Condition
+	Steps []sandlotv1.BuildStep // the build's steps, for its checkpoints
 }
 
 // buildTimeout bounds a builder's steps, start and ready commands.
@@ -47,7 +49,10 @@ const buildTimeout = time.Hour
 // buildStep is what to do next for one node.
 type buildStep struct {
 	CreateBuilder, CreateSnapshot, DeleteBuilder bool
-	Entry                                        sandlotv1.BaseSnapshot // the node's new status entry
+	// Checkpoint is the build step after which to snapshot the builder
+	// (the step cache), 0 for none.
+	Checkpoint int
+	Entry      sandlotv1.BaseSnapshot // the node's new status entry
 }
 
 // imageMissingReasons are the kubelet's waiting reasons for an image the
@@ -119,6 +124,9 @@ func decideSteps(w builderWorld, building func(string) buildStep, failed func(st
 		return buildStep{CreateSnapshot: true, Entry: building("the build is done: snapshotting").Entry}
 	case c != nil && c.Reason == sandlotv1.ReasonBuildStepFailed:
 		return failed(sandlotv1.ReasonBuildFailed, c.Message)
+	case c != nil && c.Reason == sandlotv1.ReasonBuildCheckpoint && checkpointable(w.Steps, int(w.Builder.Status.BuildCheckpoint)):
+		n := int(w.Builder.Status.BuildCheckpoint)
+		return buildStep{Checkpoint: n, Entry: building(fmt.Sprintf("checkpointing the builder after step %d", n)).Entry}
 	}
 	if started := w.Builder.Status.StartedAt; started != nil && w.Now.Sub(started.Time) > w.Probe+buildTimeout {
 		return failed(sandlotv1.ReasonBuildFailed, fmt.Sprintf("the build did not finish within %v", buildTimeout))
@@ -194,6 +202,9 @@ func baseName(tpl *sandlotv1.Template, node string) string {
 func (r *TemplateReconciler) buildNode(ctx context.Context, tpl *sandlotv1.Template, node string) (sandlotv1.BaseSnapshot, error) {
 	name := baseName(tpl, node)
 	w := builderWorld{Probe: probeTimeout(tpl), Now: time.Now(), Build: tpl.Spec.Build != nil}
+	if w.Build {
+		w.Steps = tpl.Spec.Build.Steps
+	}
 	for i := range tpl.Status.BaseSnapshots {
 		if b := &tpl.Status.BaseSnapshots[i]; b.Node == node && b.Revision == baseRevision(tpl) {
 			w.Entry = b
@@ -218,7 +229,12 @@ func (r *TemplateReconciler) buildNode(ctx context.Context, tpl *sandlotv1.Templ
 	step := decideBuild(w, sandlotv1.BaseSnapshot{Node: node, Revision: baseRevision(tpl), Snapshot: name})
 	switch {
 	case step.CreateBuilder:
-		err = r.Create(ctx, builderSandbox(tpl, node, name))
+		var from builderFrom
+		if from, err = r.lastCheckpoint(ctx, tpl, node); err == nil {
+			err = r.Create(ctx, builderSandbox(tpl, node, name, from))
+		}
+	case step.Checkpoint > 0:
+		err = r.Create(ctx, checkpointSnapshot(tpl, node, step.Checkpoint, name))
 	case step.CreateSnapshot:
 		err = r.Create(ctx, &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tpl.Namespace,
 			OwnerReferences: []metav1.OwnerReference{templateOwner(tpl)}},
@@ -232,8 +248,9 @@ func (r *TemplateReconciler) buildNode(ctx context.Context, tpl *sandlotv1.Templ
 	return step.Entry, err
 }
 
-// builderSandbox boots the template's image cold on node.
-func builderSandbox(tpl *sandlotv1.Template, node, name string) *sandlotv1.Sandbox {
+// builderSandbox boots the template's image cold on node, or restores
+// the checkpoint from names.
+func builderSandbox(tpl *sandlotv1.Template, node, name string, from builderFrom) *sandlotv1.Sandbox {
 	timeout := int32(probeTimeout(tpl)/time.Second) + 600
 	if tpl.Spec.Build != nil {
 		timeout += int32(buildTimeout / time.Second)
@@ -241,6 +258,10 @@ func builderSandbox(tpl *sandlotv1.Template, node, name string) *sandlotv1.Sandb
 	ann := map[string]string{sandlotv1.AnnotationBaseOf: tpl.Name, sandlotv1.AnnotationBuildNode: node}
 	if tpl.Spec.Build != nil {
 		ann[sandlotv1.AnnotationBuildDigest] = sandlotv1.BuildDigest(tpl.Spec.Build)
+	}
+	if from.Checkpoint != "" {
+		ann[sandlotv1.AnnotationBuildFromStep] = strconv.Itoa(from.Step)
+		ann[sandlotv1.AnnotationBuildCheckpoint] = from.Checkpoint
 	}
 	return &sandlotv1.Sandbox{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tpl.Namespace,

@@ -37,6 +37,12 @@ func TestDecideBuild(t *testing.T) {
 	built := func(s metav1.ConditionStatus, reason string) *metav1.Condition {
 		return &metav1.Condition{Type: sandlotv1.ConditionBuilt, Status: s, Reason: reason, Message: "m"}
 	}
+	twoRuns := []sandlotv1.BuildStep{{Type: sandlotv1.StepRun}, {Type: sandlotv1.StepRun}}
+	checkpointing := func(n int32) *sandlotv1.Sandbox {
+		b := running.DeepCopy()
+		b.Status.BuildCheckpoint = n
+		return b
+	}
 	cases := map[string]struct {
 		w         builderWorld
 		wantPhase sandlotv1.BasePhase
@@ -66,6 +72,10 @@ func TestDecideBuild(t *testing.T) {
 		"build: took too long": {w: builderWorld{Builder: &sandlotv1.Sandbox{Status: sandlotv1.SandboxStatus{Phase: sandlotv1.SandboxRunning,
 			StartedAt: &metav1.Time{Time: now.Add(-2 * buildTimeout)}}}, Pod: pod(true, ""), Build: true, Built: built(metav1.ConditionFalse, sandlotv1.ReasonBuildRunning)},
 			wantPhase: sandlotv1.BaseFailed, reason: sandlotv1.ReasonBuildFailed, want: buildStep{DeleteBuilder: true}},
+		"build: a step asks for its checkpoint": {w: builderWorld{Builder: checkpointing(2), Pod: pod(true, ""), Build: true, Steps: twoRuns,
+			Built: built(metav1.ConditionFalse, sandlotv1.ReasonBuildCheckpoint)}, wantPhase: sandlotv1.BaseBuilding, want: buildStep{Checkpoint: 2}},
+		"build: a checkpoint asked after no such step": {w: builderWorld{Builder: checkpointing(3), Pod: pod(true, ""), Build: true, Steps: twoRuns,
+			Built: built(metav1.ConditionFalse, sandlotv1.ReasonBuildCheckpoint)}, wantPhase: sandlotv1.BaseBuilding},
 		"already Ready: keep, no builder":   {w: builderWorld{Entry: ready}, wantPhase: sandlotv1.BaseReady},
 		"already Ready, builder left: drop": {w: builderWorld{Entry: ready, Builder: running}, wantPhase: sandlotv1.BaseReady, want: buildStep{DeleteBuilder: true}},
 	}
@@ -76,7 +86,8 @@ func TestDecideBuild(t *testing.T) {
 			if got.Entry.Phase != tc.wantPhase || (tc.reason != "" && got.Entry.Reason != tc.reason) {
 				t.Fatalf("entry %+v, want phase %s reason %q", got.Entry, tc.wantPhase, tc.reason)
 			}
-			if got.CreateBuilder != tc.want.CreateBuilder || got.CreateSnapshot != tc.want.CreateSnapshot || got.DeleteBuilder != tc.want.DeleteBuilder {
+			if got.CreateBuilder != tc.want.CreateBuilder || got.CreateSnapshot != tc.want.CreateSnapshot || got.DeleteBuilder != tc.want.DeleteBuilder ||
+				got.Checkpoint != tc.want.Checkpoint {
 				t.Fatalf("step %+v, want %+v", got, tc.want)
 			}
 		})
@@ -157,5 +168,44 @@ func TestBuildRevision(t *testing.T) {
 	}
 	if a, b := baseRevision(tpl(&sandlotv1.TemplateBuild{ID: "x", Force: true})), baseRevision(tpl(&sandlotv1.TemplateBuild{ID: "y", Force: true})); a == b {
 		t.Errorf("two forced builds share revision %s", a)
+	}
+}
+
+// TestBuildCheckpointName: a checkpoint after step n is named by steps
+// 1..n and the VM, so a changed later step still finds it and a changed
+// earlier one, another node or a forced build does not.
+func TestBuildCheckpointName(t *testing.T) {
+	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: "t", UID: "u1"}, Spec: sandlotv1.TemplateSpec{Image: "img",
+		Build: &sandlotv1.TemplateBuild{ID: "b1", Steps: []sandlotv1.BuildStep{
+			{Type: sandlotv1.StepRun, Args: []string{"one"}}, {Type: sandlotv1.StepRun, Args: []string{"two"}}}}}}
+	name := func(edit func(*sandlotv1.Template), node string, n int) string {
+		c := tpl.DeepCopy()
+		edit(c)
+		return sandlotv1.BuildCheckpointName(c, node, n)
+	}
+	same := func(*sandlotv1.Template) {}
+	base := name(same, "n1", 1)
+	if len(base) > 63 || base != name(func(c *sandlotv1.Template) { c.Spec.Build.ID = "b2" }, "n1", 1) {
+		t.Fatalf("%q: want a DNS label that a new build ID keeps", base)
+	}
+	if base != name(func(c *sandlotv1.Template) { c.Spec.Build.Steps[1].Args[0] = "changed" }, "n1", 1) {
+		t.Error("a changed step 2 renames step 1's checkpoint")
+	}
+	differ := map[string]string{
+		"step 2":             name(same, "n1", 2),
+		"another node":       name(same, "n2", 1),
+		"step 1 changed":     name(func(c *sandlotv1.Template) { c.Spec.Build.Steps[0].Args[0] = "uno" }, "n1", 1),
+		"another image":      name(func(c *sandlotv1.Template) { c.Spec.Image = "img2" }, "n1", 1),
+		"the template again": name(func(c *sandlotv1.Template) { c.UID = "u2" }, "n1", 1),
+		"forced":             name(func(c *sandlotv1.Template) { c.Spec.Build.Force = true }, "n1", 1),
+		"step 1 forced":      name(func(c *sandlotv1.Template) { c.Spec.Build.Steps[0].Force = true }, "n1", 1),
+	}
+	for what, got := range differ {
+		if got == base {
+			t.Errorf("%s: same checkpoint %q", what, got)
+		}
+	}
+	if base != name(func(c *sandlotv1.Template) { c.Spec.Build.Steps[1].Force = true }, "n1", 1) {
+		t.Error("step 2 forced renames step 1's checkpoint")
 	}
 }

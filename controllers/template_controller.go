@@ -112,6 +112,9 @@ func (r *TemplateReconciler) build(ctx context.Context, tpl *sandlotv1.Template)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.dropStaleCheckpoints(ctx, tpl, current); err != nil {
+		return ctrl.Result{}, err
+	}
 	tpl.Status.BaseSnapshots = append(old, slices.Collect(maps.Values(current))...)
 	slices.SortFunc(tpl.Status.BaseSnapshots, func(a, b sandlotv1.BaseSnapshot) int {
 		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Revision, b.Revision))

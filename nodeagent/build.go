@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -46,7 +47,7 @@ func (b *builds) maybeStart(ctx context.Context, sbx *sandlotv1.Sandbox, pod *co
 		return nil // not a builder here, or its guest agent does not answer yet (the kubelet's probe)
 	}
 	c := meta.FindStatusCondition(sbx.Status.Conditions, sandlotv1.ConditionBuilt)
-	if c != nil && c.ObservedGeneration == sbx.Generation && c.Reason != sandlotv1.ReasonBuildRunning {
+	if c != nil && c.ObservedGeneration == sbx.Generation && (c.Status == metav1.ConditionTrue || c.Reason == sandlotv1.ReasonBuildStepFailed) {
 		return nil // done
 	}
 	if _, busy := b.started.LoadOrStore(sbx.UID, struct{}{}); busy {
@@ -65,7 +66,7 @@ func (b *builds) maybeStart(ctx context.Context, sbx *sandlotv1.Sandbox, pod *co
 		// Running, but not here: the agent that ran it went away midway,
 		// and a step is not safe to run twice.
 		err := b.setBuilt(ctx, sbx, metav1.ConditionFalse, sandlotv1.ReasonBuildStepFailed,
-			"the node agent restarted during the build; build the template again")
+			"the node agent restarted during the build; build the template again", 0)
 		if err != nil {
 			b.started.Delete(sbx.UID)
 		}
@@ -77,17 +78,35 @@ func (b *builds) maybeStart(ctx context.Context, sbx *sandlotv1.Sandbox, pod *co
 		return fmt.Errorf("token of builder %s: %w", sbx.Name, err)
 	}
 	g := b.guest(pod.Status.PodIP, string(secret.Data[sandlotv1.TokenSecretKey]))
-	if err := b.setBuilt(ctx, sbx, metav1.ConditionFalse, sandlotv1.ReasonBuildRunning,
-		fmt.Sprintf("running %d build steps", len(tpl.Spec.Build.Steps))); err != nil {
+	from, err := fromStep(sbx, tpl.Spec.Build)
+	if err == nil {
+		err = b.setBuilt(ctx, sbx, metav1.ConditionFalse, sandlotv1.ReasonBuildRunning,
+			fmt.Sprintf("running build steps %d to %d", from+1, len(tpl.Spec.Build.Steps)), 0)
+	}
+	if err != nil {
 		b.started.Delete(sbx.UID)
 		return err
 	}
-	go b.run(context.WithoutCancel(ctx), sbx, tpl, g)
+	go b.run(context.WithoutCancel(ctx), sbx, tpl, g, from)
 	return nil
 }
 
+// fromStep is how many of the build's steps the builder's checkpoint
+// holds (0: it booted the image).
+func fromStep(sbx *sandlotv1.Sandbox, b *sandlotv1.TemplateBuild) (int, error) {
+	v, ok := sbx.Annotations[sandlotv1.AnnotationBuildFromStep]
+	if !ok {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > len(b.Steps) {
+		return 0, fmt.Errorf("builder %s: %s=%q is not a step of its build (0 to %d)", sbx.Name, sandlotv1.AnnotationBuildFromStep, v, len(b.Steps))
+	}
+	return n, nil
+}
+
 // run carries out one build and reports it in the Built condition.
-func (b *builds) run(ctx context.Context, sbx *sandlotv1.Sandbox, tpl *sandlotv1.Template, g guestRunner) {
+func (b *builds) run(ctx context.Context, sbx *sandlotv1.Sandbox, tpl *sandlotv1.Template, g guestRunner, from int) {
 	ctx, cancel := context.WithTimeout(ctx, buildDeadline)
 	defer cancel()
 	logger := log.FromContext(ctx).WithValues("builder", sbx.Name, "template", tpl.Name)
@@ -99,9 +118,10 @@ func (b *builds) run(ctx context.Context, sbx *sandlotv1.Sandbox, tpl *sandlotv1
 		env[e.Name] = e.Value
 	}
 	steps := &stepRunner{g: g, log: blog, env: env, readyPoll: time.Second,
-		files: func(ctx context.Context, hash string) ([]byte, error) { return b.files(ctx, tpl.Namespace, hash) }}
+		files:      func(ctx context.Context, hash string) ([]byte, error) { return b.files(ctx, tpl.Namespace, hash) },
+		checkpoint: func(ctx context.Context, n int) error { return b.checkpoint(ctx, sbx, tpl, n) }}
 	blog.line(0, "info", "building template %s on %s: %d steps", tpl.Name, b.Node, len(tpl.Spec.Build.Steps))
-	err := steps.runAll(ctx, tpl.Spec.Build)
+	err := steps.runAll(ctx, tpl.Spec.Build, from)
 	status, reason, msg := metav1.ConditionTrue, sandlotv1.ReasonBuildSucceeded, "the build steps ran and the start command is ready"
 	if err != nil {
 		status, reason, msg = metav1.ConditionFalse, sandlotv1.ReasonBuildStepFailed, err.Error()
@@ -116,7 +136,7 @@ func (b *builds) run(ctx context.Context, sbx *sandlotv1.Sandbox, tpl *sandlotv1
 	if ferr := blog.flush(rctx); ferr != nil {
 		logger.Error(ferr, "build log")
 	}
-	if err := b.setBuilt(rctx, sbx, status, reason, msg); err != nil {
+	if err := b.setBuilt(rctx, sbx, status, reason, msg, 0); err != nil {
 		logger.Error(err, "report the build")
 	}
 }
@@ -146,16 +166,20 @@ func (b *builds) files(ctx context.Context, ns, hash string) ([]byte, error) {
 	return data, nil
 }
 
-// setBuilt applies the builder's Built condition.
-func (b *builds) setBuilt(ctx context.Context, sbx *sandlotv1.Sandbox, status metav1.ConditionStatus, reason, msg string) error {
+// setBuilt applies the builder's Built condition, and the step it waits
+// for a checkpoint after (0: none).
+func (b *builds) setBuilt(ctx context.Context, sbx *sandlotv1.Sandbox, status metav1.ConditionStatus, reason, msg string, checkpoint int) error {
 	if len(msg) > 16<<10 {
 		msg = msg[:16<<10]
 	}
-	if err := applySandboxStatus(ctx, b.Client, sbx.Namespace, sbx.Name, BuildFieldManager,
-		map[string]any{"conditions": []any{conditionFields(sandlotv1.ConditionBuilt, status, reason, msg, sbx.Generation)}}); err != nil {
+	fields := map[string]any{"conditions": []any{conditionFields(sandlotv1.ConditionBuilt, status, reason, msg, sbx.Generation)}}
+	if checkpoint > 0 {
+		fields["buildCheckpoint"] = checkpoint
+	}
+	if err := applySandboxStatus(ctx, b.Client, sbx.Namespace, sbx.Name, BuildFieldManager, fields); err != nil {
 		return fmt.Errorf("apply Built of builder %s: %w", sbx.Name, err)
 	}
-	if b.Recorder != nil && reason != sandlotv1.ReasonBuildRunning {
+	if b.Recorder != nil && (status == metav1.ConditionTrue || reason == sandlotv1.ReasonBuildStepFailed) {
 		typ := corev1.EventTypeNormal
 		if status != metav1.ConditionTrue {
 			typ = corev1.EventTypeWarning

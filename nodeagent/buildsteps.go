@@ -31,10 +31,13 @@ func (f *stepFailure) Error() string { return fmt.Sprintf("step %d: %s", f.Step,
 type stepRunner struct {
 	g     guestRunner
 	files func(ctx context.Context, hash string) ([]byte, error)
-	log   *buildLog
-	env   map[string]string
-	user  string // "" = the guest's default user
-	cwd   string // "" = the user's home
+	// checkpoint snapshots the guest after a step that changed it (the
+	// step cache); nil: none taken.
+	checkpoint func(ctx context.Context, n int) error
+	log        *buildLog
+	env        map[string]string
+	user       string // "" = the guest's default user
+	cwd        string // "" = the user's home
 	// readyPoll is how often the ready command is tried.
 	readyPoll time.Duration
 }
@@ -42,17 +45,52 @@ type stepRunner struct {
 // outputTail bounds the output a failed step's message carries.
 const outputTail = 4 << 10
 
-// runAll runs the steps, then the start command until the ready command
-// passes. An error is a *stepFailure or the VM being unreachable.
-func (s *stepRunner) runAll(ctx context.Context, b *sandlotv1.TemplateBuild) error {
+// runAll runs the steps after the first from (which the guest's
+// checkpoint holds: only their ENV, WORKDIR and USER are taken up again),
+// then the start command until the ready command passes. An error is a
+// *stepFailure or the VM being unreachable.
+func (s *stepRunner) runAll(ctx context.Context, b *sandlotv1.TemplateBuild, from int) error {
 	for i, st := range b.Steps {
 		n := i + 1
-		s.log.line(n, "info", "[%d/%d] %s %s", n, len(b.Steps), st.Type, strings.Join(st.Args, " "))
+		line := fmt.Sprintf("[%d/%d] %s %s", n, len(b.Steps), st.Type, strings.Join(st.Args, " "))
+		if n <= from {
+			s.log.line(n, "info", "CACHED %s", line)
+			s.replay(st)
+			continue
+		}
+		s.log.line(n, "info", "%s", line)
 		if err := s.step(ctx, n, st); err != nil {
 			return err
 		}
+		if s.checkpoint != nil && st.Type.ChangesGuest() {
+			began := time.Now()
+			if err := s.checkpoint(ctx, n); err != nil {
+				s.log.line(n, "warn", "no checkpoint after step %d (a later build runs it again): %v", n, err)
+			} else {
+				s.log.line(n, "info", "checkpoint after step %d in %d ms", n, time.Since(began).Milliseconds())
+			}
+		}
 	}
 	return s.start(ctx, len(b.Steps)+1, b.StartCmd, b.ReadyCmd)
+}
+
+// replay takes up what a step done in an earlier build set for the steps
+// after it: its ENV, WORKDIR or USER.
+func (s *stepRunner) replay(st sandlotv1.BuildStep) {
+	switch st.Type {
+	case sandlotv1.StepEnv:
+		for i := 0; i+1 < len(st.Args); i += 2 {
+			s.env[st.Args[i]] = st.Args[i+1]
+		}
+	case sandlotv1.StepWorkdir:
+		if len(st.Args) > 0 {
+			s.cwd = s.resolve(st.Args[0])
+		}
+	case sandlotv1.StepUser:
+		if len(st.Args) > 0 {
+			s.user = st.Args[0]
+		}
+	}
 }
 
 func (s *stepRunner) step(ctx context.Context, n int, st sandlotv1.BuildStep) error {
@@ -72,9 +110,7 @@ func (s *stepRunner) step(ctx context.Context, n int, st sandlotv1.BuildStep) er
 	case sandlotv1.StepCopy:
 		return s.copy(ctx, n, st.FilesHash, arg(0), arg(1), arg(2), arg(3))
 	case sandlotv1.StepEnv:
-		for i := 0; i+1 < len(st.Args); i += 2 {
-			s.env[st.Args[i]] = st.Args[i+1]
-		}
+		s.replay(st)
 		return nil
 	case sandlotv1.StepWorkdir:
 		dir := s.resolve(arg(0))

@@ -70,7 +70,7 @@ func TestBuildStepsCarryEnvWorkdirUser(t *testing.T) {
 		{Type: sandlotv1.StepCopy, Args: []string{"src/", "dest", "", "0755"}, FilesHash: "abcd1234abcd1234"},
 		{Type: sandlotv1.StepRun, Args: []string{"whoami", "root"}},
 	}}
-	if err := newSteps(g).runAll(context.Background(), b); err != nil {
+	if err := newSteps(g).runAll(context.Background(), b, 0); err != nil {
 		t.Fatal(err)
 	}
 	byCmd := map[string]execRequest{}
@@ -98,6 +98,59 @@ func TestBuildStepsCarryEnvWorkdirUser(t *testing.T) {
 	}
 }
 
+// A build from a checkpoint after step 3 runs only steps 4 on, with the
+// ENV, WORKDIR and USER of steps 1-3 taken up; every later step that
+// changes the guest is checkpointed, ENV and USER are not.
+func TestBuildFromCheckpoint(t *testing.T) {
+	g := &fakeGuest{writes: map[string]string{}, answer: func(execRequest) (string, int) { return "", 0 }}
+	b := &sandlotv1.TemplateBuild{Steps: []sandlotv1.BuildStep{
+		{Type: sandlotv1.StepEnv, Args: []string{"GREETING", "hi"}},
+		{Type: sandlotv1.StepWorkdir, Args: []string{"/app"}},
+		{Type: sandlotv1.StepUser, Args: []string{"user"}},
+		{Type: sandlotv1.StepRun, Args: []string{"changed"}},
+		{Type: sandlotv1.StepEnv, Args: []string{"LATER", "1"}},
+		{Type: sandlotv1.StepWorkdir, Args: []string{"sub"}},
+		{Type: sandlotv1.StepRun, Args: []string{"last"}},
+	}}
+	steps := newSteps(g)
+	var checkpoints []int
+	steps.checkpoint = func(_ context.Context, n int) error {
+		checkpoints = append(checkpoints, n)
+		if n == 6 {
+			return errors.New("snapshot failed") // the build goes on without it
+		}
+		return nil
+	}
+	if err := steps.runAll(context.Background(), b, 3); err != nil {
+		t.Fatal(err)
+	}
+	var cmds []string
+	for _, r := range g.reqs {
+		cmds = append(cmds, r.Cmd)
+	}
+	if len(g.reqs) != 3 || g.reqs[0].Cmd != "changed" || g.reqs[2].Cmd != "last" {
+		t.Fatalf("ran %q, want changed, the WORKDIR's mkdir, last", cmds)
+	}
+	if r := g.reqs[0]; r.User != "user" || r.Cwd != "/app" || r.Env["GREETING"] != "hi" {
+		t.Errorf("RUN changed = %+v, want the cached steps' user, workdir and env", r)
+	}
+	if r := g.reqs[2]; r.Cwd != "/app/sub" || r.Env["LATER"] != "1" {
+		t.Errorf("RUN last = %+v", r)
+	}
+	if fmt.Sprint(checkpoints) != "[4 6 7]" {
+		t.Errorf("checkpoints after steps %v, want [4 6 7]", checkpoints)
+	}
+	log := steps.log.buf.String()
+	for _, want := range []string{"CACHED [1/7] ENV GREETING hi", "CACHED [3/7] USER user", "no checkpoint after step 6"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the build log lacks %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, "CACHED [4/7]") {
+		t.Errorf("step 4 logged as cached:\n%s", log)
+	}
+}
+
 func TestBuildStepFailureCarriesItsOutput(t *testing.T) {
 	g := &fakeGuest{writes: map[string]string{}, answer: func(r execRequest) (string, int) {
 		if r.Cmd == "false" {
@@ -107,7 +160,7 @@ func TestBuildStepFailureCarriesItsOutput(t *testing.T) {
 	}}
 	b := &sandlotv1.TemplateBuild{Steps: []sandlotv1.BuildStep{{Type: sandlotv1.StepRun, Args: []string{"true"}},
 		{Type: sandlotv1.StepRun, Args: []string{"false"}}, {Type: sandlotv1.StepRun, Args: []string{"never"}}}}
-	err := newSteps(g).runAll(context.Background(), b)
+	err := newSteps(g).runAll(context.Background(), b, 0)
 	f := asFailure(err)
 	if f == nil || f.Step != 2 || !strings.Contains(f.Message, "status 3") || !strings.HasSuffix(f.Message, "the real reason") ||
 		len(f.Message) > outputTail+100 || !strings.HasPrefix(err.Error(), "step 2: ") {
@@ -127,7 +180,7 @@ func TestBuildStartCommandExitingFails(t *testing.T) {
 		}
 		return "", 1 // never ready
 	}}
-	err := newSteps(g).runAll(context.Background(), &sandlotv1.TemplateBuild{StartCmd: "serve", ReadyCmd: "ready?"})
+	err := newSteps(g).runAll(context.Background(), &sandlotv1.TemplateBuild{StartCmd: "serve", ReadyCmd: "ready?"}, 0)
 	if f := asFailure(err); f == nil || f.Step != 1 || !strings.Contains(f.Message, "exited with status 1 before the ready command passed") {
 		t.Fatalf("err = %v", err)
 	}

@@ -195,6 +195,12 @@ type SandboxStatus struct {
 	// from (sandboxes of a template never boot cold).
 	// +optional
 	BaseSnapshot string `json:"baseSnapshot,omitempty"`
+	// BuildCheckpoint, on a template's builder, is the build step after
+	// which the node agent waits for the checkpoint Snapshot (set with
+	// the Built condition's reason BuildCheckpoint).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	BuildCheckpoint int32 `json:"buildCheckpoint,omitempty"`
 	// LastRollbackRequestID is the last rollback the agent carried out.
 	// +optional
 	LastRollbackRequestID string `json:"lastRollbackRequestID,omitempty"`

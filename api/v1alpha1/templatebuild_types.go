@@ -110,6 +110,10 @@ const (
 	ReasonBuildRunning    = "BuildRunning"
 	ReasonBuildSucceeded  = "BuildSucceeded"
 	ReasonBuildStepFailed = "BuildStepFailed"
+	// ReasonBuildCheckpoint: the node agent waits, after the step in the
+	// builder's status.buildCheckpoint, for the Template controller's
+	// checkpoint Snapshot of the builder (the step cache).
+	ReasonBuildCheckpoint = "BuildCheckpoint"
 )
 
 // SandboxEnv is the env every sandbox of the template gets: spec.env,
@@ -140,6 +144,56 @@ func MergeEnv(base, over []EnvVar) []EnvVar {
 		out = append(out, e)
 	}
 	return out
+}
+
+// The step cache: after each step that changes the guest (RUN, COPY,
+// WORKDIR) the builder is snapshotted (a checkpoint, owned by the
+// Template, named by everything the guest's state then depends on); a
+// later build restores its builder from the last checkpoint whose steps
+// are unchanged and runs only the steps after it.
+const (
+	// AnnotationBuildFromStep on a builder Sandbox: it restores the
+	// checkpoint AnnotationBuildCheckpoint, which holds the guest after
+	// this many steps; the node agent runs the steps after them.
+	AnnotationBuildFromStep   = "sandlot.dev/build-from-step"
+	AnnotationBuildCheckpoint = "sandlot.dev/build-checkpoint"
+	// LabelBuildCheckpoint marks a checkpoint Snapshot with its Template.
+	LabelBuildCheckpoint = "sandlot.dev/build-checkpoint"
+)
+
+// ChangesGuest is whether a step of this type changes the guest's disk or
+// memory (ENV and USER only change how later steps run).
+func (t BuildStepType) ChangesGuest() bool { return t != StepEnv && t != StepUser }
+
+// BuildCheckpointName names the checkpoint of tpl's builder on node after
+// step n (1-based, a step that ChangesGuest): a digest of the template
+// (its UID, so a template made again under the name starts afresh), the
+// VM the builder boots, the node and steps 1..n. A forced build, or a
+// step forced at or before n, adds the build's ID: it runs again.
+func BuildCheckpointName(tpl *Template, node string, n int) string {
+	b := tpl.Spec.Build
+	steps := make([]BuildStep, n)
+	copy(steps, b.Steps[:n])
+	id := ""
+	for i := range steps {
+		if steps[i].Force || b.Force {
+			id = b.ID
+		}
+		steps[i].Force = false
+	}
+	raw, _ := json.Marshal(struct {
+		UID, Node, Image, ID string
+		Resources            Resources
+		WritableLayerMiB     int32
+		Env                  []EnvVar
+		Steps                []BuildStep
+	}{string(tpl.UID), node, tpl.Spec.Image, id, tpl.Spec.Resources, tpl.Spec.WritableLayerMiB, tpl.Spec.Env, steps})
+	sum := sha256.Sum256(raw)
+	name := tpl.Name
+	if len(name) > 36 {
+		name = name[:36]
+	}
+	return name + "-step-" + hex.EncodeToString(sum[:6])
 }
 
 // AnnotationBuildDigest on a builder Sandbox is BuildDigest of the build

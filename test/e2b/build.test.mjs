@@ -66,14 +66,24 @@ test('Template.build: a file, an env, a workdir, a user, a RUN and a start comma
   }
 })
 
-test('a rebuild of unchanged steps is a cache hit; a changed step builds again', async () => {
+test('a rebuild of unchanged steps is a cache hit; a changed step runs again with only the steps after it', async () => {
   const cached = await build(fullTemplate('echo "marker $GREETING" > marker'), 'sdk-built')
   const changed = await build(fullTemplate('echo "changed $GREETING" > marker'), 'sdk-built')
-  console.log(`# cached rebuild ${cached.ms} ms, rebuild with a changed step ${changed.ms} ms`)
+  console.log(`# cached rebuild ${cached.ms} ms, rebuild with step 4 of 6 changed ${changed.ms} ms`)
   assert.ok(cached.ms * 3 < changed.ms, `the cached rebuild (${cached.ms} ms) is not faster than a real one (${changed.ms} ms)`)
+  const text = changed.logs.map((e) => e.message).join('\n')
+  for (const step of ['[1/6] COPY', '[2/6] ENV', '[3/6] WORKDIR']) {
+    assert.ok(text.includes(`CACHED ${step}`), `step ${step} is not cached:\n${text}`)
+  }
+  for (const step of ['[4/6] RUN', '[5/6] USER', '[6/6] RUN']) {
+    assert.ok(text.includes(step) && !text.includes(`CACHED ${step}`), `step ${step} did not run again:\n${text}`)
+  }
   const s = await Sandbox.create('sdk-built', { timeoutMs: 60_000 })
   try {
     assert.equal(await run(s, 'cat /app/marker'), 'changed built in\n')
+    assert.equal(await s.files.read('/app/hello.txt'), 'hello from the build context\n', 'the cached COPY\'s file is there')
+    assert.equal(await run(s, 'cat /tmp/built-as'), 'user\n')
+    assert.ok(Number(await run(s, 'cat /tmp/started')) > 0, 'the start command runs')
   } finally {
     await s.kill()
   }

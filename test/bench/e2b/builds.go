@@ -25,6 +25,7 @@ var buildSteps = []string{"echo one > /tmp/one", "mkdir -p /opt/app && echo two 
 const (
 	rowBuild  = "template build: image + 3 RUN steps, to ready"
 	rowCached = "template rebuild, same steps (cache hit)"
+	rowStep3  = "template rebuild, step 3 changed (steps 1-2 cached)"
 	rowByHand = "by hand: image base (cold boot, snapshot) + sandbox + 3 commands"
 )
 
@@ -35,18 +36,23 @@ const (
 // booted cold, probed and snapshotted) plus the three commands run in a
 // sandbox of it through envd.
 func (b *bench) builds(n int) {
-	var built, cached, byHand []float64
+	var built, cached, step3, byHand []float64
 	for i := range n {
 		name := fmt.Sprintf("bench-built-%d", i)
-		d, err := b.buildTemplate(name)
+		d, err := b.buildTemplate(name, buildSteps)
 		if err != nil {
 			b.t.Fatalf("build %s: %v", name, err)
 		}
 		built = append(built, ms(d))
-		if d, err = b.buildTemplate(name); err != nil {
+		if d, err = b.buildTemplate(name, buildSteps); err != nil {
 			b.t.Fatalf("rebuild %s: %v", name, err)
 		}
 		cached = append(cached, ms(d))
+		changed := append(buildSteps[:2:2], "sha256sum /bin/ls > /tmp/three")
+		if d, err = b.buildTemplate(name, changed); err != nil {
+			b.t.Fatalf("rebuild %s with step 3 changed: %v", name, err)
+		}
+		step3 = append(step3, ms(d))
 		if d, err = b.byHand(fmt.Sprintf("bench-plain-%d", i)); err != nil {
 			b.t.Fatalf("by hand: %v", err)
 		}
@@ -55,14 +61,15 @@ func (b *bench) builds(n int) {
 	}
 	b.table.Add(rowBuild, "ms", built, "each a new template: builder boot, steps, snapshot")
 	b.table.Add(rowCached, "ms", cached, "a new build ID, the same steps: the base is reused")
+	b.table.Add(rowStep3, "ms", step3, "the builder restores step 2's checkpoint and runs step 3")
 	b.table.Add(rowByHand, "ms", byHand, "a Template of the image without steps, then a sandbox, then the commands through envd")
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// buildTemplate builds name from the default image with buildSteps as the
-// SDK does, and returns the time until its status is ready.
-func (b *bench) buildTemplate(name string) (time.Duration, error) {
+// buildTemplate builds name from the default image with the RUN steps as
+// the SDK does, and returns the time until its status is ready.
+func (b *bench) buildTemplate(name string, runs []string) (time.Duration, error) {
 	env, err := vmtest.LoadEnv()
 	if err != nil {
 		return 0, err
@@ -74,8 +81,8 @@ func (b *bench) buildTemplate(name string) (time.Duration, error) {
 	if err := b.callJSON(http.MethodPost, "/v3/templates", fmt.Sprintf(`{"name":%q,"cpuCount":1,"memoryMB":256}`, name), http.StatusAccepted, &req); err != nil {
 		return 0, err
 	}
-	steps := make([]map[string]any, 0, len(buildSteps))
-	for _, s := range buildSteps {
+	steps := make([]map[string]any, 0, len(runs))
+	for _, s := range runs {
 		steps = append(steps, map[string]any{"type": "RUN", "args": []string{s, "root"}})
 	}
 	body, _ := json.Marshal(map[string]any{"fromImage": env.ImageRef, "steps": steps})

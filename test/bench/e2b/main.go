@@ -384,6 +384,7 @@ func (b *bench) report(w io.Writer, asJSON bool) {
 	}
 	b.table.Ratio(w, rowBuild, rowByHand)
 	b.table.Ratio(w, rowCached, rowByHand)
+	b.table.Ratio(w, rowStep3, rowBuild)
 	for _, r := range b.table.Results {
 		if r.Note != "" {
 			fmt.Fprintf(w, "%s: %s\n", r.Name, r.Note)
