@@ -47,7 +47,8 @@ func (r *TemplateReconciler) lastCheckpoint(ctx context.Context, tpl *sandlotv1.
 		if err != nil {
 			return builderFrom{}, err
 		}
-		if snap == nil || snap.DeletionTimestamp != nil || snap.Status.Phase != sandlotv1.DataReady || snap.Status.NodeName != node {
+		if snap == nil || snap.DeletionTimestamp != nil || snap.Status.Phase != sandlotv1.DataReady || snap.Status.NodeName != node ||
+			!metav1.IsControlledBy(snap, tpl) {
 			continue
 		}
 		done := n
