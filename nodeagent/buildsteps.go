@@ -62,7 +62,7 @@ func (s *stepRunner) runAll(ctx context.Context, b *sandlotv1.TemplateBuild, fro
 		if err := s.step(ctx, n, st); err != nil {
 			return err
 		}
-		if s.checkpoint != nil && st.Type.ChangesGuest() {
+		if s.checkpoint != nil && st.Type.ChangesGuest() && !baseFollows(b, n) {
 			began := time.Now()
 			if err := s.checkpoint(ctx, n); err != nil {
 				s.log.line(n, "warn", "no checkpoint after step %d (a later build runs it again): %v", n, err)
@@ -72,6 +72,21 @@ func (s *stepRunner) runAll(ctx context.Context, b *sandlotv1.TemplateBuild, fro
 		}
 	}
 	return s.start(ctx, len(b.Steps)+1, b.StartCmd, b.ReadyCmd)
+}
+
+// baseFollows: step n is the last to change the guest and no start or
+// ready command runs after it — the base snapshot taken next holds the
+// same guest, so a checkpoint there would only cost its time.
+func baseFollows(b *sandlotv1.TemplateBuild, n int) bool {
+	if b.StartCmd != "" || b.ReadyCmd != "" {
+		return false
+	}
+	for _, st := range b.Steps[n:] {
+		if st.Type.ChangesGuest() {
+			return false
+		}
+	}
+	return true
 }
 
 // replay takes up what a step done in an earlier build set for the steps

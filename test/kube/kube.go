@@ -33,6 +33,10 @@ type Env struct {
 	Client client.Client
 	Scheme *k8sruntime.Scheme
 
+	// ChartValues render the chart's RBAC the components run under (set
+	// before the first ComponentConfig; nil: the chart's defaults).
+	ChartValues map[string]any
+
 	rbacOnce sync.Once
 	rbacErr  error
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 
@@ -91,10 +92,26 @@ func ApplyRBAC(ctx context.Context, c client.Client, objs []*unstructured.Unstru
 
 // ComponentConfig is a client config that authenticates as a sandlot
 // component's service account (its user name and groups), with the
-// chart's RBAC installed first (values: the chart's defaults).
+// chart's RBAC installed first (values: Env.ChartValues, the chart's
+// defaults when nil).
 func (e *Env) ComponentConfig(component string) (*rest.Config, error) {
+	user, err := e.componentUser(component)
+	if err != nil {
+		return nil, err
+	}
+	cfg := user.Config()
+	// As the binaries' ctrl.GetConfig() sets it: no client-side rate limit
+	// (the API server's fairness rules). An unset QPS is client-go's 5/s,
+	// which would throttle the component under test.
+	cfg.QPS = -1
+	return cfg, nil
+}
+
+// componentUser installs the chart's RBAC (once) and adds the envtest
+// user of a component's service account.
+func (e *Env) componentUser(component string) (*envtest.AuthenticatedUser, error) {
 	e.rbacOnce.Do(func() {
-		objs, err := ChartRBAC(nil)
+		objs, err := ChartRBAC(e.ChartValues)
 		if err == nil {
 			err = ApplyRBAC(context.Background(), e.Client, objs)
 		}
@@ -108,12 +125,23 @@ func (e *Env) ComponentConfig(component string) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("add envtest user %s: %w", component, err)
 	}
-	cfg := user.Config()
-	// As the binaries' ctrl.GetConfig() sets it: no client-side rate limit
-	// (the API server's fairness rules). An unset QPS is client-go's 5/s,
-	// which would throttle the component under test.
-	cfg.QPS = -1
-	return cfg, nil
+	return user, nil
+}
+
+// ComponentKubeconfig writes a kubeconfig into dir that authenticates as
+// a component's service account (chart RBAC installed first), for running
+// the component's own binary, and returns its path.
+func (e *Env) ComponentKubeconfig(component, dir string) (string, error) {
+	user, err := e.componentUser(component)
+	if err != nil {
+		return "", err
+	}
+	data, err := user.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, component+".kubeconfig")
+	return path, os.WriteFile(path, data, 0o600)
 }
 
 // ServiceAccountUser is the user name the API server gives a component's

@@ -1,0 +1,51 @@
+package scale
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+)
+
+// TestFleet is bench-scale shortened: 1,000 sandboxes over 100 simulated
+// nodes at 100 creates/s, then churn with pauses and snapshots, against
+// the real sandlot-controller and sandlot-api under the chart's RBAC. No
+// sandbox is lost (each gets a pod and runs), no pod serves two, and the
+// API lists every live one.
+func TestFleet(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	e, err := Setup(ctx, os.Stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop()
+	o := Options{Nodes: 100, Sandboxes: 1000, Rate: 100, PodDelay: 50 * time.Millisecond, Steady: 5 * time.Second,
+		PauseShare: 0.05, SnapshotShare: 0.01, Log: os.Stdout}
+	rep, err := Run(ctx, e, o)
+	if rep != nil {
+		rep.Print(os.Stdout)
+	}
+	if err != nil {
+		t.Fatalf("%v (logs in %s with SANDLOT_E2E_KEEP=1)", err, e.Dir)
+	}
+	want := map[string]int{"ramp": 1000, "steady": 500}
+	for _, p := range rep.Phases {
+		if p.Creates != want[p.Name] || p.NoPod != 0 || p.NotRunning != 0 || len(p.ToPod) != p.Creates || len(p.ToRunning) != p.Creates {
+			t.Errorf("%s: %d creates (want %d), %d pods and %d Running seen; %d without a pod, %d not Running", p.Name, p.Creates,
+				want[p.Name], len(p.ToPod), len(p.ToRunning), p.NoPod, p.NotRunning)
+		}
+	}
+	if len(rep.Phases) != len(want) {
+		t.Errorf("%d phases, want %d", len(rep.Phases), len(want))
+	}
+	if len(rep.SharedPods) > 0 {
+		t.Errorf("pods that two sandboxes were placed in: %v", rep.SharedPods)
+	}
+	if rep.Live != 1000 || rep.Listed != rep.Live {
+		t.Errorf("%d live sandboxes, the API listed %d: want 1000 both", rep.Live, rep.Listed)
+	}
+	if rep.Paused == 0 || rep.Snapshots == 0 {
+		t.Errorf("the churn paused %d and snapshotted %d sandboxes: want some of each", rep.Paused, rep.Snapshots)
+	}
+}
