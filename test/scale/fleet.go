@@ -100,7 +100,9 @@ func (f *Fleet) Start(ctx context.Context, cfg *rest.Config, scheme *runtime.Sch
 	return nil
 }
 
-type starter interface{ start(ctx context.Context) error }
+type starter interface {
+	start(ctx context.Context) error
+}
 
 // podIP hands out the next pod IP of 10.128.0.0/9.
 func (f *Fleet) podIP() string {

@@ -33,9 +33,9 @@ func (e *Env) apiMetrics(ctx context.Context) (counters, error) {
 		return nil, fmt.Errorf("API server metrics: %w", err)
 	}
 	return parseMetrics(raw, map[string][]string{
-		"apiserver_request_total":       {"verb", "resource", "subresource"},
-		"apiserver_watch_events_total":  {"resource"},
-		"apiserver_storage_objects":     {"resource"},
+		"apiserver_request_total":      {"verb", "resource", "subresource"},
+		"apiserver_watch_events_total": {"resource"},
+		"apiserver_storage_objects":    {"resource"},
 	})
 }
 

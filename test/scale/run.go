@@ -32,10 +32,10 @@ type Options struct {
 
 // run is one run's state.
 type run struct {
-	o     Options
-	e     *Env
-	rec   *recorder
-	mu    sync.Mutex
+	o       Options
+	e       *Env
+	rec     *recorder
+	mu      sync.Mutex
 	live    []string // sandboxes created and not deleted, oldest first
 	deleted map[string]bool
 	next    int
