@@ -36,6 +36,7 @@ func (e *Env) apiMetrics(ctx context.Context) (counters, error) {
 		"apiserver_request_total":      {"verb", "resource", "subresource"},
 		"apiserver_watch_events_total": {"resource"},
 		"apiserver_storage_objects":    {"resource"},
+		"apiserver_resource_objects":   {"resource"}, // its name from Kubernetes v1.34 on
 	})
 }
 

@@ -101,7 +101,11 @@ func (rep *Report) printStorage(w io.Writer) {
 	}
 	var objs []kv
 	for k, v := range rep.Final.API {
-		if r, ok := strings.CutPrefix(k, "apiserver_storage_objects{"); ok && v > 0 {
+		r, ok := strings.CutPrefix(k, "apiserver_storage_objects{")
+		if !ok {
+			r, ok = strings.CutPrefix(k, "apiserver_resource_objects{")
+		}
+		if ok && v > 0 {
 			objs = append(objs, kv{strings.TrimSuffix(r, "}"), v / float64(rep.Live)})
 		}
 	}
