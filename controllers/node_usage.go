@@ -3,8 +3,11 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -168,24 +171,51 @@ func nodeUsage(pods []corev1.Pod, sandboxes []sandlotv1.Sandbox, self types.Name
 }
 
 // usage is nodeUsage of the cluster now, with the placements this
-// controller made that neither shows yet.
-func (r *SandboxReconciler) usage(ctx context.Context, self types.NamespacedName, overhead corev1.ResourceList) (map[string]demand, error) {
-	list := &sandlotv1.SandboxList{}
-	if err := r.List(ctx, list); err != nil {
-		return nil, fmt.Errorf("list sandboxes: %w", err)
+// controller made that the cache does not show yet. For a fresh sandbox
+// (never placed: nothing of it to leave out) a usage read less than
+// usageReuse ago serves again: at fleet rates each read lists every
+// sandbox and pod, and the assume cache counts what was placed since.
+// What ended since still counts for that long (room freed a moment late).
+func (r *SandboxReconciler) usage(ctx context.Context, self types.NamespacedName, fresh bool, overhead corev1.ResourceList) (map[string]demand, error) {
+	snap := r.lastUsage
+	if !fresh || snap == nil || time.Since(snap.at) > usageReuse || !equality.Semantic.DeepEqual(snap.overhead, overhead) {
+		if fresh {
+			self = types.NamespacedName{}
+		}
+		list := &sandlotv1.SandboxList{}
+		// Read only, like the pods below: not copied.
+		if err := r.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("list sandboxes: %w", err)
+		}
+		pods := &corev1.PodList{}
+		// Read only, and every pod of the cluster: not copied.
+		if err := r.PodUsage.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("list pods for node usage: %w", err)
+		}
+		used, shown := nodeUsage(pods.Items, list.Items, self, func(res sandlotv1.Resources) demand {
+			return demandOf(res, overhead, r.milliCPUPerVCPU())
+		})
+		snap = &usageRead{at: time.Now(), overhead: overhead, used: used, shown: shown}
+		if fresh {
+			r.lastUsage = snap
+		}
 	}
-	pods := &corev1.PodList{}
-	// Read only, and every pod of the cluster: not copied.
-	if err := r.PodUsage.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list pods for node usage: %w", err)
-	}
-	used, shown := nodeUsage(pods.Items, list.Items, self, func(res sandlotv1.Resources) demand {
-		return demandOf(res, overhead, r.milliCPUPerVCPU())
-	})
-	for key, a := range r.assumed.pending(shown) {
+	used := maps.Clone(snap.used)
+	for key, a := range r.assumed.pending(snap.shown) {
 		if key != self {
 			used[a.node] = used[a.node].add(a.demand)
 		}
 	}
 	return used, nil
+}
+
+// usageReuse is how long a usage read serves fresh sandboxes' placements.
+const usageReuse = 200 * time.Millisecond
+
+// usageRead is one read of the nodes' usage (under placeMu).
+type usageRead struct {
+	at       time.Time
+	overhead corev1.ResourceList
+	used     map[string]demand
+	shown    map[types.NamespacedName]bool
 }

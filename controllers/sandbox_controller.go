@@ -48,6 +48,8 @@ type SandboxReconciler struct {
 	PodUsage client.Reader
 
 	placeMu sync.Mutex
+	// lastUsage is the last usage read for a fresh sandbox (placeMu).
+	lastUsage *usageRead
 	assumed assumedPlacements
 }
 

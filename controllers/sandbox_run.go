@@ -214,11 +214,13 @@ func (r *SandboxReconciler) placeSandbox(ctx context.Context, sbx *sandlotv1.San
 	overhead := class.Overhead
 	want := demandOf(src.VM.Resources, overhead, r.milliCPUPerVCPU())
 	nodes := &corev1.NodeList{}
-	if err := r.List(ctx, nodes, client.MatchingLabels{sandlotv1.LabelRuntime: "true"}); err != nil {
+	// Read only (place), and every sandlot node: not copied.
+	if err := r.List(ctx, nodes, client.MatchingLabels{sandlotv1.LabelRuntime: "true"}, client.UnsafeDisableDeepCopy); err != nil {
 		return placement{}, cons, fmt.Errorf("list nodes: %w", err)
 	}
 	key := types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Name}
-	p, err := r.placeAndAssume(ctx, key, placementRequest{Nodes: nodes.Items, Demand: want, Source: src.Data,
+	fresh := sbx.Status.NodeName == "" && sbx.Status.PodName == ""
+	p, err := r.placeAndAssume(ctx, key, fresh, placementRequest{Nodes: nodes.Items, Demand: want, Source: src.Data,
 		Constraints: cons.and(class.Constraints)}, overhead)
 	return p, cons, err
 }
@@ -248,12 +250,13 @@ func (r *SandboxReconciler) constraintsOf(ctx context.Context, sbx *sandlotv1.Sa
 
 // placeAndAssume places a sandbox and records the placement before any
 // other worker reads the nodes' usage: with several workers, placements
-// are serialised here and nowhere else.
-func (r *SandboxReconciler) placeAndAssume(ctx context.Context, key types.NamespacedName, req placementRequest,
+// are serialised here and nowhere else. fresh: the sandbox was never
+// placed (nothing of it to leave out of the usage).
+func (r *SandboxReconciler) placeAndAssume(ctx context.Context, key types.NamespacedName, fresh bool, req placementRequest,
 	overhead corev1.ResourceList) (placement, error) {
 	r.placeMu.Lock()
 	defer r.placeMu.Unlock()
-	used, err := r.usage(ctx, key, overhead)
+	used, err := r.usage(ctx, key, fresh, overhead)
 	if err != nil {
 		return placement{}, err
 	}
