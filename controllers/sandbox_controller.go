@@ -50,7 +50,7 @@ type SandboxReconciler struct {
 	placeMu sync.Mutex
 	// lastUsage is the last usage read for a fresh sandbox (placeMu).
 	lastUsage *usageRead
-	assumed assumedPlacements
+	assumed   assumedPlacements
 }
 
 // +kubebuilder:rbac:groups=sandlot.dev,resources=sandboxes,verbs=get;list;watch;update;patch;delete
