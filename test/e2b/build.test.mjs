@@ -38,6 +38,17 @@ async function run(s, cmd) {
   return (await s.commands.run(cmd)).stdout
 }
 
+// startedAt is the time the start command last wrote: its loop truncates
+// the file before each write, so an empty read is tried again.
+async function startedAt(s) {
+  for (let i = 0; i < 20; i++) {
+    const t = Number(await run(s, 'cat /tmp/started'))
+    if (t > 0) return t
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  assert.fail('/tmp/started stays empty: the start command does not run')
+}
+
 test('Template.build: a file, an env, a workdir, a user, a RUN and a start command with a ready check', async () => {
   const { logs, ms } = await build(fullTemplate('echo "marker $GREETING" > marker'), 'sdk-built')
   const text = logs.map((e) => e.message).join('\n')
@@ -50,9 +61,9 @@ test('Template.build: a file, an env, a workdir, a user, a RUN and a start comma
     assert.equal(await run(s, 'cat /app/marker'), 'marker built in\n', 'RUN ran in the WORKDIR with the ENV')
     assert.equal(await run(s, 'cat /tmp/built-as'), 'user\n', 'USER applied to the step after it')
     assert.equal(await run(s, 'echo "$GREETING"'), 'built in\n', 'the ENV is the sandbox\'s too')
-    const before = Number(await run(s, 'cat /tmp/started'))
+    const before = await startedAt(s)
     await new Promise((r) => setTimeout(r, 2500))
-    assert.ok(Number(await run(s, 'cat /tmp/started')) > before, 'the start command runs in the sandbox')
+    assert.ok((await startedAt(s)) > before, 'the start command runs in the sandbox')
     let lines = []
     for (let i = 0; i < 20 && !lines.some((l) => l.message === 'start command tick'); i++) {
       const res = await fetch(`${process.env.E2B_API_URL}/v2/sandboxes/${s.sandboxId}/logs`, { headers: { 'X-API-KEY': process.env.E2B_API_KEY } })
@@ -83,7 +94,7 @@ test('a rebuild of unchanged steps is a cache hit; a changed step runs again wit
     assert.equal(await run(s, 'cat /app/marker'), 'changed built in\n')
     assert.equal(await s.files.read('/app/hello.txt'), 'hello from the build context\n', 'the cached COPY\'s file is there')
     assert.equal(await run(s, 'cat /tmp/built-as'), 'user\n')
-    assert.ok(Number(await run(s, 'cat /tmp/started')) > 0, 'the start command runs')
+    await startedAt(s)
   } finally {
     await s.kill()
   }
