@@ -5,6 +5,9 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // TestFleet is bench-scale shortened: 1,000 sandboxes over 100 simulated
@@ -13,6 +16,7 @@ import (
 // sandbox is lost (each gets a pod and runs), no pod serves two, and the
 // API lists every live one.
 func TestFleet(t *testing.T) {
+	ctrllog.SetLogger(logr.Discard()) // the simulation's caches: their retries are expected
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	e, err := Setup(ctx, os.Stdout)

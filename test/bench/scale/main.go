@@ -14,6 +14,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/sandlot-dev/sandlot/test/bench/host"
 	"github.com/sandlot-dev/sandlot/test/scale"
 )
@@ -29,6 +32,7 @@ func main() {
 	flag.Float64Var(&o.PauseShare, "pause", 0.05, "share of the churn's creates that also pause (and resume) a sandbox")
 	flag.Float64Var(&o.SnapshotShare, "snapshot", 0.01, "share that also snapshot one")
 	flag.Parse()
+	ctrllog.SetLogger(logr.Discard()) // the simulation's caches: their retries are expected
 	o.WarmPool, o.Log = int32(*pool), os.Stdout
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-scale:", err)
