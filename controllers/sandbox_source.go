@@ -6,6 +6,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -132,16 +133,24 @@ func builderProbe(tpl *sandlotv1.Template) *sandlotv1.ReadinessProbe {
 // one; on another compatible node, one that is remote Ready.
 func (r *SandboxReconciler) resolveBase(ctx context.Context, tpl *sandlotv1.Template, src resolvedSource) (resolvedSource, error) {
 	src.PerNode = map[string]sandlotv1.RestoreRef{}
+	// One read of the template's snapshots, not copied (read only): a
+	// template has a base on each node, and every start reads them all.
+	owned := &sandlotv1.SnapshotList{}
+	if err := r.List(ctx, owned, client.InNamespace(tpl.Namespace), client.MatchingFields{indexSnapshotByTemplate: tpl.Name},
+		client.UnsafeDisableDeepCopy); err != nil {
+		return resolvedSource{}, fmt.Errorf("list base snapshots of %s: %w", tpl.Name, err)
+	}
+	byName := make(map[string]*sandlotv1.Snapshot, len(owned.Items))
+	for i := range owned.Items {
+		byName[owned.Items[i].Name] = &owned.Items[i]
+	}
 	for _, b := range tpl.Status.BaseSnapshots {
 		if b.Revision != baseRevision(tpl) || b.Phase != sandlotv1.BaseReady {
 			continue
 		}
-		snap := &sandlotv1.Snapshot{}
-		if err := r.Get(ctx, types.NamespacedName{Namespace: tpl.Namespace, Name: b.Snapshot}, snap); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return resolvedSource{}, fmt.Errorf("get base snapshot %s: %w", b.Snapshot, err)
+		snap, ok := byName[b.Snapshot]
+		if !ok || !metav1.IsControlledBy(snap, tpl) {
+			continue
 		}
 		if snap.DeletionTimestamp != nil || snap.Status.Phase != sandlotv1.DataReady {
 			continue

@@ -2,10 +2,13 @@ package controllers
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,6 +30,12 @@ const (
 	indexSandboxBySnapshot = "spec.source.snapshot"
 	indexSandboxByTemplate = "spec.source.template"
 	indexSnapshotBySandbox = "spec.source.sandbox"
+	// indexPodByPool: a warm pool pod's template and node ("tpl/node"):
+	// a label selector on the cache reads every pod of the namespace.
+	indexPodByPool = "metadata.labels.pool-node"
+	// indexSnapshotByTemplate: the Template that controls a Snapshot (its
+	// base snapshots and build checkpoints).
+	indexSnapshotByTemplate = "metadata.ownerReferences.template"
 )
 
 // CacheOptions keeps the controller's caches to sandlot's own pods and
@@ -108,10 +117,28 @@ func setupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
+	if err := idx.IndexField(ctx, &sandlotv1.Snapshot{}, indexSnapshotByTemplate, func(o client.Object) []string {
+		if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "Template" {
+			return []string{ref.Name}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &corev1.Pod{}, indexPodByPool, func(o client.Object) []string {
+		if tpl := o.GetLabels()[sandlotv1.LabelPool]; tpl != "" {
+			return []string{poolKey(tpl, o.GetLabels()[sandlotv1.LabelNode])}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	return idx.IndexField(ctx, &sandlotv1.Snapshot{}, indexSnapshotBySandbox, func(o client.Object) []string {
 		return nonEmpty(o.(*sandlotv1.Snapshot).Spec.Source.Sandbox)
 	})
 }
+
+func poolKey(tpl, node string) string { return tpl + "/" + node }
 
 func nonEmpty(s string) []string {
 	if s == "" {
@@ -136,7 +163,8 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&sandlotv1.Sandbox{}).
 		Owns(&corev1.Pod{}).
 		Owns(&sandlotv1.PausedSandbox{}).
-		Watches(&sandlotv1.Template{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesUsing(indexSandboxByTemplate))).
+		Watches(&sandlotv1.Template{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesUsing(indexSandboxByTemplate)),
+			builder.WithPredicates(templateChangedForSandboxes())).
 		Watches(&sandlotv1.Snapshot{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesUsing(indexSandboxBySnapshot))).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.unplacedSandboxes),
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{},
@@ -144,6 +172,38 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("sandbox").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Complete(r)
+}
+
+// templateChangedForSandboxes passes a Template's changes its sandboxes
+// act on — its spec, its acceptance, which base snapshots are Ready —
+// and not the rest of its status (pools, messages), which at fleet size
+// would wake every sandbox of the template at each pool change.
+func templateChangedForSandboxes() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*sandlotv1.Template)
+		n, ok2 := e.ObjectNew.(*sandlotv1.Template)
+		if !ok1 || !ok2 || o.Generation != n.Generation || o.Status.BaseRevision != n.Status.BaseRevision {
+			return true
+		}
+		accepted := func(t *sandlotv1.Template) metav1.ConditionStatus {
+			if c := meta.FindStatusCondition(t.Status.Conditions, sandlotv1.ConditionAccepted); c != nil {
+				return c.Status
+			}
+			return ""
+		}
+		return accepted(o) != accepted(n) || !slices.Equal(readyBases(o), readyBases(n))
+	}}
+}
+
+// readyBases are a template's Ready base snapshots, in status order.
+func readyBases(t *sandlotv1.Template) []string {
+	var out []string
+	for _, b := range t.Status.BaseSnapshots {
+		if b.Phase == sandlotv1.BaseReady {
+			out = append(out, b.Node+"/"+b.Revision+"/"+b.Snapshot+"/"+string(b.RemoteStatus))
+		}
+	}
+	return out
 }
 
 // sandboxesUsing maps a Template or Snapshot to the Sandboxes started

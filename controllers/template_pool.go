@@ -28,8 +28,7 @@ type poolPods struct {
 
 func (r *TemplateReconciler) listPool(ctx context.Context, tpl *sandlotv1.Template, node string) (poolPods, error) {
 	list := &corev1.PodList{}
-	if err := r.List(ctx, list, client.InNamespace(tpl.Namespace), client.MatchingLabels{
-		sandlotv1.LabelPool: tpl.Name, sandlotv1.LabelNode: node}); err != nil {
+	if err := r.List(ctx, list, client.InNamespace(tpl.Namespace), client.MatchingFields{indexPodByPool: poolKey(tpl.Name, node)}); err != nil {
 		return poolPods{}, fmt.Errorf("list pool pods: %w", err)
 	}
 	rev := baseRevision(tpl)

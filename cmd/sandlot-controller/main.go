@@ -31,12 +31,14 @@ func main() {
 func run(ctx context.Context) error {
 	var (
 		metricsAddr, probeAddr string
+		pprofAddr              string
 		leaderElect            bool
 		leaderNamespace        string
 		opts                   controllers.Options
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of the metrics endpoint (0 disables it)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "address of Go's /debug/pprof (empty: none; for profiling, never exposed by the chart)")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader, so that replicas can stand by")
 	flag.StringVar(&leaderNamespace, "leader-election-namespace", "", "namespace of the leader lease (defaults to the pod's)")
 	flag.IntVar(&opts.SandboxWorkers, "sandbox-workers", controllers.DefaultSandboxWorkers, "Sandboxes reconciled concurrently")
@@ -66,6 +68,7 @@ func run(ctx context.Context) error {
 		Cache:                   controllers.CacheOptions(),
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:  probeAddr,
+		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "sandlot-controller.sandlot.dev",
 		LeaderElectionNamespace: leaderNamespace,

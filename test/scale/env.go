@@ -75,8 +75,11 @@ func (e *Env) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if e.Controller, err = e.run(ctx, "sandlot-controller", "--metrics-bind-address=127.0.0.1:"+metrics,
-		"--health-probe-bind-address=0"); err != nil {
+	args := []string{"--metrics-bind-address=127.0.0.1:" + metrics, "--health-probe-bind-address=0"}
+	if addr := os.Getenv("SANDLOT_SCALE_PPROF"); addr != "" {
+		args = append(args, "--pprof-bind-address="+addr) // go tool pprof http://<addr>/debug/pprof/profile
+	}
+	if e.Controller, err = e.run(ctx, "sandlot-controller", args...); err != nil {
 		return err
 	}
 	return e.startAPI(ctx)
