@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -154,9 +155,31 @@ func probeTimeout(tpl *sandlotv1.Template) time.Duration {
 	return 120 * time.Second
 }
 
+// revisions memoizes baseRevision per template UID and generation (its
+// spec's version): a template reconcile reads it per node and entry.
+var revisions sync.Map // revisionKey → string
+
+type revisionKey struct {
+	uid types.UID
+	gen int64
+}
+
 // baseRevision digests what a base snapshot is built from: the VM, the
 // probe that decides when to take it, and the env its guest booted with.
 func baseRevision(tpl *sandlotv1.Template) string {
+	if tpl.UID == "" || tpl.Generation == 0 {
+		return digestRevision(tpl) // not from the API server: no version to key it by
+	}
+	k := revisionKey{tpl.UID, tpl.Generation}
+	if v, ok := revisions.Load(k); ok {
+		return v.(string)
+	}
+	rev := digestRevision(tpl)
+	revisions.Store(k, rev)
+	return rev
+}
+
+func digestRevision(tpl *sandlotv1.Template) string {
 	b, _ := json.Marshal(struct {
 		Image            string
 		Resources        sandlotv1.Resources
