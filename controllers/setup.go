@@ -185,13 +185,18 @@ func templateChangedForSandboxes() predicate.Predicate {
 		if !ok1 || !ok2 || o.Generation != n.Generation || o.Status.BaseRevision != n.Status.BaseRevision {
 			return true
 		}
-		accepted := func(t *sandlotv1.Template) metav1.ConditionStatus {
-			if c := meta.FindStatusCondition(t.Status.Conditions, sandlotv1.ConditionAccepted); c != nil {
-				return c.Status
+		// Accepted, of which generation (a sandbox waits for its template's
+		// current spec to be accepted), and the bases' summary a waiting
+		// sandbox shows (by its reason).
+		cond := func(t *sandlotv1.Template, typ string) metav1.Condition {
+			if c := meta.FindStatusCondition(t.Status.Conditions, typ); c != nil {
+				return metav1.Condition{Status: c.Status, Reason: c.Reason, ObservedGeneration: c.ObservedGeneration}
 			}
-			return ""
+			return metav1.Condition{}
 		}
-		return accepted(o) != accepted(n) || !slices.Equal(readyBases(o), readyBases(n))
+		return cond(o, sandlotv1.ConditionAccepted) != cond(n, sandlotv1.ConditionAccepted) ||
+			cond(o, sandlotv1.ConditionBaseSnapshotReady) != cond(n, sandlotv1.ConditionBaseSnapshotReady) ||
+			!slices.Equal(readyBases(o), readyBases(n))
 	}}
 }
 
