@@ -90,7 +90,7 @@ func (r *SandboxReconciler) resolveTemplate(ctx context.Context, sbx *sandlotv1.
 		// on the node it builds for.
 		src.Data = dataSource{Nodes: nonEmpty(sbx.Annotations[sandlotv1.AnnotationBuildNode])}
 		src.Probe = builderProbe(tpl)
-		return r.builderCheckpoint(ctx, sbx, src)
+		return r.builderCheckpoint(ctx, sbx, tpl, src)
 	}
 	if o := sbx.Spec.Resources; o != nil && ((o.VCPU != 0 && o.VCPU != src.VM.Resources.VCPU) ||
 		(o.MemoryMiB != 0 && o.MemoryMiB != src.VM.Resources.MemoryMiB)) {
@@ -102,7 +102,7 @@ func (r *SandboxReconciler) resolveTemplate(ctx context.Context, sbx *sandlotv1.
 
 // builderCheckpoint makes a builder that starts from a build step
 // checkpoint restore it (on the node it builds for) instead of booting.
-func (r *SandboxReconciler) builderCheckpoint(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource) (resolvedSource, error) {
+func (r *SandboxReconciler) builderCheckpoint(ctx context.Context, sbx *sandlotv1.Sandbox, tpl *sandlotv1.Template, src resolvedSource) (resolvedSource, error) {
 	name, node := sbx.Annotations[sandlotv1.AnnotationBuildCheckpoint], sbx.Annotations[sandlotv1.AnnotationBuildNode]
 	if name == "" {
 		return src, nil
@@ -112,7 +112,7 @@ func (r *SandboxReconciler) builderCheckpoint(ctx context.Context, sbx *sandlotv
 		return resolvedSource{}, fmt.Errorf("get build checkpoint %s: %w", name, err)
 	}
 	if snap.Status.Phase != sandlotv1.DataReady || snap.DeletionTimestamp != nil || snap.Status.NodeName != node ||
-		snap.Labels[sandlotv1.LabelBuildCheckpoint] != src.Template {
+		!metav1.IsControlledBy(snap, tpl) {
 		return failing(sandlotv1.ReasonSourceFailed, "build checkpoint %q is gone or not Ready on %s: build the template again", name, node), nil
 	}
 	src.Restore = sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: snap.Name, UID: string(snap.UID), Location: snap.Status.Location}

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -144,4 +145,31 @@ func (h *harness) getTemplate(name string) *sandlotv1.Template {
 		h.t.Fatal(err)
 	}
 	return tpl
+}
+
+// TestForgedCheckpointIgnored: a Snapshot a namespace user made under a
+// checkpoint's name (labelled like one, Ready on the node, but not the
+// Template's own) is never restored into a builder: it boots the image.
+func TestForgedCheckpointIgnored(t *testing.T) {
+	h := newHarness(t)
+	h.runKubelet()
+	startController(t)
+	h.addNode("forge-node", "16", "32Gi", nil)
+	tpl := h.acceptedTemplate("forged", 512)
+	tpl = h.getTemplate(tpl.Name)
+	tpl.Spec.Build = &sandlotv1.TemplateBuild{Steps: []sandlotv1.BuildStep{{Type: sandlotv1.StepRun, Args: []string{"one"}},
+		{Type: sandlotv1.StepRun, Args: []string{"two"}}}}
+	forged := h.readySnapshot(sandlotv1.BuildCheckpointName(tpl, "forge-node", 1), "forge-node", sandlotv1.RemoteNotApplicable, 512)
+	patch := []byte(`{"metadata":{"labels":{"` + sandlotv1.LabelBuildCheckpoint + `":"` + tpl.Name + `"}}}`)
+	if err := h.c.Patch(context.Background(), forged, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	h.editTemplate("forged", func(spec *sandlotv1.TemplateSpec) { spec.Build = tpl.Spec.Build })
+	b := h.waitPhase(h.builderOf(h.getTemplate("forged")), sandlotv1.SandboxStarting)
+	if from := b.Annotations[sandlotv1.AnnotationBuildFromStep]; from != "" {
+		t.Fatalf("the builder starts from step %s of the forged checkpoint", from)
+	}
+	if pod := h.pod(b.Status.PodName); pod.Annotations[sandlotv1.AnnotationRestoreName] == forged.Name {
+		t.Fatalf("the builder's pod restores the forged snapshot %s", forged.Name)
+	}
 }

@@ -108,11 +108,8 @@ func (r *TemplateReconciler) build(ctx context.Context, tpl *sandlotv1.Template)
 			current[b.Node] = b
 		}
 	}
-	old, err := r.dropOldBases(ctx, tpl, current)
+	old, err := r.retire(ctx, tpl, current)
 	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.dropStaleCheckpoints(ctx, tpl, current); err != nil {
 		return ctrl.Result{}, err
 	}
 	tpl.Status.BaseSnapshots = append(old, slices.Collect(maps.Values(current))...)
@@ -132,6 +129,16 @@ func (r *TemplateReconciler) build(ctx context.Context, tpl *sandlotv1.Template)
 		}
 	}
 	return ctrl.Result{}, nil
+}
+
+// retire drops the older bases and the stale build checkpoints of the
+// nodes whose current base is Ready, and returns the old entries to keep.
+func (r *TemplateReconciler) retire(ctx context.Context, tpl *sandlotv1.Template, current map[string]sandlotv1.BaseSnapshot) ([]sandlotv1.BaseSnapshot, error) {
+	old, err := r.dropOldBases(ctx, tpl, current)
+	if err != nil {
+		return nil, err
+	}
+	return old, r.dropStaleCheckpoints(ctx, tpl, current)
 }
 
 // templateStatus is a Template's status with its validation from its
