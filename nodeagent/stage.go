@@ -88,7 +88,7 @@ func (s *StageServer) stage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, err)
 		return
 	case err != nil:
-		writeError(w, http.StatusInternalServerError, fmt.Errorf("check the stage request: %w", err))
+		internalError(w, r, fmt.Errorf("check the stage request: %w", err))
 		return
 	}
 	start := time.Now()
@@ -104,7 +104,7 @@ func (s *StageServer) stage(w http.ResponseWriter, r *http.Request) {
 		s.refuse(r.Context(), w, req, key, err)
 		return
 	case err != nil:
-		writeError(w, http.StatusInternalServerError, err)
+		internalError(w, r, err)
 		return
 	}
 	token := newToken()
@@ -149,6 +149,17 @@ func writeError(w http.ResponseWriter, status int, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(stageapi.Error{Message: err.Error()})
+}
+
+// internalError answers a failure; one caused by the agent stopping (its
+// context, every request's base, canceled) is 503, which the shim asks
+// again of the agent's successor instead of failing the pod.
+func internalError(w http.ResponseWriter, r *http.Request, err error) {
+	status := http.StatusInternalServerError
+	if r.Context().Err() != nil {
+		status = http.StatusServiceUnavailable
+	}
+	writeError(w, status, err)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -144,10 +144,11 @@ func stageWaitingForAgent(ctx context.Context, c *stageapi.Client, req stageapi.
 	}
 }
 
-// agentGone: nothing listens on the agent's socket, or the agent closed
-// the connection before it answered (killed mid-request).
+// agentGone: nothing listens on the agent's socket, the agent closed the
+// connection before it answered (killed mid-request), or it answered that
+// it is stopping.
 func agentGone(err error) bool {
-	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+	return errors.Is(err, stageapi.ErrStopping) || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 

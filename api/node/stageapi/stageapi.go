@@ -88,6 +88,9 @@ var (
 	// ErrRefused is a request the agent will not serve: the pod does not
 	// belong to a Sandbox the controller pointed at that data.
 	ErrRefused = errors.New("stage request refused")
+	// ErrStopping is an agent that is shutting down (a DaemonSet pod being
+	// replaced): its successor answers the same request.
+	ErrStopping = errors.New("node agent stopping")
 )
 
 func (e *Error) Is(target error) bool {
@@ -95,7 +98,8 @@ func (e *Error) Is(target error) bool {
 		(target == ErrNotReady && e.Status == http.StatusConflict) ||
 		(target == ErrIntegrityCheckFailed && e.Reason == ReasonIntegrityCheckFailed) ||
 		(target == ErrManifestRejected && e.Reason == ReasonManifestRejected) ||
-		(target == ErrRefused && e.Status == http.StatusForbidden)
+		(target == ErrRefused && e.Status == http.StatusForbidden) ||
+		(target == ErrStopping && e.Status == http.StatusServiceUnavailable)
 }
 
 // Key is the store key of a restorable kind's object: the agent keeps
