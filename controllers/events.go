@@ -11,19 +11,22 @@ import (
 // EventSource is the reporting controller of the controller's Events.
 const EventSource = "sandlot-controller"
 
-// recordTransitions emits an Event for each condition of obj that changed
-// between orig and obj (sandlotv1.Transitions), after its status write.
+// recordTransitions emits one Event for the conditions of obj that changed
+// between orig and obj (sandlotv1.Transitions, sandlotv1.Summarize), after
+// its status write.
 func recordTransitions(rec events.EventRecorder, orig, obj runtime.Object) {
 	o, ok1 := orig.(sandlotv1.Conditioned)
 	n, ok2 := obj.(sandlotv1.Conditioned)
 	if rec == nil || !ok1 || !ok2 {
 		return
 	}
-	for _, t := range sandlotv1.Transitions(o.StatusConditions(), n.StatusConditions()) {
-		typ := corev1.EventTypeNormal
-		if t.Warning {
-			typ = corev1.EventTypeWarning
-		}
-		rec.Eventf(obj, nil, typ, t.Reason, "Reconcile", "%s", t.Message)
+	t, ok := sandlotv1.Summarize(sandlotv1.Transitions(o.StatusConditions(), n.StatusConditions()))
+	if !ok {
+		return
 	}
+	typ := corev1.EventTypeNormal
+	if t.Warning {
+		typ = corev1.EventTypeWarning
+	}
+	rec.Eventf(obj, nil, typ, t.Reason, "Reconcile", "%s", t.Message)
 }

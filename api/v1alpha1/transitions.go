@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"slices"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -73,3 +74,23 @@ func (s *Sandbox) StatusConditions() []metav1.Condition       { return s.Status.
 func (s *Template) StatusConditions() []metav1.Condition      { return s.Status.Conditions }
 func (s *Snapshot) StatusConditions() []metav1.Condition      { return s.Status.Conditions }
 func (s *PausedSandbox) StatusConditions() []metav1.Condition { return s.Status.Conditions }
+
+// Summarize folds one status write's transitions into one Event: the
+// first warning's reason, else the last transition's (conditions end with
+// the summary one, Ready), and every transition's message. One Event per
+// write instead of per condition halves the apiserver writes a start costs.
+func Summarize(ts []Transition) (Transition, bool) {
+	if len(ts) == 0 {
+		return Transition{}, false
+	}
+	head := ts[len(ts)-1]
+	if i := slices.IndexFunc(ts, func(t Transition) bool { return t.Warning }); i >= 0 {
+		head = ts[i]
+	}
+	msgs := make([]string, len(ts))
+	for i, t := range ts {
+		msgs[i] = t.Message
+	}
+	head.Message = strings.Join(msgs, "; ")
+	return head, true
+}

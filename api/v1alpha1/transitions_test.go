@@ -36,3 +36,29 @@ func TestTransitions(t *testing.T) {
 		})
 	}
 }
+
+func TestSummarize(t *testing.T) {
+	placed := Transition{Reason: ReasonPlaced, Message: "Scheduled=True: on n1"}
+	pending := Transition{Reason: ReasonPodPending, Message: "Ready=False"}
+	failed := Transition{Warning: true, Reason: ReasonPodFailed, Message: "Ready=False: exit 1"}
+	for _, tc := range []struct {
+		name string
+		in   []Transition
+		want Transition
+		ok   bool
+	}{
+		{"none: no Event", nil, Transition{}, false},
+		{"one", []Transition{placed}, placed, true},
+		{"the last one's reason, every message", []Transition{placed, pending},
+			Transition{Reason: ReasonPodPending, Message: "Scheduled=True: on n1; Ready=False"}, true},
+		{"a warning heads", []Transition{placed, failed, pending},
+			Transition{Warning: true, Reason: ReasonPodFailed, Message: "Scheduled=True: on n1; Ready=False: exit 1; Ready=False"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := Summarize(tc.in)
+			if ok != tc.ok || !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %+v %v, want %+v %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}

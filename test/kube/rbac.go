@@ -32,8 +32,13 @@ var Components = []string{"sandlot-controller", "sandlot-agent", "sandlot-api"}
 // rbacKinds are the objects of the chart that grant sandlot's rights.
 var rbacKinds = []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
-// AdmissionKinds are the chart's admission objects (templates/admission.yaml).
-var AdmissionKinds = []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+// AdmissionKinds are the chart's admission objects: its validating
+// policies (templates/admission.yaml) and MutatingAdmissionKinds.
+var AdmissionKinds = append([]string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}, MutatingAdmissionKinds...)
+
+// MutatingAdmissionKinds are the chart's mutating admission objects
+// (templates/sandbox-finalizer.yaml).
+var MutatingAdmissionKinds = []string{"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
 
 // ChartRBAC renders charts/sandlot with vals (merged over the chart's
 // defaults, as helm install does) and returns only its service accounts,
@@ -75,7 +80,8 @@ func ChartObjects(vals map[string]any, kinds ...string) ([]*unstructured.Unstruc
 	}
 }
 
-// ApplyRBAC creates the release namespace and objs (from ChartRBAC),
+// ApplyRBAC creates the release namespace and objs (from ChartRBAC or
+// ChartObjects),
 // leaving those that exist.
 func ApplyRBAC(ctx context.Context, c client.Client, objs []*unstructured.Unstructured) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ReleaseNamespace}}
