@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -90,6 +91,8 @@ func (e *Env) start(ctx context.Context) error {
 	if addr := os.Getenv("SANDLOT_SCALE_PPROF"); addr != "" {
 		args = append(args, "--pprof-bind-address="+addr) // go tool pprof http://<addr>/debug/pprof/profile
 	}
+	// Flags to try, e.g. --sandbox-workers=32.
+	args = append(args, strings.Fields(os.Getenv("SANDLOT_SCALE_CONTROLLER_ARGS"))...)
 	if e.Controller, err = e.run(ctx, "sandlot-controller", args...); err != nil {
 		return err
 	}
