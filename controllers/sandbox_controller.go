@@ -51,6 +51,8 @@ type SandboxReconciler struct {
 	// lastUsage is the last usage read for a fresh sandbox (placeMu).
 	lastUsage *usageRead
 	assumed   assumedPlacements
+	// written skips reconciles of a cached copy older than our last write.
+	written ownWrites
 }
 
 // +kubebuilder:rbac:groups=sandlot.dev,resources=sandboxes,verbs=get;list;watch;update;patch;delete
@@ -68,7 +70,15 @@ type SandboxReconciler struct {
 func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	sbx := &sandlotv1.Sandbox{}
 	if err := r.Get(ctx, req.NamespacedName, sbx); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.written.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.written.stale(req.NamespacedName, sbx.ResourceVersion) {
+		// The write's own watch event reconciles again; the requeue is a
+		// backstop should that event be missed.
+		return ctrl.Result{RequeueAfter: staleRetry}, nil
 	}
 	if sbx.DeletionTimestamp != nil {
 		return r.finalize(ctx, sbx)
@@ -86,10 +96,15 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			err = perr
 		}
 	} else {
+		r.written.wrote(req.NamespacedName, orig.ResourceVersion, sbx.ResourceVersion)
 		observeStart(orig, sbx, r.now())
 	}
 	return res, err
 }
+
+// staleRetry: how soon a reconcile skipped for a stale cached copy runs
+// again if the watch event of the write that outdated it never comes.
+const staleRetry = 2 * time.Second
 
 func (r *SandboxReconciler) reconcileSandbox(ctx context.Context, sbx *sandlotv1.Sandbox) (ctrl.Result, error) {
 	st := &sbx.Status

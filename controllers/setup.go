@@ -161,10 +161,13 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		r.PodUsage = view
 	}
+	owned := func() handler.EventHandler {
+		return handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &sandlotv1.Sandbox{}, handler.OnlyControllerOwner())
+	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&sandlotv1.Sandbox{}).
-		Owns(&corev1.Pod{}).
-		Owns(&sandlotv1.PausedSandbox{}).
+		Watches(&sandlotv1.Sandbox{}, ahead(&handler.EnqueueRequestForObject{}, sandboxPlaced)).
+		Watches(&corev1.Pod{}, ahead(owned(), always)).
+		Watches(&sandlotv1.PausedSandbox{}, ahead(owned(), always)).
 		Watches(&sandlotv1.Template{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesUsing(indexSandboxByTemplate)),
 			builder.WithPredicates(templateChangedForSandboxes())).
 		Watches(&sandlotv1.Snapshot{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesUsing(indexSandboxBySnapshot))).
