@@ -85,9 +85,7 @@ const (
 // Finalizers.
 const (
 	// FinalizerSandboxVM holds a Sandbox until its Pod (and so its VM) is
-	// gone, so nothing it maps is released while it still runs. The chart's
-	// MutatingAdmissionPolicy sets it at create, sparing the controller an
-	// update per sandbox.
+	// gone, so nothing it maps is released while it still runs.
 	FinalizerSandboxVM = "sandlot.dev/vm"
 	// FinalizerInUse holds a Snapshot while any Sandbox restores from it
 	// (owned by the controller).

@@ -32,13 +32,8 @@ var Components = []string{"sandlot-controller", "sandlot-agent", "sandlot-api"}
 // rbacKinds are the objects of the chart that grant sandlot's rights.
 var rbacKinds = []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
-// AdmissionKinds are the chart's admission objects: its validating
-// policies (templates/admission.yaml) and MutatingAdmissionKinds.
-var AdmissionKinds = append([]string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}, MutatingAdmissionKinds...)
-
-// MutatingAdmissionKinds are the chart's mutating admission objects
-// (templates/sandbox-finalizer.yaml).
-var MutatingAdmissionKinds = []string{"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
+// AdmissionKinds are the chart's admission objects (templates/admission.yaml).
+var AdmissionKinds = []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 // ChartRBAC renders charts/sandlot with vals (merged over the chart's
 // defaults, as helm install does) and returns only its service accounts,
@@ -80,8 +75,7 @@ func ChartObjects(vals map[string]any, kinds ...string) ([]*unstructured.Unstruc
 	}
 }
 
-// ApplyRBAC creates the release namespace and objs (from ChartRBAC or
-// ChartObjects),
+// ApplyRBAC creates the release namespace and objs (from ChartRBAC),
 // leaving those that exist.
 func ApplyRBAC(ctx context.Context, c client.Client, objs []*unstructured.Unstructured) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ReleaseNamespace}}

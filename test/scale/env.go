@@ -65,17 +65,6 @@ func (e *Env) start(ctx context.Context) error {
 			return fmt.Errorf("namespace %s: %w", ns, err)
 		}
 	}
-	// The chart's finalizer policy, as installed: the controller's
-	// finalizer comes with the create, not in an update of its own. (Its
-	// validating policies guard pods against tenants: the simulated
-	// kubelet and agent write as admin here.)
-	policy, err := kube.ChartObjects(e.Kube.ChartValues, kube.MutatingAdmissionKinds...)
-	if err == nil {
-		err = kube.ApplyRBAC(ctx, e.Admin, policy)
-	}
-	if err != nil {
-		return fmt.Errorf("the chart's finalizer policy: %w", err)
-	}
 	began := time.Now()
 	build := exec.CommandContext(ctx, "go", "build", "-o", e.Dir+"/", "./cmd/sandlot-controller", "./cmd/sandlot-api")
 	build.Dir, build.Stdout, build.Stderr = kube.Root(), e.log, e.log
