@@ -104,26 +104,33 @@ func (s *Server) startSandbox(ctx context.Context, sbx *sandlotv1.Sandbox) (*san
 	return ready, nil
 }
 
-// resolveTemplate maps a templateID onto a Sandbox source: a Template of
-// that name, else a Snapshot of that name, else the default Template
-// for the SDKs' default IDs.
+// resolveTemplate maps a templateID onto a Sandbox source: the team's
+// Template of that name (or its copy of a public one), else its Snapshot
+// of that name, else a public template of another team (copied), else
+// the default Template (the team's, or a public one) for the SDKs'
+// default IDs.
 func (s *Server) resolveTemplate(ctx context.Context, id string) (sandlotv1.SandboxSource, *apiError) {
-	key := client.ObjectKey{Namespace: teamOf(ctx), Name: id}
-	if err := s.kube.Get(ctx, key, &sandlotv1.Template{}); err == nil {
-		return sandlotv1.SandboxSource{Template: id}, nil
+	if name, ok, err := s.ownTemplate(ctx, id); err != nil || ok {
+		return sandlotv1.SandboxSource{Template: name}, err
 	}
-	if err := s.kube.Get(ctx, key, &sandlotv1.Snapshot{}); err == nil {
+	if err := s.kube.Get(ctx, client.ObjectKey{Namespace: teamOf(ctx), Name: id}, &sandlotv1.Snapshot{}); err == nil {
 		return sandlotv1.SandboxSource{Snapshot: id}, nil
 	}
-	if defaultTemplateIDs[id] {
-		key.Name = s.cfg.DefaultTemplate
-		if err := s.kube.Get(ctx, key, &sandlotv1.Template{}); err != nil {
-			return sandlotv1.SandboxSource{}, errorf(http.StatusNotFound,
-				"template %q resolves to the default template %q, which does not exist in namespace %s", id, key.Name, key.Namespace)
-		}
-		return sandlotv1.SandboxSource{Template: key.Name}, nil
+	if name, ok, err := s.publicCopy(ctx, id); err != nil || ok {
+		return sandlotv1.SandboxSource{Template: name}, err
 	}
-	return sandlotv1.SandboxSource{}, errorf(http.StatusNotFound, "template %q not found: no Template or Snapshot of that name in namespace %s", id, teamOf(ctx))
+	if defaultTemplateIDs[id] {
+		def := s.cfg.DefaultTemplate
+		for _, find := range []func(context.Context, string) (string, bool, *apiError){s.ownTemplate, s.publicCopy} {
+			if name, ok, err := find(ctx, def); err != nil || ok {
+				return sandlotv1.SandboxSource{Template: name}, err
+			}
+		}
+		return sandlotv1.SandboxSource{}, errorf(http.StatusNotFound, "template %q resolves to the default template %q, "+
+			"which does not exist in namespace %s and is not public in another", id, def, teamOf(ctx))
+	}
+	return sandlotv1.SandboxSource{}, errorf(http.StatusNotFound, "template %q not found: no Template or Snapshot of that name "+
+		"in namespace %s, and no public template of that name", id, teamOf(ctx))
 }
 
 func envList(m map[string]string) []sandlotv1.EnvVar {

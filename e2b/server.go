@@ -159,7 +159,8 @@ func (s *Server) routes() *http.ServeMux {
 	for _, p := range []string{"/templates", "/v2/templates", "/templates/{id}"} {
 		handle("POST", p, s.templateBuild)
 	}
-	handle("PATCH", "/templates/{id}", s.templateBuild)
+	handle("PATCH", "/templates/{id}", s.updateTemplate)
+	handle("PATCH", "/v2/templates/{id}", s.updateTemplate)
 	mux.HandleFunc("/", s.serve(func(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
 		if strings.Contains(r.URL.Path, "/templates/") {
 			return s.templateBuild(nil, r)

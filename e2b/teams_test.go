@@ -17,17 +17,17 @@ import (
 
 const teamB = "team-b"
 
-// teamServer is a server of the fixture's namespace and team-b, run as the
-// chart's sandlot-api with api.teams = [team-b], and a key of team-b.
-func teamServer(t *testing.T, f *fixture) (base, keyB string, k *Kube) {
+// teamServer is a server of the fixture's namespace and team, run as the
+// chart's sandlot-api with api.teams = [team] and cfg, and a key of team.
+func teamServer(t *testing.T, f *fixture, team string, cfg Config) (base, keyB string, k *Kube) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: teamB}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: team}}
 	if err := f.c.Create(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	objs, err := kube.ChartRBAC(map[string]any{"api": map[string]any{"teams": []any{teamB}}})
+	objs, err := kube.ChartRBAC(map[string]any{"api": map[string]any{"teams": []any{team}}})
 	if err == nil {
 		err = kube.ApplyRBAC(ctx, f.c, objs)
 	}
@@ -35,20 +35,20 @@ func teamServer(t *testing.T, f *fixture) (base, keyB string, k *Kube) {
 		t.Fatal(err)
 	}
 	keyB, _ = NewAPIKey()
-	keys := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sandlot-api-keys-" + teamB, Namespace: testNS,
-		Labels: map[string]string{LabelTeam: teamB}}, StringData: map[string]string{"b": keyB}}
-	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: defaultTpl, Namespace: teamB},
+	keys := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sandlot-api-keys-" + team, Namespace: testNS,
+		Labels: map[string]string{LabelTeam: team}}, StringData: map[string]string{"b": keyB}}
+	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: defaultTpl, Namespace: team},
 		Spec: sandlotv1.TemplateSpec{Image: "registry.example/python:3.12"}}
 	for _, o := range []client.Object{keys, tpl} {
 		if err := f.c.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cfg, err := f.env.ComponentConfig("sandlot-api")
+	rc, err := f.env.ComponentConfig("sandlot-api")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k, err = NewKube(ctx, cfg, testNS, teamB); err != nil {
+	if k, err = NewKube(ctx, rc, testNS, team); err != nil {
 		t.Fatal(err)
 	}
 	for _, o := range []client.Object{keys, tpl} {
@@ -56,7 +56,8 @@ func teamServer(t *testing.T, f *fixture) (base, keyB string, k *Kube) {
 			t.Fatal(err)
 		}
 	}
-	_, hs := newTestServer(k, Config{Teams: []string{teamB}})
+	cfg.Teams = []string{team}
+	_, hs := newTestServer(k, cfg)
 	t.Cleanup(hs.Close)
 	return hs.URL, keyB, k
 }
@@ -67,7 +68,7 @@ func teamServer(t *testing.T, f *fixture) (base, keyB string, k *Kube) {
 // the team's ResourceQuota answers 429 with the limit.
 func TestTeams(t *testing.T) {
 	f := setup(t)
-	base, keyB, k := teamServer(t, f)
+	base, keyB, k := teamServer(t, f, teamB, Config{})
 	ctx := context.Background()
 	ids := map[string]string{}
 	for _, ns := range []string{testNS, teamB} {

@@ -151,12 +151,15 @@ func (s *Server) buildSpec(r *http.Request, name string, req buildStart) (sandlo
 	case (req.FromImage == "") == (req.FromTemplate == ""):
 		return spec, errorf(http.StatusBadRequest, "give exactly one of fromImage and fromTemplate")
 	case req.FromTemplate != "":
-		base := &sandlotv1.Template{}
-		if err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: teamOf(r.Context()), Name: req.FromTemplate}, base); err != nil {
-			return spec, errorf(http.StatusBadRequest, "fromTemplate %q: no such template", req.FromTemplate)
+		base, aerr := s.findTemplate(r, req.FromTemplate)
+		if aerr != nil {
+			return spec, errorf(http.StatusBadRequest, "fromTemplate %q: no such template of this team, nor a public one (%s)", req.FromTemplate, aerr.Message)
 		}
-		if req.FromTemplate == name {
+		if base.Name == name && base.Namespace == teamOf(r.Context()) {
 			return spec, errorf(http.StatusBadRequest, "a template cannot be built from itself")
+		}
+		if aerr := s.copyBuildFiles(r.Context(), base, teamOf(r.Context())); aerr != nil {
+			return spec, aerr
 		}
 		// The base's image with its steps first: what its base snapshot
 		// holds, rebuilt (sandlot does not stack snapshots of templates).
@@ -223,6 +226,9 @@ func (s *Server) putTemplate(r *http.Request, name string, spec sandlotv1.Templa
 		return kubeError("get template "+name, err)
 	}
 	tpl.Spec.Image, tpl.Spec.Resources, tpl.Spec.Build = spec.Image, spec.Resources, spec.Build
+	// A build makes a copy of a public template the team's own.
+	delete(tpl.Annotations, AnnotationPublicSource)
+	delete(tpl.Annotations, AnnotationPublicSpec)
 	if spec.Env != nil {
 		tpl.Spec.Env = spec.Env
 	}
@@ -234,10 +240,9 @@ func (s *Server) putTemplate(r *http.Request, name string, spec sandlotv1.Templa
 
 // aliasExists answers GET /templates/aliases/{alias}.
 func (s *Server) aliasExists(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
-	alias := r.PathValue("alias")
-	tpl := &sandlotv1.Template{}
-	if err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: teamOf(r.Context()), Name: alias}, tpl); err != nil {
-		return 0, nil, errorf(http.StatusNotFound, "template %q not found", alias)
+	tpl, aerr := s.findTemplate(r, r.PathValue("alias"))
+	if aerr != nil {
+		return 0, nil, aerr
 	}
-	return http.StatusOK, map[string]any{"templateID": tpl.Name, "public": false}, nil
+	return http.StatusOK, map[string]any{"templateID": tpl.Name, "public": isPublic(tpl)}, nil
 }

@@ -12,34 +12,71 @@ import (
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
+// listTemplates answers GET /templates: the team's own templates (its
+// copies of public ones are shown as their sources) and the public
+// templates of the other teams served.
 func (s *Server) listTemplates(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
-	list := &sandlotv1.TemplateList{}
-	if err := s.kube.List(r.Context(), list, client.InNamespace(teamOf(r.Context()))); err != nil {
-		return 0, nil, kubeError("list templates", err)
-	}
-	out := make([]*templateJSON, 0, len(list.Items))
-	for i := range list.Items {
-		if list.Items[i].DeletionTimestamp == nil {
-			out = append(out, s.templateJSON(&list.Items[i]))
+	team := teamOf(r.Context())
+	out := []*templateJSON{}
+	for _, ns := range s.cfg.Namespaces() {
+		list := &sandlotv1.TemplateList{}
+		if err := s.kube.List(r.Context(), list, client.InNamespace(ns)); err != nil {
+			return 0, nil, kubeError("list templates", err)
+		}
+		for i := range list.Items {
+			tpl := &list.Items[i]
+			if tpl.DeletionTimestamp == nil && ((ns == team && tpl.Annotations[AnnotationPublicSource] == "") || isPublic(tpl)) {
+				out = append(out, s.templateJSON(tpl, team))
+			}
 		}
 	}
 	return http.StatusOK, out, nil
 }
 
-func (s *Server) getTemplate(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+// findTemplate is the team's template id, or a public one of another team
+// (the team's copy of one stands for its source while that is public).
+func (s *Server) findTemplate(r *http.Request, id string) (*sandlotv1.Template, *apiError) {
 	tpl := &sandlotv1.Template{}
-	if err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: teamOf(r.Context()), Name: r.PathValue("id")}, tpl); err != nil {
-		return 0, nil, errorf(http.StatusNotFound, "template %q not found", r.PathValue("id"))
+	if err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: teamOf(r.Context()), Name: id}, tpl); err == nil {
+		src, gone, aerr := s.sourceOf(r.Context(), tpl)
+		switch {
+		case aerr != nil:
+			return nil, aerr
+		case gone:
+			return nil, errorf(http.StatusNotFound, "template %q was copied from a public template that is no longer public", id)
+		case src != nil:
+			return src, nil
+		}
+		return tpl, nil
+	}
+	tpl, aerr := s.publicTemplate(r.Context(), id)
+	if aerr == nil && tpl == nil {
+		aerr = errorf(http.StatusNotFound, "template %q not found", id)
+	}
+	return tpl, aerr
+}
+
+func (s *Server) getTemplate(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	tpl, aerr := s.findTemplate(r, r.PathValue("id"))
+	if aerr != nil {
+		return 0, nil, aerr
 	}
 	return http.StatusOK, struct {
 		*templateJSON
 		Builds []any `json:"builds"`
-	}{s.templateJSON(tpl), []any{}}, nil
+	}{s.templateJSON(tpl, teamOf(r.Context())), []any{}}, nil
 }
 
-func (s *Server) templateJSON(tpl *sandlotv1.Template) *templateJSON {
+// templateJSON is tpl as team sees it: another team's (public) template
+// is also named <namespace>/<name>.
+func (s *Server) templateJSON(tpl *sandlotv1.Template, team string) *templateJSON {
+	names := []string{tpl.Name}
+	if tpl.Namespace != team {
+		names = append(names, tpl.Namespace+"/"+tpl.Name)
+	}
 	t := &templateJSON{TemplateID: tpl.Name, BuildID: tpl.Status.BaseRevision, CPUCount: tpl.Spec.Resources.VCPU,
-		MemoryMB: tpl.Spec.Resources.MemoryMiB, DiskSizeMB: tpl.Spec.WritableLayerMiB, Aliases: []string{}, Names: []string{tpl.Name},
+		MemoryMB: tpl.Spec.Resources.MemoryMiB, DiskSizeMB: tpl.Spec.WritableLayerMiB, Aliases: []string{}, Names: names,
+		Public:    isPublic(tpl),
 		CreatedAt: tpl.CreationTimestamp.UTC().Format(time.RFC3339), UpdatedAt: tpl.CreationTimestamp.UTC().Format(time.RFC3339),
 		BuildCount: int32(len(tpl.Status.BaseSnapshots)), EnvdVersion: s.cfg.EnvdVersion, BuildStatus: "building"}
 	if c := meta.FindStatusCondition(tpl.Status.Conditions, sandlotv1.ConditionBaseSnapshotReady); c != nil {

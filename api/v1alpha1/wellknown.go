@@ -21,6 +21,9 @@ const (
 	// LabelFingerprint is set on a node (by its agent) to the CPU/kernel
 	// fingerprint a snapshot must match to be restored there.
 	LabelFingerprint = "sandlot.dev/fingerprint"
+	// LabelPublic ("true") publishes a Template to every team the E2B API
+	// serves: each team's creates copy it into the team's namespace.
+	LabelPublic = "sandlot.dev/public"
 )
 
 // Pod annotations: they tell the shim what to boot or restore.

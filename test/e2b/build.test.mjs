@@ -120,3 +120,32 @@ test('a failing RUN ends the build in error with its output', async () => {
     return true
   })
 })
+
+test('a public template: team B publishes its build, team A starts it from a copy of its own, and not after it is taken back', async () => {
+  const keyB = process.env.SANDLOT_TEAM_B_KEY
+  assert.ok(keyB, 'run with SANDLOT_TEAM_B_KEY (a key of team-b)')
+  const patch = (key, body) => fetch(`${process.env.E2B_API_URL}/v2/templates/shared-b`, {
+    method: 'PATCH', headers: { 'X-API-KEY': key, 'Content-Type': 'application/json' }, body: JSON.stringify(body) })
+  const tpl = Template({ fileContextPath: context }).fromImage(image).copy('hello.txt', '/shared/')
+    .runCmd('echo "published by team b" > /shared/marker', { user: 'root' })
+  await Template.build(tpl, 'shared-b', { cpuCount: 1, memoryMB: 256, apiKey: keyB })
+  assert.equal(await Template.exists('shared-b'), false, 'team A sees team B\'s private template')
+  await assert.rejects(Sandbox.create('shared-b'), /not found/i)
+  assert.equal((await patch(process.env.E2B_API_KEY, { public: true })).status, 404, 'team A published team B\'s template')
+  assert.equal((await patch(keyB, { public: true })).status, 200)
+  assert.equal(await Template.exists('shared-b'), true, 'team A does not see the public template')
+  const began = Date.now()
+  const s = await Sandbox.create('shared-b', { timeoutMs: 60_000 })
+  console.log(`# team A's first sandbox of team B's public template (its copy's base built first) in ${Date.now() - began} ms`)
+  try {
+    assert.equal(await s.commands.run('cat /shared/marker').then((r) => r.stdout), 'published by team b\n')
+    assert.equal(await s.files.read('/shared/hello.txt'), 'hello from the build context\n', 'the COPY step\'s files came along')
+    const listedB = await Sandbox.list({ apiKey: keyB }).nextItems()
+    assert.ok(!listedB.some((x) => x.sandboxId === s.sandboxId), 'team B lists team A\'s sandbox of its template')
+  } finally {
+    await s.kill()
+  }
+  assert.equal((await patch(keyB, { public: false })).status, 200)
+  for (let i = 0; i < 50 && await Template.exists('shared-b'); i++) await new Promise((r) => setTimeout(r, 100))
+  await assert.rejects(Sandbox.create('shared-b'), /no longer public/)
+})
