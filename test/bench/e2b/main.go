@@ -31,6 +31,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -95,7 +96,7 @@ func main() {
 	var b *bench
 	err = crienv.Run("bench-e2b", func(t crienv.T) {
 		b = &bench{t: t}
-		b.floor()
+		b.floor(o.levels)
 		b.setup()
 		b.run(o)
 		b.builds(o.builds)
@@ -119,13 +120,38 @@ type bench struct {
 	batches []stats.Batch
 }
 
-// floor measures the bare QEMU restore before the cluster starts.
-func (b *bench) floor() {
-	samples, err := sbxbench.Floor(5)
+// floor measures the bare QEMU restore before the cluster starts, and as
+// many bare restores at once as each concurrency level above 1 has.
+func (b *bench) floor(levels []int) {
+	var batches []int
+	for _, c := range levels {
+		if c > 1 {
+			batches = append(batches, c)
+		}
+	}
+	rows, err := sbxbench.FloorRows(5, 0, batches...)
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	b.table.Add(floorRow, "ms", samples, "bench-vm -floor, this run, before the cluster started")
+	b.table.Add(floorRow, "ms", rows[floorRow], "bench-vm -floor, this run, before the cluster started")
+	for _, c := range batches {
+		b.table.Add(sbxbench.FloorConcurrentRow(c), "ms", rows[sbxbench.FloorConcurrentRow(c)],
+			"bench-vm -floor -floor-concurrent, this run, before the cluster started")
+	}
+}
+
+// throughputRatio prints a batch's creates/s against the rate of as many
+// bare restores at once (the floor of its concurrency level).
+func (b *bench) throughputRatio(w io.Writer, bt stats.Batch) {
+	_, level, ok := strings.Cut(bt.Name, ", c=")
+	c, err := strconv.Atoi(level)
+	wall := b.table.Median(sbxbench.FloorConcurrentRow(c))
+	if !ok || err != nil || c < 2 || wall <= 0 {
+		return
+	}
+	floorRate := float64(c) / wall * 1000
+	fmt.Fprintf(w, "%s: %.2f creates/s = %.2fx the rate of %d bare restores at once (%.2f/s)\n",
+		bt.Name, bt.PerSecond, bt.PerSecond/floorRate, c, floorRate)
 }
 
 // setup starts a one-node cluster, the default template (its base
@@ -381,6 +407,7 @@ func (b *bench) report(w io.Writer, asJSON bool) {
 		if strings.HasSuffix(bt.Name, ", c=1") {
 			b.table.Ratio(w, bt.Name, floorRow)
 		}
+		b.throughputRatio(w, bt)
 	}
 	b.table.Ratio(w, rowBuild, rowByHand)
 	b.table.Ratio(w, rowCached, rowByHand)

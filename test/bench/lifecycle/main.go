@@ -125,7 +125,7 @@ func main() {
 	}
 	var b *bench
 	err := crienv.Run("bench-lifecycle", func(t crienv.T) {
-		b = newBench(t, *mem, slices.Max(append([]int{0}, l.density...)))
+		b = newBench(t, *mem, slices.Max(append([]int{0}, l.density...)), batchFloors(l))
 		b.run(l)
 	})
 	if err != nil {
@@ -163,21 +163,40 @@ type bench struct {
 	skipped []string
 	paused  []float64 // ms, one per fork level
 
+	batchFloors []int // fork batch sizes with a concurrent-restore floor
+
 	mu  sync.Mutex
 	seq int
 }
 
-func newBench(t crienv.T, mem, clones int) *bench {
+// batchFloors are the fork batches of more than one child: each is read
+// against as many bare restores at once.
+func batchFloors(l levels) []int {
+	var out []int
+	for _, n := range append(slices.Clone(l.forks), l.poolForks...) {
+		if n > 1 && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func newBench(t crienv.T, mem, clones int, batches []int) *bench {
 	// The VM floor first, alone on the cores: the raw restore every
-	// create's ratio is read against, and bare clones at the largest
-	// density level, what a sandbox's memory is read against.
-	floor, err := sbxbench.FloorRows(5, clones)
+	// create's ratio is read against, bare clones at the largest density
+	// level, what a sandbox's memory is read against, and as many bare
+	// restores at once as each fork batch has children.
+	floor, err := sbxbench.FloorRows(5, clones, batches...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, k := sbxbench.StartCluster(t, 1, nil)
-	b := &bench{t: t, k: k, node: c.Nodes[0].Name, clusterDir: c.Dir, mem: mem}
+	b := &bench{t: t, k: k, node: c.Nodes[0].Name, clusterDir: c.Dir, mem: mem, batchFloors: batches}
 	b.table.Add(sbxbench.FloorRow, "ms", floor[sbxbench.FloorRow], "bench-vm -floor, this run, before the cluster started (256 MiB VM)")
+	for _, n := range batches {
+		b.table.Add(sbxbench.FloorConcurrentRow(n), "ms", floor[sbxbench.FloorConcurrentRow(n)],
+			"bench-vm -floor -floor-concurrent, this run, before the cluster started (256 MiB VM)")
+	}
 	if clones > 0 {
 		b.table.Add(fmt.Sprintf("%s, %d clones", sbxbench.FloorDensityRow, clones), "MiB", floor[sbxbench.FloorDensityRow],
 			"bench-vm -floor -floor-clones, this run, before the cluster started: bare QEMU clones of a 256 MiB guest, idle 3 s")
@@ -305,6 +324,13 @@ func (b *bench) report(w io.Writer, asJSON bool) {
 		if b.table.Median(pool) > 0 {
 			b.table.Ratio(w, pool, tpl)
 			b.table.Ratio(w, pool, sbxbench.FloorRow)
+		}
+	}
+	for _, n := range b.batchFloors {
+		for _, row := range []string{rowFork(n), rowForkPool(n)} {
+			if b.table.Median(row+": batch wall time") > 0 {
+				b.table.Ratio(w, row+": batch wall time", sbxbench.FloorConcurrentRow(n))
+			}
 		}
 	}
 	for _, r := range b.table.Results {

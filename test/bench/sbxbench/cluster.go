@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -145,11 +146,25 @@ func Floor(n int) ([]float64, error) {
 	return rows[FloorRow], err
 }
 
+// FloorConcurrentRow is the row of n bare restores at once (bench-vm
+// -floor-concurrent): the wall time until every guest answered.
+func FloorConcurrentRow(n int) string {
+	return fmt.Sprintf("%d bare QEMU restores at once: all answered (floor)", n)
+}
+
 // FloorRows runs bench-vm -floor with n restores and, when clones > 0, that
-// many idle bare clones; it returns its rows' samples by name.
-func FloorRows(n, clones int) (map[string][]float64, error) {
-	cmd := exec.Command("go", "run", "./test/bench/vm", "-floor", "-json", "-n", strconv.Itoa(n),
-		"-floor-clones", strconv.Itoa(clones))
+// many idle bare clones, and for each of concurrent that many bare restores
+// at once; it returns its rows' samples by name.
+func FloorRows(n, clones int, concurrent ...int) (map[string][]float64, error) {
+	args := []string{"run", "./test/bench/vm", "-floor", "-json", "-n", strconv.Itoa(n), "-floor-clones", strconv.Itoa(clones)}
+	if len(concurrent) > 0 {
+		var levels []string
+		for _, c := range concurrent {
+			levels = append(levels, strconv.Itoa(c))
+		}
+		args = append(args, "-floor-concurrent", strings.Join(levels, ","))
+	}
+	cmd := exec.Command("go", args...)
 	cmd.Dir, cmd.Stderr = cluster.RepoRoot(), os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -168,9 +183,16 @@ func FloorRows(n, clones int) (map[string][]float64, error) {
 	for _, r := range res.Results {
 		rows[r.Name] = r.Samples
 	}
-	for _, want := range []string{FloorRow, FloorDensityRow} {
-		if _, ok := rows[want]; !ok && (want == FloorRow || clones > 0) {
-			return nil, fmt.Errorf("bench-vm -floor printed no %q row", want)
+	want := []string{FloorRow}
+	if clones > 0 {
+		want = append(want, FloorDensityRow)
+	}
+	for _, c := range concurrent {
+		want = append(want, FloorConcurrentRow(c))
+	}
+	for _, w := range want {
+		if _, ok := rows[w]; !ok {
+			return nil, fmt.Errorf("bench-vm -floor printed no %q row", w)
 		}
 	}
 	return rows, nil

@@ -2,15 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/test/bench/sbxbench"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 	"github.com/sandlot-dev/sandlot/vm"
 	"github.com/sandlot-dev/sandlot/vm/qmp"
@@ -103,6 +106,46 @@ func (b *bench) floorRestore(ctx context.Context) (*bare, time.Duration, error) 
 		return nil, 0, err
 	}
 	return b.bareRestore(ctx, b.floorSnap, g)
+}
+
+// bareConcurrent starts n bare restores of the floor's snapshot at once
+// (each on its own user-mode network) and measures the wall time until
+// every guest answered: the floor a batch of n sandbox starts (a fork of
+// n, n creates at once) is read against.
+func (b *bench) bareConcurrent(ctx context.Context, n int) error {
+	var mu sync.Mutex
+	var clones []*bare
+	var errs []error
+	defer func() {
+		for _, c := range clones {
+			c.stop()
+		}
+	}()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			g, err := vmtest.NewGuest("bare", "10.0.2.15", 4000+i)
+			var c *bare
+			if err == nil {
+				c, _, err = b.bareRestore(ctx, b.floorSnap, g)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			clones = append(clones, c)
+		})
+	}
+	wg.Wait()
+	wall := ms(time.Since(start))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%d of %d bare restores at once failed: %w", len(errs), n, err)
+	}
+	b.add(sbxbench.FloorConcurrentRow(n), "ms", []float64{wall}, fmt.Sprintf("%.2f restores/s", float64(n)/wall*1000))
+	return nil
 }
 
 // cpuTicks is utime+stime of pid in clock ticks.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandlot-dev/sandlot/test/bench/host"
+	"github.com/sandlot-dev/sandlot/test/bench/sbxbench"
 	"github.com/sandlot-dev/sandlot/test/bench/stats"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 	"github.com/sandlot-dev/sandlot/vm"
@@ -31,6 +32,9 @@ type bench struct {
 	// floorClones, with floorOnly, adds the bare clones' density at that
 	// many clones (bench-lifecycle's density floor).
 	floorClones int
+	// floorConcurrent, with floorOnly, adds n bare restores at once for
+	// each n (the floor of a batch of n starts).
+	floorConcurrent []int
 	// floorSnap is the snapshot bare QEMU restores.
 	floorSnap string
 	stats.Table
@@ -43,14 +47,23 @@ func main() {
 	n := flag.Int("n", 5, "samples per single measurement")
 	floor := flag.Bool("floor", false, "only the restore floor other benchmarks compare against: cold boot, restore (sandlot's VM layer and bare QEMU)")
 	clones := flag.Int("floor-clones", 0, "with -floor: also the host free-memory drop per idle bare clone at this many clones")
+	concurrent := flag.String("floor-concurrent", "", "with -floor: also the wall time of this many bare restores at once (a list: 10,100)")
 	flag.Parse()
-	if err := run(*asJSON, *n, *floor, *clones); err != nil {
+	var levels []int
+	var err error
+	if *concurrent != "" {
+		levels, err = sbxbench.ParseLevels("floor-concurrent", *concurrent)
+	}
+	if err == nil {
+		err = run(*asJSON, *n, *floor, *clones, levels)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench-vm:", err)
 		os.Exit(1)
 	}
 }
 
-func run(asJSON bool, n int, floor bool, clones int) error {
+func run(asJSON bool, n int, floor bool, clones int, concurrent []int) error {
 	env, err := vmtest.LoadEnv()
 	if err != nil {
 		return err
@@ -64,7 +77,7 @@ func run(asJSON bool, n int, floor bool, clones int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	b := &bench{env: env, dir: dir, accel: accel, n: n, floorOnly: floor, floorClones: clones}
+	b := &bench{env: env, dir: dir, accel: accel, n: n, floorOnly: floor, floorClones: clones, floorConcurrent: concurrent}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	if err := b.all(ctx); err != nil {

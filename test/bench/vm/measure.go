@@ -35,6 +35,9 @@ func (b *bench) all(ctx context.Context) error {
 		if b.floorClones > 0 {
 			steps = append(steps, func(ctx context.Context, _ string, _ vmtest.Guest) error { return b.bareDensity(ctx, b.floorClones) })
 		}
+		for _, n := range b.floorConcurrent {
+			steps = append(steps, func(ctx context.Context, _ string, _ vmtest.Guest) error { return b.bareConcurrent(ctx, n) })
+		}
 	}
 	for _, step := range steps {
 		if err := step(ctx, snap, pg); err != nil {
