@@ -18,11 +18,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/guest/control"
 	"github.com/sandlot-dev/sandlot/guest/control/server"
 	"github.com/sandlot-dev/sandlot/guest/envd"
 	"github.com/sandlot-dev/sandlot/guest/envd/files"
 	"github.com/sandlot-dev/sandlot/guest/envd/filesystem"
 	"github.com/sandlot-dev/sandlot/guest/envd/process"
+	"github.com/sandlot-dev/sandlot/guest/guestlog"
 	"github.com/sandlot-dev/sandlot/guest/httpserve"
 	"github.com/sandlot-dev/sandlot/guest/identity"
 	"github.com/sandlot-dev/sandlot/guest/interpreter"
@@ -60,6 +62,10 @@ func main() {
 }
 
 func run(ctx context.Context, opts options) error {
+	if opts.applyHost {
+		// In the VM: the agent's log goes to the container's log too.
+		slog.SetDefault(guestlog.New(os.Stderr, control.LogFIFO))
+	}
 	root, err := sandboxfs.New(opts.root)
 	if err != nil {
 		return err

@@ -171,16 +171,21 @@ test('logs and metrics over time: the start command\'s output, a series of sampl
   await sbx.commands.run('for p in /proc/[0-9]*; do [ "$(cat $p/comm)" = sleep ] && echo written-by-the-start-command > $p/fd/1 && break; done',
     { user: 'root' })
   const id = sbx.sandboxId
+  // The guest agent's own log too: that command started and ended.
+  const wanted = ['written-by-the-start-command', 'process started', 'process ended']
   let v2
   for (let i = 0; i < 30; i++) {
-    v2 = await api('GET', `/v2/sandboxes/${id}/logs?limit=100`)
+    v2 = await api('GET', `/v2/sandboxes/${id}/logs?limit=1000`)
     assert.equal(v2.status, 200, JSON.stringify(v2.json))
-    if (v2.json.logs.some((l) => l.message === 'written-by-the-start-command')) break
+    if (wanted.every((m) => v2.json.logs.some((l) => l.message === m))) break
     await new Promise((r) => setTimeout(r, 500))
   }
+  for (const m of wanted) {
+    const l = v2.json.logs.find((l) => l.message === m)
+    assert.ok(l, `"${m}" is not in the logs: ${JSON.stringify(v2.json.logs.slice(-10))}`)
+    assert.equal(l.level, 'info')
+  }
   const line = v2.json.logs.find((l) => l.message === 'written-by-the-start-command')
-  assert.ok(line, JSON.stringify(v2.json))
-  assert.equal(line.level, 'info')
   const cursor = Date.parse(line.timestamp)
   assert.ok(Math.abs(cursor - Date.now()) < 60_000, line.timestamp)
   const later = await api('GET', `/v2/sandboxes/${id}/logs?cursor=${cursor + 1}&direction=forward`)

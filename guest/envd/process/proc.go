@@ -3,6 +3,7 @@ package process
 import (
 	"bytes"
 	"errors"
+	"log/slog"
 	"maps"
 	"os"
 	"os/exec"
@@ -104,7 +105,9 @@ func (p *proc) run(onDone func()) {
 	}
 	p.readers.Wait()
 	p.closeFiles()
-	p.awaitSubscribers(p.finish(endEvent(p.cmd.ProcessState, err)))
+	end := endEvent(p.cmd.ProcessState, err)
+	slog.Info("process ended", "pid", p.pid, "exitCode", end.GetEnd().GetExitCode(), "status", end.GetEnd().GetStatus())
+	p.awaitSubscribers(p.finish(end))
 }
 
 // waitExit blocks until pid has exited, without reaping it: until the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -41,6 +42,9 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[processpb.Star
 		p.tag = proto.String(req.Msg.GetTag())
 	}
 	sub := p.subscribe() // before the output is read, so none is missed
+	// The executable, not its arguments: they may carry what a user
+	// typed, and the log is readable by whoever may read the pod's.
+	slog.Info("process started", "pid", p.pid, "cmd", cmd.Path, "tag", p.info().GetTag())
 	regErr := s.register(p)
 	go p.run(func() { s.remove(p) })
 	if regErr != nil {
