@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -54,7 +55,7 @@ func (s *Server) publicTemplate(ctx context.Context, id string) (*sandlotv1.Temp
 	var found []*sandlotv1.Template
 	for _, ns := range namespaces {
 		tpl := &sandlotv1.Template{}
-		if ns == team || !s.serves(ns) || !templateName.MatchString(name) {
+		if ns == team || !slices.Contains(s.cfg.Namespaces(), ns) || !templateName.MatchString(name) {
 			continue
 		}
 		err := s.kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tpl)
@@ -75,31 +76,27 @@ func (s *Server) publicTemplate(ctx context.Context, id string) (*sandlotv1.Temp
 	return found[0], nil
 }
 
-func (s *Server) serves(ns string) bool {
-	for _, n := range s.cfg.Namespaces() {
-		if n == ns {
-			return true
-		}
-	}
-	return false
-}
-
-// sourceOf is the source of a mirror (nil for a team's own template),
-// while it is public; gone says the mirror's source is no longer public.
-func (s *Server) sourceOf(ctx context.Context, mirror *sandlotv1.Template) (src *sandlotv1.Template, gone bool, aerr *apiError) {
-	ref, ok := mirror.Annotations[AnnotationPublicSource]
+// sourceOf is the public template own copies (nil for the team's own
+// template); a copy whose source is no longer public (unpublished,
+// deleted, replaced, or never: an annotation the team wrote) is 404.
+func (s *Server) sourceOf(ctx context.Context, own *sandlotv1.Template) (*sandlotv1.Template, *apiError) {
+	ref, ok := own.Annotations[AnnotationPublicSource]
 	if !ok {
-		return nil, false, nil
+		return nil, nil
 	}
+	gone := errorf(http.StatusNotFound, "template %q was copied from a public template that is no longer public (%s)", own.Name, ref)
 	parts := strings.Split(ref, "/")
 	if len(parts) != 3 {
-		return nil, true, nil
+		return nil, gone
 	}
-	src, aerr = s.publicTemplate(ctx, parts[0]+"/"+parts[1])
-	if aerr != nil || src == nil || string(src.UID) != parts[2] {
-		return nil, aerr == nil, aerr
+	src, aerr := s.publicTemplate(ctx, parts[0]+"/"+parts[1])
+	switch {
+	case aerr != nil:
+		return nil, aerr
+	case src == nil || string(src.UID) != parts[2]:
+		return nil, gone
 	}
-	return src, false, nil
+	return src, nil
 }
 
 // mirrorSpec is the spec a mirror of src has (its warm pool is the
@@ -185,13 +182,10 @@ func (s *Server) ownTemplate(ctx context.Context, id string) (name string, ok bo
 	if strings.Contains(id, "/") || s.kube.Get(ctx, client.ObjectKey{Namespace: teamOf(ctx), Name: id}, own) != nil {
 		return "", false, nil
 	}
-	src, gone, aerr := s.sourceOf(ctx, own)
+	src, aerr := s.sourceOf(ctx, own)
 	switch {
 	case aerr != nil:
 		return "", false, aerr
-	case gone:
-		return "", false, errorf(http.StatusNotFound, "template %q was copied from a public template that "+
-			"is no longer public (%s)", id, own.Annotations[AnnotationPublicSource])
 	case src == nil:
 		return id, true, nil
 	}

@@ -38,14 +38,8 @@ func (s *Server) listTemplates(_ http.ResponseWriter, r *http.Request) (int, any
 func (s *Server) findTemplate(r *http.Request, id string) (*sandlotv1.Template, *apiError) {
 	tpl := &sandlotv1.Template{}
 	if err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: teamOf(r.Context()), Name: id}, tpl); err == nil {
-		src, gone, aerr := s.sourceOf(r.Context(), tpl)
-		switch {
-		case aerr != nil:
-			return nil, aerr
-		case gone:
-			return nil, errorf(http.StatusNotFound, "template %q was copied from a public template that is no longer public", id)
-		case src != nil:
-			return src, nil
+		if src, aerr := s.sourceOf(r.Context(), tpl); aerr != nil || src != nil {
+			return src, aerr
 		}
 		return tpl, nil
 	}
