@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -40,6 +41,7 @@ func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src
 			base.Kind == sandlotv1.RestoreKindSnapshot && st.BaseSnapshot == "" {
 			st.BaseSnapshot = base.Name // from the pod: the write at its creation may have been lost
 		}
+		scheduledFromPod(st, sbx.Generation, pod)
 		applyPodView(st, sbx.Generation, v)
 		return ctrl.Result{}, pod, nil
 	}
@@ -64,6 +66,20 @@ func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src
 		return ctrl.Result{}, nil, nil
 	}
 	return r.startPod(ctx, sbx, src)
+}
+
+// scheduledFromPod records where the sandbox runs when its status does not
+// say so yet: the write that created or claimed the pod may have been lost
+// to a conflict, and the next reconcile finds the pod by name or label.
+func scheduledFromPod(st *sandlotv1.SandboxStatus, gen int64, pod *corev1.Pod) {
+	if c := meta.FindStatusCondition(st.Conditions, sandlotv1.ConditionScheduled); c != nil && c.Status == metav1.ConditionTrue {
+		return
+	}
+	reason, msg := sandlotv1.ReasonPlaced, "placed on "+pod.Spec.NodeName
+	if _, pool := pod.Labels[sandlotv1.LabelPool]; pool {
+		reason, msg = sandlotv1.ReasonClaimedFromPool, "claimed warm pool pod "+pod.Name+" on "+pod.Spec.NodeName
+	}
+	setCondition(&st.Conditions, gen, sandlotv1.ConditionScheduled, metav1.ConditionTrue, reason, msg)
 }
 
 // previousPodTerminating reports whether the pod named like the sandbox is

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -151,4 +152,36 @@ func findCondition(conds []metav1.Condition, typ string) metav1.Condition {
 		}
 	}
 	return metav1.Condition{}
+}
+
+// TestScheduledFromPod: a pod found after the write that created or
+// claimed it was lost still gives the sandbox its Scheduled condition,
+// and a recorded one is kept.
+func TestScheduledFromPod(t *testing.T) {
+	placed := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "s1"}, Spec: corev1.PodSpec{NodeName: "n1"}}
+	pooled := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pool-x", Labels: map[string]string{sandlotv1.LabelPool: "python"}},
+		Spec: corev1.PodSpec{NodeName: "n2"}}
+	recorded := []metav1.Condition{{Type: sandlotv1.ConditionScheduled, Status: metav1.ConditionTrue, Reason: sandlotv1.ReasonPlaced, Message: "kept"}}
+	cases := []struct {
+		name       string
+		conds      []metav1.Condition
+		pod        corev1.Pod
+		reason     string
+		msgContain string
+	}{
+		{name: "created, write lost", pod: placed, reason: sandlotv1.ReasonPlaced, msgContain: "n1"},
+		{name: "claimed, write lost", pod: pooled, reason: sandlotv1.ReasonClaimedFromPool, msgContain: "pool-x on n2"},
+		{name: "recorded", conds: recorded, pod: pooled, reason: sandlotv1.ReasonPlaced, msgContain: "kept"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st := &sandlotv1.SandboxStatus{Conditions: append([]metav1.Condition(nil), c.conds...)}
+			scheduledFromPod(st, 3, &c.pod)
+			got := st.Conditions[0]
+			if got.Type != sandlotv1.ConditionScheduled || got.Status != metav1.ConditionTrue || got.Reason != c.reason ||
+				!strings.Contains(got.Message, c.msgContain) {
+				t.Fatalf("condition %+v, want reason %s with %q", got, c.reason, c.msgContain)
+			}
+		})
+	}
 }
