@@ -32,6 +32,7 @@ func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src
 			st.Resources = &res
 		}
 		v := viewPod(pod)
+		v.StartedAt = notBefore(v.StartedAt, sbx.CreationTimestamp)
 		if v.Replace {
 			res, err := r.replacePod(ctx, sbx, pod, v)
 			return res, nil, err
@@ -80,6 +81,16 @@ func scheduledFromPod(st *sandlotv1.SandboxStatus, gen int64, pod *corev1.Pod) {
 		reason, msg = sandlotv1.ReasonClaimedFromPool, "claimed warm pool pod "+pod.Name+" on "+pod.Spec.NodeName
 	}
 	setCondition(&st.Conditions, gen, sandlotv1.ConditionScheduled, metav1.ConditionTrue, reason, msg)
+}
+
+// notBefore is when a sandbox started running: its pod's start, but not
+// before the sandbox existed (a claimed warm pool pod ran before its
+// claim; E2B's startedAt would precede the create).
+func notBefore(started *metav1.Time, created metav1.Time) *metav1.Time {
+	if started != nil && started.Before(&created) {
+		return created.DeepCopy()
+	}
+	return started
 }
 
 // previousPodTerminating reports whether the pod named like the sandbox is

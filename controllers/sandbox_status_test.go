@@ -185,3 +185,19 @@ func TestScheduledFromPod(t *testing.T) {
 		})
 	}
 }
+
+// TestNotBefore: a claimed warm pool pod's earlier start is not the
+// sandbox's.
+func TestNotBefore(t *testing.T) {
+	created := metav1.NewTime(time.Unix(1700000100, 0))
+	early, late := metav1.NewTime(time.Unix(1700000000, 0)), metav1.NewTime(time.Unix(1700000200, 0))
+	if got := notBefore(&early, created); !got.Equal(&created) {
+		t.Fatalf("pool pod started before the create: %v, want %v", got, created)
+	}
+	if got := notBefore(&late, created); !got.Equal(&late) {
+		t.Fatalf("pod started after the create: %v, want %v", got, late)
+	}
+	if got := notBefore(nil, created); got != nil {
+		t.Fatalf("no start: %v, want nil", got)
+	}
+}
