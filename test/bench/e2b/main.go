@@ -118,6 +118,7 @@ type bench struct {
 	key     string
 	table   stats.Table
 	batches []stats.Batch
+	hops    *hops // the level running, if any
 }
 
 // floor measures the bare QEMU restore before the cluster starts, and as
@@ -228,9 +229,16 @@ func (b *bench) level(mode string, pool bool, c, n, poolMax int) {
 		size = min(n, poolMax)
 		b.setPool(size)
 	}
+	h, err := watchHops(b.k, sbxbench.Meta(tplName).Namespace)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.hops = h
 	began := time.Now()
 	r := b.runWorkers(mode, c, n)
 	wall := time.Since(began)
+	b.hops = nil
+	h.stop(&b.table, name)
 	note := ""
 	if size > 0 {
 		note = fmt.Sprintf("pool of %d, full at the start", size)
@@ -319,7 +327,8 @@ func cmpErr(first, err error) error {
 func (b *bench) create() (string, time.Duration, error) {
 	start := time.Now()
 	code, body, err := b.call(http.MethodPost, "/v2/sandboxes", `{"templateID":"base","timeout":3600}`)
-	d := time.Since(start)
+	answered := time.Now()
+	d := answered.Sub(start)
 	if err != nil {
 		return "", 0, err
 	}
@@ -331,6 +340,9 @@ func (b *bench) create() (string, time.Duration, error) {
 	}
 	if err := json.Unmarshal(body, &s); err != nil || s.SandboxID == "" {
 		return "", 0, fmt.Errorf("create: no sandboxID in %s", body)
+	}
+	if b.hops != nil {
+		b.hops.request(s.SandboxID, start, answered)
 	}
 	return s.SandboxID, d, nil
 }
