@@ -66,7 +66,9 @@ func (s *Server) newSandboxObject(ns string, req *newSandbox, source sandlotv1.S
 		return nil, err
 	}
 	sbx := &sandlotv1.Sandbox{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "e2b-", Namespace: ns,
+		// The controller's finalizer comes with the create: its own
+		// update adding it would be one more write on each start's path.
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "e2b-", Namespace: ns, Finalizers: []string{sandlotv1.FinalizerSandboxVM},
 			Annotations: map[string]string{AnnotationTemplateID: req.TemplateID}},
 		Spec: sandlotv1.SandboxSpec{Source: source, Metadata: req.Metadata, Env: envList(req.EnvVars), Network: network},
 	}
