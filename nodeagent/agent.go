@@ -243,6 +243,7 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, pause
 		return fmt.Errorf("pod %s carries no claim", pod.Name)
 	}
 	claim := *ann.Claim
+	steps := newStepTimer()
 	secret := &corev1.Secret{}
 	if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: sandlotv1.TokenSecretName(claim.Sandbox)}, secret); err != nil {
 		return fmt.Errorf("token of sandbox %s: %w", claim.Sandbox, err)
@@ -253,6 +254,7 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, pause
 		env = map[string]string{}
 	}
 	env[sandlotv1.EnvSandboxID], env[sandlotv1.EnvAccessToken] = claim.SandboxID, token
+	steps.done("token")
 	c, err := r.dial(ctx, string(pod.UID))
 	if err != nil {
 		return fmt.Errorf("shim of pod %s: %w", pod.Name, err)
@@ -262,6 +264,7 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, pause
 	if err := r.syncNetwork(ctx, c, pod); err != nil {
 		return err
 	}
+	steps.done("network")
 	id := &controlapi.SetIdentityRequest{SandboxId: claim.SandboxID, AccessToken: token, Env: env, Hostname: claim.SandboxID}
 	if claim.Restore != nil {
 		return r.restoreClaim(ctx, c, pod, id)
@@ -272,11 +275,14 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, pause
 		if _, err := c.Resume(ctx, &controlapi.ResumeRequest{}); err != nil {
 			return fmt.Errorf("resume the claimed VM: %w", err)
 		}
+		steps.done("resume")
 	}
 	if _, err := c.SetIdentity(ctx, id); err != nil {
 		return fmt.Errorf("push the identity of %s: %w", claim.Sandbox, err)
 	}
-	log.FromContext(ctx).Info("warm pool pod claimed: VM resumed with the sandbox's identity", "pod", pod.Name, "sandbox", claim.Sandbox)
+	steps.done("identity")
+	log.FromContext(ctx).Info("warm pool pod claimed: VM resumed with the sandbox's identity", "pod", pod.Name, "sandbox", claim.Sandbox,
+		"took", steps.String())
 	return nil
 }
 
