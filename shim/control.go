@@ -158,7 +158,9 @@ func (a *controlAPI) SetIdentity(ctx context.Context, r *controlapi.SetIdentityR
 			id.Hostname = r.GetHostname()
 		}
 		id.Network, id.UnixNano = nil, time.Now().UnixNano() // the network stays the pod's
+		began := time.Now()
 		res, err := a.pod.vm.SetIdentity(ctx, id)
+		logf(ctx, "sandbox %s: identity set in %s (guest steps, ns: %v)", id.SandboxID, time.Since(began).Round(100*time.Microsecond), res.StepNanos)
 		if err == nil {
 			err = res.Err()
 		}

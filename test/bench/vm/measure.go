@@ -29,7 +29,7 @@ func (b *bench) all(ctx context.Context) error {
 	}
 	parent.Stop() // the clones run alone from here
 	steps := []func(context.Context, string, vmtest.Guest) error{b.restores, b.concurrentRestores,
-		b.restoredSnapshots, b.pauseResume, b.idleCPU, b.density}
+		b.restoredSnapshots, b.pauseResume, b.poolClaims, b.idleCPU, b.density}
 	if b.floorOnly {
 		steps = steps[:1]
 		if b.floorClones > 0 {
@@ -216,7 +216,7 @@ func (b *bench) restoredSnapshots(ctx context.Context, snap string, _ vmtest.Gue
 }
 
 func (b *bench) pauseResume(ctx context.Context, snap string, _ vmtest.Guest) error {
-	v, _, _, err := b.restore(ctx, snap, "pr")
+	v, g, _, err := b.restore(ctx, snap, "pr")
 	if err != nil {
 		return err
 	}
@@ -236,6 +236,70 @@ func (b *bench) pauseResume(ctx context.Context, snap string, _ vmtest.Guest) er
 	}
 	b.add("pause (QMP stop)", "ms", pause, "")
 	b.add("resume (QMP cont)", "ms", resume, "")
+	return b.claimIdentity(ctx, v, g)
+}
+
+// claimIdentity is a warm pool claim's guest side: the identity push
+// into a running guest, and into one just resumed after idling paused
+// (as a pool VM waits), each until the guest answered.
+func (b *bench) claimIdentity(ctx context.Context, v *vm.VM, g vmtest.Guest) error {
+	var running, resumed []float64
+	for i := range 10 {
+		id := g.Identity
+		id.SandboxID, id.Hostname = fmt.Sprintf("claim%02d", i), fmt.Sprintf("claim%02d", i)
+		start := time.Now()
+		if _, err := v.SetIdentity(ctx, id); err != nil {
+			return err
+		}
+		running = append(running, ms(time.Since(start)))
+		if err := v.Pause(ctx); err != nil {
+			return err
+		}
+		time.Sleep(time.Second) // the pool VM idles paused; what it waits for is no event
+		start = time.Now()
+		if err := v.Resume(ctx); err != nil {
+			return err
+		}
+		if _, err := v.SetIdentity(ctx, id); err != nil {
+			return err
+		}
+		resumed = append(resumed, ms(time.Since(start)))
+	}
+	b.add("identity push, running guest", "ms", running, "a claim's guest side without the resume")
+	b.add("resume + identity push after 1 s paused", "ms", resumed, "a warm pool claim's guest side")
+	return nil
+}
+
+// poolClaims is a warm pool VM's claim: restored, paused at once (as the
+// shim pauses a pool VM), then resumed with an identity push.
+func (b *bench) poolClaims(ctx context.Context, snap string, _ vmtest.Guest) error {
+	var resumed []float64
+	for i := range b.n {
+		g, err := b.guest(fmt.Sprintf("pool%d", i))
+		if err != nil {
+			return err
+		}
+		// Paused as soon as the restore (identity included) returned, as
+		// the shim does, before anything asked the guest for more.
+		v, err := vm.Restore(ctx, "", b.config(g, ""), snap, g.Identity, vm.Roots{Store: b.dir, Images: b.env.Roots().Images})
+		if err != nil {
+			return err
+		}
+		err = v.Pause(ctx)
+		if err == nil {
+			time.Sleep(time.Second) // the pool VM idles paused until a claim
+			start := time.Now()
+			if err = v.Resume(ctx); err == nil {
+				_, err = v.SetIdentity(ctx, g.Identity)
+			}
+			resumed = append(resumed, ms(time.Since(start)))
+		}
+		v.Stop()
+		if err != nil {
+			return err
+		}
+	}
+	b.add("resume + identity push, paused right after its restore", "ms", resumed, "a warm pool VM as the shim keeps it")
 	return nil
 }
 
