@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -136,6 +137,12 @@ func (r *SandboxReconciler) claimable(ctx context.Context, sbx *sandlotv1.Sandbo
 		case hostRemote:
 			remote = append(remote, pod)
 		}
+	}
+	// Each claimant tries the pods in its own order: in one order, N
+	// concurrent claims would all patch the first pod, N-1 lose, all
+	// patch the second, and so on (N²/2 patches, most of them conflicts).
+	for _, group := range [][]corev1.Pod{local, remote} {
+		rand.Shuffle(len(group), func(i, j int) { group[i], group[j] = group[j], group[i] })
 	}
 	return append(local, remote...), nil
 }
