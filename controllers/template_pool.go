@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -72,12 +73,11 @@ func (r *TemplateReconciler) pool(ctx context.Context, tpl *sandlotv1.Template, 
 		return sandlotv1.NodePool{}, err
 	}
 	want := int(tpl.Spec.WarmPool)
-	var remove []*corev1.Pod
-	remove = append(remove, p.failed...)
+	remove, refused := poolBackoff(p.failed, time.Now())
 	if have := len(p.ready) + len(p.starting); have > want {
 		extra := append(append([]*corev1.Pod{}, p.starting...), p.ready...)
 		remove = append(remove, extra[:have-want]...)
-	} else if base.Phase == sandlotv1.BaseReady && base.Revision == baseRevision(tpl) {
+	} else if base.Phase == sandlotv1.BaseReady && base.Revision == baseRevision(tpl) && refused == "" {
 		for range min(want-have, poolStartBatch-len(p.starting)-p.activating) {
 			pod, err := r.poolPod(ctx, tpl, node, base)
 			if err != nil {
@@ -101,7 +101,29 @@ func (r *TemplateReconciler) pool(ctx context.Context, tpl *sandlotv1.Template, 
 			return sandlotv1.NodePool{}, fmt.Errorf("delete pool pod %s: %w", pod.Name, err)
 		}
 	}
-	return sandlotv1.NodePool{Node: node, Ready: int32(len(p.ready)), Starting: int32(len(p.starting))}, nil
+	return sandlotv1.NodePool{Node: node, Ready: int32(len(p.ready)), Starting: int32(len(p.starting)), Message: refused}, nil
+}
+
+// poolRejectBackoff is how long a node whose kubelet refused a pool pod
+// (no room: OutOfcpu, OutOfmemory) gets no new one. Without it the pool
+// recreated the refused pod at once, and the kubelet refused it again,
+// about once a second for as long as the node stayed full.
+const poolRejectBackoff = 30 * time.Second
+
+// poolBackoff splits a node's failed pool pods into those to delete now
+// and, when its kubelet refused one less than poolRejectBackoff ago, why
+// no pool pod is created there meanwhile (the refused pod is kept until
+// then: it is the record of when).
+func poolBackoff(failed []*corev1.Pod, now time.Time) (remove []*corev1.Pod, refused string) {
+	for _, pod := range failed {
+		if !kubeletRejections[pod.Status.Reason] || now.Sub(pod.CreationTimestamp.Time) >= poolRejectBackoff {
+			remove = append(remove, pod)
+			continue
+		}
+		refused = fmt.Sprintf("kubelet refused pool pod %s (%s: %s); no new pool pod on this node for %v",
+			pod.Name, pod.Status.Reason, pod.Status.Message, poolRejectBackoff)
+	}
+	return remove, refused
 }
 
 // poolPod restores the node's base snapshot with the VM paused after.

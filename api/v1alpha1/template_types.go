@@ -158,6 +158,10 @@ type NodePool struct {
 	Node     string `json:"node"`
 	Ready    int32  `json:"ready"`
 	Starting int32  `json:"starting"`
+	// Message says why the pool is not refilled on the node now (its
+	// kubelet refused a pool pod for lack of room).
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // TemplateStatus reports validation and the base snapshots.
