@@ -26,7 +26,7 @@ func TestPoolBackoff(t *testing.T) {
 	}{
 		{name: "none"},
 		{name: "a crash is replaced", pods: []*corev1.Pod{failed("a", "Error", time.Second)}, wantRemove: []string{"a"}},
-		{name: "a fresh refusal holds the refill", pods: []*corev1.Pod{failed("b", "OutOfcpu", 5 * time.Second)},
+		{name: "a fresh refusal holds the refill", pods: []*corev1.Pod{failed("b", "OutOfcpu", 5*time.Second)},
 			refused: "kubelet refused pool pod b (OutOfcpu: no room)"},
 		{name: "an old refusal is deleted", pods: []*corev1.Pod{failed("c", "OutOfmemory", poolRejectBackoff)}, wantRemove: []string{"c"}},
 		{name: "mixed", pods: []*corev1.Pod{failed("d", "Error", time.Second), failed("e", "OutOfcpu", time.Second)},
