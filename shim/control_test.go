@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/ttrpc"
@@ -58,5 +59,24 @@ func TestControlAPI(t *testing.T) {
 	}
 	if c, _ := h.s.get(testApp); c.pod.identity.Network == nil || c.pod.identity.SandboxID != "claimed" {
 		t.Fatalf("pod identity %+v", c.pod.identity)
+	}
+}
+
+// TestGuestTime: what a guest reports of its steps reaches the node's log
+// as one bounded duration, whatever it sends.
+func TestGuestTime(t *testing.T) {
+	cases := []struct {
+		steps map[string]int64
+		want  time.Duration
+	}{
+		{nil, 0},
+		{map[string]int64{"rng": 1_500_000, "clock": 500_000}, 2 * time.Millisecond},
+		{map[string]int64{"a": -5_000_000, "b": 1_000_000}, time.Millisecond},
+		{map[string]int64{"a\nfake log line": 1 << 62, "b": 1 << 62}, 2 * time.Minute},
+	}
+	for _, c := range cases {
+		if got := guestTime(c.steps); got != c.want {
+			t.Errorf("guestTime(%v) = %v, want %v", c.steps, got, c.want)
+		}
 	}
 }
