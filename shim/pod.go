@@ -129,7 +129,7 @@ func (p *pod) start(ctx context.Context, s vmSpec, api controlapi.VMControlServi
 	}
 	logf(ctx, "pod %s: VM %s in %v", p.uid, how, time.Since(trace))
 	if s.Pool {
-		settle(ctx, p.vm)
+		settle(ctx, p.vm, settleMax)
 		if err := p.vm.Pause(ctx); err != nil {
 			return fmt.Errorf("pause the warm pool VM: %w", err)
 		}

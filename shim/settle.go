@@ -12,7 +12,7 @@ const (
 	// settledCPU: a VM that used less than this of a core over a window
 	// is idle (an idle TCG guest uses ~1 %).
 	settledCPU = 20 * time.Millisecond
-	// settleMax bounds the wait: a guest busy for good is paused anyway.
+	// settleMax bounds the wait.
 	settleMax = 3 * time.Second
 )
 
@@ -20,9 +20,11 @@ const (
 // pauses it. A restore leaves the guest work to finish (the identity's
 // side effects, timers due since the snapshot): paused at once, the guest
 // does it when resumed by a claim, on the sandbox's start path (a resume
-// and identity push took 23 ms instead of 9 ms, bench-vm).
-func settle(ctx context.Context, m machine) {
-	deadline := time.Now().Add(settleMax)
+// and identity push took 23 ms instead of 9 ms, bench-vm). A guest that
+// never goes idle (a template's own busy image) is paused
+// after limit anyway.
+func settle(ctx context.Context, m machine, limit time.Duration) {
+	deadline := time.Now().Add(limit)
 	last, err := m.Stats()
 	for err == nil && time.Now().Before(deadline) {
 		select {
