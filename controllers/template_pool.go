@@ -64,17 +64,18 @@ const poolStartBatch = 2
 
 // pool keeps a node's warm pool at spec.warmPool: missing pods are created
 // (poolStartBatch at a time) once the node's base snapshot of this
-// revision is Ready, extra and
-// failed ones deleted; pods of an older base revision go one at a time as
-// new ones are ready (all at once when the pool is scaled to zero).
+// revision is Ready and its kubelet did not just refuse one
+// (poolBackoff), extra and failed ones deleted; pods of an older base
+// revision go one at a time as new ones are ready (all at once when the
+// pool is scaled to zero).
 func (r *TemplateReconciler) pool(ctx context.Context, tpl *sandlotv1.Template, node string, base sandlotv1.BaseSnapshot) (sandlotv1.NodePool, error) {
 	p, err := r.listPool(ctx, tpl, node)
 	if err != nil {
 		return sandlotv1.NodePool{}, err
 	}
-	want := int(tpl.Spec.WarmPool)
-	remove, refused := poolBackoff(p.failed, time.Now())
-	if have := len(p.ready) + len(p.starting); have > want {
+	want, have := int(tpl.Spec.WarmPool), len(p.ready)+len(p.starting)
+	remove, refused := poolBackoff(p.failed, have < want, time.Now())
+	if have > want {
 		extra := append(append([]*corev1.Pod{}, p.starting...), p.ready...)
 		remove = append(remove, extra[:have-want]...)
 	} else if base.Phase == sandlotv1.BaseReady && base.Revision == baseRevision(tpl) && refused == "" {
@@ -111,12 +112,13 @@ func (r *TemplateReconciler) pool(ctx context.Context, tpl *sandlotv1.Template, 
 const poolRejectBackoff = 30 * time.Second
 
 // poolBackoff splits a node's failed pool pods into those to delete now
-// and, when its kubelet refused one less than poolRejectBackoff ago, why
-// no pool pod is created there meanwhile (the refused pod is kept until
-// then: it is the record of when).
-func poolBackoff(failed []*corev1.Pod, now time.Time) (remove []*corev1.Pod, refused string) {
+// and, when the pool is short there and its kubelet refused one less than
+// poolRejectBackoff ago, why no pool pod is created there meanwhile (the
+// refused pod is kept until then: it is the record of when). A pool that
+// is not short deletes them all: nothing waits on them.
+func poolBackoff(failed []*corev1.Pod, short bool, now time.Time) (remove []*corev1.Pod, refused string) {
 	for _, pod := range failed {
-		if !kubeletRejections[pod.Status.Reason] || now.Sub(pod.CreationTimestamp.Time) >= poolRejectBackoff {
+		if !short || !kubeletRejections[pod.Status.Reason] || now.Sub(pod.CreationTimestamp.Time) >= poolRejectBackoff {
 			remove = append(remove, pod)
 			continue
 		}

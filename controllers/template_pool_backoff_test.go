@@ -11,7 +11,8 @@ import (
 
 // TestPoolBackoff: a pool pod the kubelet refused for lack of room stops
 // the node's refill for poolRejectBackoff (instead of a refused pod a
-// second), other failures are replaced at once.
+// second), other failures are replaced at once, and a pool with what it
+// wants keeps no failed pod.
 func TestPoolBackoff(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	failed := func(name, reason string, age time.Duration) *corev1.Pod {
@@ -21,6 +22,7 @@ func TestPoolBackoff(t *testing.T) {
 	cases := []struct {
 		name       string
 		pods       []*corev1.Pod
+		full       bool // the pool has what it wants: nothing to hold back
 		wantRemove []string
 		refused    string // a substring of the message; "" for none
 	}{
@@ -29,12 +31,14 @@ func TestPoolBackoff(t *testing.T) {
 		{name: "a fresh refusal holds the refill", pods: []*corev1.Pod{failed("b", "OutOfcpu", 5*time.Second)},
 			refused: "kubelet refused pool pod b (OutOfcpu: no room)"},
 		{name: "an old refusal is deleted", pods: []*corev1.Pod{failed("c", "OutOfmemory", poolRejectBackoff)}, wantRemove: []string{"c"}},
+		{name: "a full pool deletes a fresh refusal", pods: []*corev1.Pod{failed("f", "OutOfcpu", time.Second)}, full: true,
+			wantRemove: []string{"f"}},
 		{name: "mixed", pods: []*corev1.Pod{failed("d", "Error", time.Second), failed("e", "OutOfcpu", time.Second)},
 			wantRemove: []string{"d"}, refused: "pool pod e"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			remove, refused := poolBackoff(c.pods, now)
+			remove, refused := poolBackoff(c.pods, !c.full, now)
 			var names []string
 			for _, p := range remove {
 				names = append(names, p.Name)
