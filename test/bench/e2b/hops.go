@@ -20,7 +20,9 @@ import (
 // Scheduled condition), Running with its pod IP (the controller mirroring
 // the pod), VMReady (the node agent), and the 201 received (sandlot-api's
 // own watch). Each hop is from the step before it; the watch's own
-// latency (a few ms) is in every figure alike.
+// latency (a few ms) is in every figure alike. A hop can be negative: the
+// node agent's VMReady lands before the controller's Scheduled when the
+// write that claimed the pod lost a conflict and was made again.
 type hops struct {
 	mu     sync.Mutex
 	byID   map[string]*steps

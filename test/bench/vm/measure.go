@@ -101,12 +101,8 @@ func (b *bench) firstGenSnapshots(ctx context.Context, v *vm.VM) (string, error)
 
 // restore restores the snapshot and waits for the guest's first answer.
 func (b *bench) restore(ctx context.Context, snap, name string) (*vm.VM, vmtest.Guest, time.Duration, error) {
-	g, err := b.guest(name)
-	if err != nil {
-		return nil, g, 0, err
-	}
 	start := time.Now()
-	v, err := vm.Restore(ctx, "", b.config(g, ""), snap, g.Identity, vm.Roots{Store: b.dir, Images: b.env.Roots().Images})
+	v, g, err := b.restoreVM(ctx, snap, name)
 	if err != nil {
 		return nil, g, 0, err
 	}
@@ -115,6 +111,17 @@ func (b *bench) restore(ctx context.Context, snap, name string) (*vm.VM, vmtest.
 		return nil, g, 0, err
 	}
 	return v, g, time.Since(start), nil
+}
+
+// restoreVM restores a clone of snap, its identity pushed, and returns
+// without waiting for the guest to answer anything else.
+func (b *bench) restoreVM(ctx context.Context, snap, name string) (*vm.VM, vmtest.Guest, error) {
+	g, err := b.guest(name)
+	if err != nil {
+		return nil, g, err
+	}
+	v, err := vm.Restore(ctx, "", b.config(g, ""), snap, g.Identity, vm.Roots{Store: b.dir, Images: b.env.Roots().Images})
+	return v, g, err
 }
 
 // restores measures restore to first answer, sandlot's and the floor's
@@ -270,18 +277,15 @@ func (b *bench) claimIdentity(ctx context.Context, v *vm.VM, g vmtest.Guest) err
 	return nil
 }
 
-// poolClaims is a warm pool VM's claim: restored, paused at once (as the
-// shim pauses a pool VM), then resumed with an identity push.
+// poolClaims is a warm pool VM's claim as the shim kept pool VMs until it
+// let them settle first: restored, paused at once, then resumed with an
+// identity push (the settled case is claimIdentity's resumed row).
 func (b *bench) poolClaims(ctx context.Context, snap string, _ vmtest.Guest) error {
 	var resumed []float64
 	for i := range b.n {
-		g, err := b.guest(fmt.Sprintf("pool%d", i))
-		if err != nil {
-			return err
-		}
 		// Paused as soon as the restore (identity included) returned, as
-		// the shim does, before anything asked the guest for more.
-		v, err := vm.Restore(ctx, "", b.config(g, ""), snap, g.Identity, vm.Roots{Store: b.dir, Images: b.env.Roots().Images})
+		// the shim did, before anything asked the guest for more.
+		v, g, err := b.restoreVM(ctx, snap, fmt.Sprintf("pool%d", i))
 		if err != nil {
 			return err
 		}
