@@ -75,7 +75,7 @@ func (r *run) phase(ctx context.Context, name string, rep *Report, do func(conte
 	for i := first; i < first+creates; i++ {
 		names = append(names, fmt.Sprintf("s-%06d", i))
 	}
-	err = poll.Within(5*time.Minute, fmt.Sprintf("%s: %d sandboxes Running", name, creates), func() error {
+	err = poll.Within(r.o.wait(), fmt.Sprintf("%s: %d sandboxes Running", name, creates), func() error {
 		if n := r.rec.runningCount(names); n < creates-r.deletedAmong(names) {
 			return fmt.Errorf("%d Running", n)
 		}
@@ -188,7 +188,7 @@ func (r *run) snapshot(ctx context.Context) error {
 // settle waits until every live sandbox is Running or Paused (the
 // churn's last pauses and resumes done), and counts them.
 func (r *run) settle(ctx context.Context, rep *Report) error {
-	return poll.Within(5*time.Minute, "every live sandbox Running or Paused", func() error {
+	return poll.Within(r.o.wait(), "every live sandbox Running or Paused", func() error {
 		list := &sandlotv1.SandboxList{}
 		if err := r.e.Admin.List(ctx, list, client.InNamespace(Namespace)); err != nil {
 			return err

@@ -27,7 +27,18 @@ type Options struct {
 	// pause a sandbox (resumed once Paused), SnapshotShare snapshot one.
 	Steady                    time.Duration
 	PauseShare, SnapshotShare float64
-	Log                       io.Writer
+	// Wait bounds each phase's wait for its sandboxes to run, and the
+	// settle after the churn (0: 5 minutes).
+	Wait time.Duration
+	Log  io.Writer
+}
+
+// wait is how long a phase waits for its sandboxes.
+func (o Options) wait() time.Duration {
+	if o.Wait > 0 {
+		return o.Wait
+	}
+	return 5 * time.Minute
 }
 
 // run is one run's state.

@@ -31,6 +31,7 @@ func main() {
 	flag.DurationVar(&o.Steady, "steady", 30*time.Second, "churn at full size: a delete and a create per 1/rate")
 	flag.Float64Var(&o.PauseShare, "pause", 0.05, "share of the churn's creates that also pause (and resume) a sandbox")
 	flag.Float64Var(&o.SnapshotShare, "snapshot", 0.01, "share that also snapshot one")
+	flag.DurationVar(&o.Wait, "wait", 5*time.Minute, "how long each phase waits for its sandboxes to run (a slow control plane needs more at 10,000)")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // the simulation's caches: their retries are expected
 	o.WarmPool, o.Log = int32(*pool), os.Stdout
@@ -41,7 +42,7 @@ func main() {
 }
 
 func run(o scale.Options) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour+4*o.Wait)
 	defer cancel()
 	fmt.Printf("# sandlot control plane at fleet size on envtest (kube-apiserver v1.37.2, etcd v3.6.16); no VM: accel n/a; host %s\n",
 		host.Describe())
