@@ -27,23 +27,10 @@ const retryPlacement = 30 * time.Second
 func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource, pod *corev1.Pod) (ctrl.Result, *corev1.Pod, error) {
 	st := &sbx.Status
 	if pod != nil {
-		if st.Resources == nil && !src.Wait && !src.Fail {
-			res := src.VM.Resources
-			st.Resources = &res
-		}
-		v := viewPod(pod)
-		v.StartedAt = notBefore(v.StartedAt, sbx.CreationTimestamp)
-		if v.Replace {
+		if v, ok := mirrorPod(sbx, src, pod); !ok {
 			res, err := r.replacePod(ctx, sbx, pod, v)
 			return res, nil, err
 		}
-		st.PodName, st.NodeName = pod.Name, pod.Spec.NodeName
-		if base := sandlotv1.PodSource(pod.Annotations); sbx.Spec.Source.Template != "" && base != nil &&
-			base.Kind == sandlotv1.RestoreKindSnapshot && st.BaseSnapshot == "" {
-			st.BaseSnapshot = base.Name // from the pod: the write at its creation may have been lost
-		}
-		scheduledFromPod(st, sbx.Generation, pod)
-		applyPodView(st, sbx.Generation, v)
 		return ctrl.Result{}, pod, nil
 	}
 	switch {
@@ -67,6 +54,31 @@ func (r *SandboxReconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src
 		return ctrl.Result{}, nil, nil
 	}
 	return r.startPod(ctx, sbx, src)
+}
+
+// mirrorPod writes the sandbox's pod into its status; false (and the
+// view, nothing written) when the pod is to be replaced. The reconcile
+// that creates or claims a pod mirrors it too, so the pod's first watch
+// event finds nothing new to write (one status write less per start).
+func mirrorPod(sbx *sandlotv1.Sandbox, src resolvedSource, pod *corev1.Pod) (podView, bool) {
+	st := &sbx.Status
+	if st.Resources == nil && !src.Wait && !src.Fail {
+		res := src.VM.Resources
+		st.Resources = &res
+	}
+	v := viewPod(pod)
+	v.StartedAt = notBefore(v.StartedAt, sbx.CreationTimestamp)
+	if v.Replace {
+		return v, false
+	}
+	st.PodName, st.NodeName = pod.Name, pod.Spec.NodeName
+	if base := sandlotv1.PodSource(pod.Annotations); sbx.Spec.Source.Template != "" && base != nil &&
+		base.Kind == sandlotv1.RestoreKindSnapshot && st.BaseSnapshot == "" {
+		st.BaseSnapshot = base.Name // from the pod: the write at its creation may have been lost
+	}
+	scheduledFromPod(st, sbx.Generation, pod)
+	applyPodView(st, sbx.Generation, v)
+	return v, true
 }
 
 // scheduledFromPod records where the sandbox runs when its status does not
@@ -199,7 +211,10 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 	st.Reason, st.Message = "", ""
 	setCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionScheduled, metav1.ConditionTrue, p.Reason, p.Message)
 	setCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionReady, metav1.ConditionFalse,
-		sandlotv1.ReasonPodPending, "pod "+sbx.Name+" created on "+p.Node)
+		sandlotv1.ReasonPodPending, "pod "+sbx.Name+" is pending")
+	if pod != nil {
+		mirrorPod(sbx, src, pod)
+	}
 	return ctrl.Result{}, pod, nil
 }
 
@@ -219,6 +234,7 @@ func (r *SandboxReconciler) tryPoolClaim(ctx context.Context, sbx *sandlotv1.San
 	if pod != nil {
 		poolClaims.WithLabelValues(req.template, "hit").Inc()
 		adoptPoolPod(sbx, pod, src, req)
+		mirrorPod(sbx, src, pod) // a pool pod runs: Running at once
 		return pod, true, ctrl.Result{}, nil
 	}
 	if src.WarmPool > 0 {
