@@ -1,7 +1,6 @@
 package nodeagent_test
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
@@ -53,15 +52,7 @@ func TestRestoreClaim(t *testing.T) {
 	if len(ids) != 1 || ids[0].GetSandboxId() != id || ids[0].GetAccessToken() != "token-claim-child" || ids[0].GetHostname() != id {
 		t.Fatalf("identities pushed %v, want the sandbox's with the restore", ids)
 	}
-	a.eventually("the claim recorded as carried out", func() error { // after VMReady
-		if err := a.get(pod); err != nil {
-			return err
-		}
-		if pod.Annotations[sandlotv1.AnnotationClaimActivated] != pod.Annotations[sandlotv1.AnnotationClaim] {
-			return fmt.Errorf("annotations %v", pod.Annotations)
-		}
-		return nil
-	})
+	a.waitClaimDone(pod)
 
 	// A tampered claim: a template's sandbox naming that Snapshot.
 	thief := a.sandbox("claim-thief", "thiefclaim0000000001")

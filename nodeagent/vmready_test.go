@@ -89,6 +89,21 @@ func (a *agent) claimedPool(sandbox, id, token string, identityErr error) (*sand
 	return sbx, pod, vm
 }
 
+// waitClaimDone waits until the pool pod's claim is recorded as carried
+// out: the agent writes it after VMReady (which the create waits for).
+func (a *agent) waitClaimDone(pod *corev1.Pod) {
+	a.t.Helper()
+	a.eventually("the claim recorded as done on "+pod.Name, func() error {
+		if err := a.get(pod); err != nil {
+			return err
+		}
+		if got, claim := pod.Annotations[sandlotv1.AnnotationClaimActivated], pod.Annotations[sandlotv1.AnnotationClaim]; got != claim {
+			return fmt.Errorf("claim-activated = %q, want the claim %q", got, claim)
+		}
+		return nil
+	})
+}
+
 // TestClaimActivatesWarmPoolVM: a claimed pool pod's VM is resumed with
 // the sandbox's identity (its token from the Secret), the claim is
 // recorded on the pod, VMReady turns True and Events tell it.
@@ -107,12 +122,7 @@ func TestClaimActivatesWarmPoolVM(t *testing.T) {
 		!maps.Equal(got.GetEnv(), want) {
 		t.Fatalf("SetIdentity(%v), want sandbox %s, token %s, hostname %s, env %v", got, id, token, id, want)
 	}
-	if err := a.get(pod); err != nil {
-		t.Fatal(err)
-	}
-	if got, claim := pod.Annotations[sandlotv1.AnnotationClaimActivated], pod.Annotations[sandlotv1.AnnotationClaim]; got != claim {
-		t.Fatalf("claim-activated = %q, want the claim %q", got, claim)
-	}
+	a.waitClaimDone(pod)
 	a.waitEvent(sbx, corev1.EventTypeNormal, nodeagent.ReasonClaimActivated, pod.Name)
 	a.waitEvent(sbx, corev1.EventTypeNormal, "VMRunning", "VMReady=True")
 }
