@@ -9,6 +9,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -125,7 +126,10 @@ func (r *run) create(ctx context.Context) error {
 	r.mu.Unlock()
 	sbx := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
 		Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Template: template},
-			Metadata: map[string]string{"user": fmt.Sprintf("u%d", rand.IntN(100))}}}
+			// Outlives the run: the template's default (5 min) expired a
+			// 10,000 ramp's sandboxes while the last still waited to run.
+			TimeoutSeconds: ptr.To(int32(3 * 3600)),
+			Metadata:       map[string]string{"user": fmt.Sprintf("u%d", rand.IntN(100))}}}
 	r.rec.creating(name)
 	if err := r.e.Admin.Create(ctx, sbx); err != nil {
 		return fmt.Errorf("create sandbox %s: %w", name, err)
