@@ -26,8 +26,8 @@ func (s *Server) listSandboxesV1(_ http.ResponseWriter, r *http.Request) (int, a
 		return 0, nil, err
 	}
 	out := make([]*sandboxDetail, 0, len(items))
-	for i := range items {
-		out = append(out, s.detail(r.Context(), &items[i], false))
+	for _, sbx := range items {
+		out = append(out, s.detail(r.Context(), sbx, false))
 	}
 	return http.StatusOK, out, nil
 }
@@ -58,8 +58,8 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) (int, any
 	if err != nil {
 		return 0, nil, err
 	}
-	page, next, err := paginate(items, q.Get("nextToken"), limit, func(sbx *sandlotv1.Sandbox) pageKey {
-		return pageKey{sbx.CreationTimestamp.Time, sandlotv1.SandboxIDFor(sbx.UID)}
+	page, next, err := paginate(items, q.Get("nextToken"), limit, func(sbx **sandlotv1.Sandbox) pageKey {
+		return pageKey{(*sbx).CreationTimestamp.Time, sandlotv1.SandboxIDFor((*sbx).UID)}
 	})
 	if err != nil {
 		return 0, nil, err
@@ -68,25 +68,27 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) (int, any
 		w.Header().Set("X-Next-Token", next)
 	}
 	out := make([]*sandboxDetail, 0, len(page))
-	for i := range page {
-		out = append(out, s.detail(r.Context(), &page[i], false))
+	for _, sbx := range page {
+		out = append(out, s.detail(r.Context(), sbx, false))
 	}
 	return http.StatusOK, out, nil
 }
 
 // matching lists the namespace's live sandboxes with all of filter's
 // metadata, in one of states (any when empty) and of template (any when "").
-func (s *Server) matching(ctx context.Context, filter map[string]string, states map[string]bool, template string) ([]sandlotv1.Sandbox, *apiError) {
+func (s *Server) matching(ctx context.Context, filter map[string]string, states map[string]bool, template string) ([]*sandlotv1.Sandbox, *apiError) {
 	list := &sandlotv1.SandboxList{}
 	// Read only (filtered, then shown): not copied out of the cache, which
-	// at 10,000 sandboxes was most of a page's time.
+	// at 10,000 sandboxes was most of a page's time; and then pointed at,
+	// not copied again.
 	if err := s.kube.List(ctx, list, client.InNamespace(teamOf(ctx)), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, kubeError("list sandboxes", err)
 	}
-	var out []sandlotv1.Sandbox
-	for _, sbx := range list.Items {
-		if !listed(&sbx) || sbx.Status.Phase.Terminal() || (len(states) > 0 && !states[state(&sbx)]) ||
-			(template != "" && templateIDOf(&sbx) != template) {
+	var out []*sandlotv1.Sandbox
+	for i := range list.Items {
+		sbx := &list.Items[i]
+		if !listed(sbx) || sbx.Status.Phase.Terminal() || (len(states) > 0 && !states[state(sbx)]) ||
+			(template != "" && templateIDOf(sbx) != template) {
 			continue
 		}
 		if hasAll(sbx.Spec.Metadata, filter) {
@@ -150,32 +152,35 @@ func pageLimit(q string) (int, *apiError) {
 // paginate sorts items by key and returns the page after token, and the
 // token of the page after it ("" on the last page).
 func paginate[T any](items []T, token string, limit int, key func(*T) pageKey) ([]T, string, *apiError) {
-	// Each item's key once (an ID is a digest of the UID), then the order.
-	keys := make([]pageKey, len(items))
-	order := make([]int, len(items))
-	for i := range items {
-		keys[i], order[i] = key(&items[i]), i
-	}
-	slices.SortFunc(order, func(a, b int) int { return keys[a].compare(keys[b]) })
-	start := 0
+	var after *pageKey
 	if token != "" {
-		after, err := parsePageToken(token)
+		k, err := parsePageToken(token)
 		if err != nil {
 			return nil, "", err
 		}
-		start, _ = slices.BinarySearchFunc(order, after, func(i int, k pageKey) int { return keys[i].compare(k) })
-		for start < len(order) && keys[order[start]].compare(after) <= 0 {
-			start++
+		after = &k
+	}
+	// Each item's key once (an ID is a digest of the UID); only the items
+	// after the token are ordered.
+	type keyed struct {
+		key pageKey
+		i   int
+	}
+	rest := make([]keyed, 0, len(items))
+	for i := range items {
+		if k := key(&items[i]); after == nil || k.compare(*after) > 0 {
+			rest = append(rest, keyed{k, i})
 		}
 	}
-	end, next := len(order), ""
-	if end-start > limit {
-		end = start + limit
-		next = keys[order[end-1]].token()
+	slices.SortFunc(rest, func(a, b keyed) int { return a.key.compare(b.key) })
+	next := ""
+	if len(rest) > limit {
+		rest = rest[:limit]
+		next = rest[limit-1].key.token()
 	}
-	page := make([]T, 0, end-start)
-	for _, i := range order[start:end] {
-		page = append(page, items[i])
+	page := make([]T, 0, len(rest))
+	for _, k := range rest {
+		page = append(page, items[k.i])
 	}
 	return page, next, nil
 }
