@@ -31,7 +31,7 @@ func main() {
 	flag.DurationVar(&o.Steady, "steady", 30*time.Second, "churn at full size: a delete and a create per 1/rate")
 	flag.Float64Var(&o.PauseShare, "pause", 0.05, "share of the churn's creates that also pause (and resume) a sandbox")
 	flag.Float64Var(&o.SnapshotShare, "snapshot", 0.01, "share that also snapshot one")
-	flag.DurationVar(&o.Wait, "wait", 5*time.Minute, "how long each phase waits for its sandboxes to run (a slow control plane needs more at 10,000)")
+	flag.DurationVar(&o.Wait, "wait", 20*time.Minute, "how long each phase waits for its sandboxes to run (10,000 at ~20 creates/s sustained take ~9 min on 2 cores)")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // the simulation's caches: their retries are expected
 	o.WarmPool, o.Log = int32(*pool), os.Stdout
