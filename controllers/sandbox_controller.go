@@ -205,10 +205,8 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandlotv1.Sandbox
 	if err := r.deleteOwned(ctx, sbx, &corev1.Secret{}, sandlotv1.TokenSecretName(sbx.Name)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("delete token of sandbox %s: %w", sbx.Name, err)
 	}
-	pkg := &sandlotv1.PausedSandbox{}
-	pkg.Namespace, pkg.Name = sbx.Namespace, sbx.Name
-	if err := r.Delete(ctx, pkg); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-		return ctrl.Result{}, fmt.Errorf("delete paused state of sandbox %s: %w", sbx.Name, err)
+	if err := r.deletePaused(ctx, sbx); err != nil {
+		return ctrl.Result{}, err
 	}
 	gone, err := r.deletePod(ctx, sbx)
 	if err != nil || !gone {
@@ -248,11 +246,33 @@ func (r *SandboxReconciler) nodeGone(ctx context.Context, name string) bool {
 	return false
 }
 
+// deletePaused deletes the sandbox's pause package, if it has one. Most
+// sandboxes never paused: the cache says so without a request (the
+// package is owned by the Sandbox, so one the cache has not seen yet goes
+// with it by garbage collection).
+func (r *SandboxReconciler) deletePaused(ctx context.Context, sbx *sandlotv1.Sandbox) error {
+	pkg := &sandlotv1.PausedSandbox{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Name}, pkg)
+	if apierrors.IsNotFound(err) || (err == nil && (pkg.DeletionTimestamp != nil || !metav1.IsControlledBy(pkg, sbx))) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get paused state of sandbox %s: %w", sbx.Name, err)
+	}
+	uid := pkg.UID
+	if err := r.Delete(ctx, pkg, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete paused state of sandbox %s: %w", sbx.Name, err)
+	}
+	return nil
+}
+
 // deleteOwned deletes the object of that name only if this Sandbox owns
 // it (a user's object that happens to bear the derived name is left
-// alone), guarded by its UID.
+// alone), guarded by its UID. It reads the cache: an object of ours the
+// cache has not seen yet is owned by the Sandbox and goes with it by
+// garbage collection.
 func (r *SandboxReconciler) deleteOwned(ctx context.Context, sbx *sandlotv1.Sandbox, obj client.Object, name string) error {
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: name}, obj)
+	err := r.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: name}, obj)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -269,25 +289,54 @@ func (r *SandboxReconciler) deleteOwned(ctx context.Context, sbx *sandlotv1.Sand
 // deletePod deletes the sandbox's pod and reports whether it is gone. A
 // pod whose node no longer exists has no kubelet to finish it: it is
 // removed at once.
+//
+// A pod the cache holds is deleted by its UID without a read (its
+// deletion's watch events reconcile again); only the cache's "gone" is
+// confirmed on the API server, since the cache lags.
 func (r *SandboxReconciler) deletePod(ctx context.Context, sbx *sandlotv1.Sandbox) (bool, error) {
+	key := types.NamespacedName{Namespace: sbx.Namespace, Name: podNameOf(sbx)}
 	pod := &corev1.Pod{}
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: podNameOf(sbx)}, pod)
+	err := r.Get(ctx, key, pod)
+	if err == nil && metav1.IsControlledBy(pod, sbx) {
+		return false, r.deletePodOnce(ctx, pod, true)
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return false, fmt.Errorf("get pod of sandbox %s: %w", sbx.Name, err)
+	}
+	err = r.APIReader.Get(ctx, key, pod)
 	if apierrors.IsNotFound(err) || (err == nil && !metav1.IsControlledBy(pod, sbx)) {
 		return true, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("get pod of sandbox %s: %w", sbx.Name, err)
 	}
-	var opts []client.DeleteOption
+	return false, r.deletePodOnce(ctx, pod, false)
+}
+
+// deletePodOnce deletes pod unless its deletion is under way already
+// (again, at once, when its node is gone). byUID guards a cached copy: a
+// newer pod of that name is not deleted for it.
+func (r *SandboxReconciler) deletePodOnce(ctx context.Context, pod *corev1.Pod, byUID bool) error {
+	opts := r.podDeleteOptions(ctx, pod)
+	if pod.DeletionTimestamp != nil && len(opts) == 0 {
+		return nil
+	}
+	if byUID {
+		uid := pod.UID
+		opts = append(opts, client.Preconditions{UID: &uid})
+	}
+	if err := r.Delete(ctx, pod, opts...); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete pod %s: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// podDeleteOptions: a pod whose node is gone is removed at once.
+func (r *SandboxReconciler) podDeleteOptions(ctx context.Context, pod *corev1.Pod) []client.DeleteOption {
 	if pod.Spec.NodeName != "" && r.nodeGone(ctx, pod.Spec.NodeName) {
-		opts = append(opts, client.GracePeriodSeconds(0))
+		return []client.DeleteOption{client.GracePeriodSeconds(0)}
 	}
-	if pod.DeletionTimestamp == nil || len(opts) > 0 {
-		if err := r.Delete(ctx, pod, opts...); client.IgnoreNotFound(err) != nil {
-			return false, fmt.Errorf("delete pod %s: %w", pod.Name, err)
-		}
-	}
-	return false, nil
+	return nil
 }
 
 func (r *SandboxReconciler) milliCPUPerVCPU() int64 {

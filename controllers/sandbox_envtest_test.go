@@ -206,6 +206,21 @@ func TestDeletingSandboxDeletesPodAndSecret(t *testing.T) {
 	h.gone(&sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "bye"}})
 }
 
+// TestDeletingPausedSandboxDeletesItsPackage: the finalizer takes the
+// pause package with it (it reads the package from its cache).
+func TestDeletingPausedSandboxDeletesItsPackage(t *testing.T) {
+	h := withController(t, "delpaused-node", 512)
+	s := h.running(newSandbox("napgone", sandlotv1.SandboxSource{Template: "python"}), "10.88.0.11")
+	pkg := h.pause("napgone")
+	h.finishPause("napgone")
+	h.waitPhase("napgone", sandlotv1.SandboxPaused)
+	if err := h.c.Delete(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	h.gone(&sandlotv1.PausedSandbox{ObjectMeta: metav1.ObjectMeta{Name: "napgone", UID: pkg.UID}})
+	h.gone(&sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "napgone", UID: s.UID}})
+}
+
 // TestKubeletRejectionPlacesAgain: a pod the kubelet refused at admission
 // (its VM never ran) is replaced, not a terminal failure.
 func TestKubeletRejectionPlacesAgain(t *testing.T) {

@@ -33,7 +33,7 @@ func (e *Env) apiMetrics(ctx context.Context) (counters, error) {
 		return nil, fmt.Errorf("API server metrics: %w", err)
 	}
 	return parseMetrics(raw, map[string][]string{
-		"apiserver_request_total":      {"verb", "resource", "subresource"},
+		"apiserver_request_total":      {"verb", "resource", "subresource", "code"},
 		"apiserver_watch_events_total": {"resource"},
 		"apiserver_storage_objects":    {"resource"},
 		"apiserver_resource_objects":   {"resource"}, // its name from Kubernetes v1.34 on

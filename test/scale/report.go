@@ -84,8 +84,10 @@ func (rep *Report) Print(w io.Writer) {
 			float64(p.Creates)/p.Issued.Seconds(), float64(p.Creates)/p.AllRunning.Seconds(), p.NoPod, p.NotRunning)
 		fmt.Fprintf(w, "%s: controller CPU %.2f ms per create, RSS %.0f MiB (peak %.0f)\n", p.Name,
 			float64(p.Costs.Controller.CPU.Microseconds())/1000/float64(p.Creates), mib(p.Costs.Controller.RSS), mib(p.Costs.Controller.Peak))
-		writes, all := perCreate(p.Costs.API, "apiserver_request_total{", p.Creates)
-		fmt.Fprintf(w, "%s: API requests per create %.2f, writes %.2f: %s\n", p.Name, all, sum(writes), top(writes, 8))
+		writes, reads := perCreate(p.Costs.API, "apiserver_request_total{", p.Creates)
+		fmt.Fprintf(w, "%s: API requests per create %.2f, writes %.2f (of them refused %.2f): %s\n", p.Name, sum(writes)+sum(reads),
+			sum(writes), sum(refused(writes)), top(writes, 10))
+		fmt.Fprintf(w, "%s: API reads per create %.2f: %s\n", p.Name, sum(reads), top(reads, 6))
 		events, _ := perCreate(p.Costs.API, "apiserver_watch_events_total{", p.Creates)
 		fmt.Fprintf(w, "%s: watch events per create %.2f: %s\n", p.Name, sum(events), top(events, 6))
 	}
@@ -115,20 +117,32 @@ func (rep *Report) printStorage(w io.Writer) {
 		size/1024/float64(rep.Live), top(objs, 8))
 }
 
-// perCreate is the writes (and all requests) per create, by verb and
-// resource.
-func perCreate(c counters, prefix string, creates int) ([]kv, float64) {
-	var writes []kv
-	all := 0.0
+// perCreate is the requests per create by verb and resource (and code):
+// the writes, and the reads (GET, LIST, WATCH). Other counters' samples
+// all count as writes.
+func perCreate(c counters, prefix string, creates int) (writes, reads []kv) {
 	for _, x := range delta(counters{}, c, prefix) {
-		per := x.v / float64(creates)
-		all += per
-		verb := strings.SplitN(strings.TrimSuffix(x.k, "}"), ",", 2)[0]
-		if prefix != "apiserver_request_total{" || (verb != "GET" && verb != "LIST" && verb != "WATCH") {
-			writes = append(writes, kv{strings.TrimSuffix(x.k, "}"), per})
+		per := kv{strings.TrimSuffix(x.k, "}"), x.v / float64(creates)}
+		verb := strings.SplitN(per.k, ",", 2)[0]
+		if prefix == "apiserver_request_total{" && (verb == "GET" || verb == "LIST" || verb == "WATCH") {
+			reads = append(reads, per)
+		} else {
+			writes = append(writes, per)
 		}
 	}
-	return writes, all
+	return writes, reads
+}
+
+// refused is the writes the API server answered with an error (the
+// request counter's last label is the response code).
+func refused(writes []kv) []kv {
+	var out []kv
+	for _, x := range writes {
+		if i := strings.LastIndexByte(x.k, ','); i >= 0 && x.k[i+1:] >= "400" {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func sum(xs []kv) float64 {

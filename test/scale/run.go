@@ -46,6 +46,7 @@ func (o Options) wait() time.Duration {
 type run struct {
 	o       Options
 	e       *Env
+	fleet   *Fleet // its cache serves the run's own reads
 	rec     *recorder
 	mu      sync.Mutex
 	live    []string // sandboxes created and not deleted, oldest first
@@ -68,6 +69,7 @@ func Run(ctx context.Context, e *Env, o Options) (*Report, error) {
 	if err := f.Start(ctx, e.Kube.Config, e.Kube.Scheme); err != nil {
 		return nil, err
 	}
+	r.fleet = f
 	var err error
 	if r.rec, err = newRecorder(ctx, e.Kube.Config, e.Kube.Scheme); err != nil {
 		return nil, err
