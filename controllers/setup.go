@@ -39,11 +39,13 @@ const (
 )
 
 // CacheOptions keeps the controller's caches to sandlot's own pods and
-// secrets: it never needs the rest of a cluster's.
+// secrets: it never needs the rest of a cluster's. Cached objects drop
+// their managedFields, which the controller never reads (an update sent
+// without them keeps the stored ones).
 func CacheOptions() cache.Options {
 	owned, _ := labels.NewRequirement(sandlotv1.LabelSandbox, selection.Exists, nil)
 	sel := labels.NewSelector().Add(*owned)
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}:    {Label: sel},
 		&corev1.Secret{}: {Label: sel},
 	}}

@@ -64,7 +64,9 @@ func NewKube(ctx context.Context, cfg *rest.Config, namespaces ...string) (*Kube
 	for _, ns := range namespaces {
 		served[ns] = cache.Config{}
 	}
-	c, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: served})
+	// Cached objects drop their managedFields: nothing here reads them,
+	// and at 10,000 sandboxes they are much of the cache.
+	c, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: served, DefaultTransform: cache.TransformStripManagedFields()})
 	if err != nil {
 		return nil, fmt.Errorf("create cache: %w", err)
 	}

@@ -42,9 +42,10 @@ const FieldManager = "sandlot-agent"
 
 // CacheOptions keep only this node's objects: Snapshots the controller
 // labelled for it, pods scheduled to it.
-// api is sandlot-api's Service: its EndpointSlices only.
+// api is sandlot-api's Service: its EndpointSlices only. Cached objects
+// drop their managedFields (never read; server-side apply needs none).
 func CacheOptions(node string, api types.NamespacedName) cache.Options {
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 		&sandlotv1.Snapshot{}:      {Label: labels.SelectorFromSet(labels.Set{sandlotv1.LabelNode: node})},
 		&sandlotv1.PausedSandbox{}: {Label: labels.SelectorFromSet(labels.Set{sandlotv1.LabelNode: node})},
 		&corev1.Pod{}:              {Field: fields.OneTermEqualSelector("spec.nodeName", node)},
