@@ -48,7 +48,7 @@ func (r *SandboxReconciler) claimPoolPod(ctx context.Context, sbx *sandlotv1.San
 		return nil, fmt.Errorf("list claimed pool pods: %w", err)
 	}
 	for i := range mine.Items {
-		if metav1.IsControlledBy(&mine.Items[i], sbx) {
+		if claimedFor(&mine.Items[i], sbx, req) {
 			return &mine.Items[i], nil
 		}
 	}
@@ -75,6 +75,17 @@ func (r *SandboxReconciler) claimPoolPod(ctx context.Context, sbx *sandlotv1.San
 		}
 	}
 	return nil, nil
+}
+
+// claimedFor: pod is sbx's claim of req whose status write was lost — not
+// a pool pod the sandbox ran in before a pause, which is still going (or
+// holds the VM the pause stopped): a resume taking that one for its claim
+// ended Failed ("pod ... is being deleted").
+func claimedFor(pod *corev1.Pod, sbx *sandlotv1.Sandbox, req poolRequest) bool {
+	if !metav1.IsControlledBy(pod, sbx) || pod.DeletionTimestamp != nil {
+		return false
+	}
+	return req.restore == nil || sandlotv1.PodRestoresFrom(pod.Annotations, req.restore.UID)
 }
 
 // claim patches pod as sbx's, guarded by its resourceVersion; won is

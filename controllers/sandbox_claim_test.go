@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
@@ -72,6 +73,50 @@ func TestHostsRestore(t *testing.T) {
 				Labels: map[string]string{sandlotv1.LabelFingerprint: tc.fp}}}
 			if got := hostsRestore(tc.pod, tc.src, node); got != tc.want {
 				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestClaimedFor: a pool pod the sandbox claimed counts as its lost claim
+// only while it is not going and, for a restore, restores that data — not
+// the pod it ran in before a pause.
+func TestClaimedFor(t *testing.T) {
+	sbx := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "s", UID: "sbx-uid"}}
+	pkg := sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindPausedSandbox, Name: "s", UID: "pkg-uid", Location: "store://paused/s"}
+	fork := sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: "snap", UID: "snap-uid", Location: "store://snap"}
+	claimed := func(restore *sandlotv1.RestoreRef, deleting bool) *corev1.Pod {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pool-x", Labels: map[string]string{sandlotv1.LabelPool: "py"},
+			Annotations: map[string]string{sandlotv1.AnnotationPool: "py"}, OwnerReferences: []metav1.OwnerReference{ownerRef(sbx)}}}
+		ann, err := claimAnnotations(pod, &sandlotv1.PoolClaim{Sandbox: "s", SandboxID: sandlotv1.SandboxIDFor(sbx.UID), Restore: restore}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod.Annotations = ann
+		if deleting {
+			now := metav1.Now()
+			pod.DeletionTimestamp = &now
+		}
+		return pod
+	}
+	other := claimed(&pkg, false)
+	other.OwnerReferences = []metav1.OwnerReference{{APIVersion: "sandlot.dev/v1alpha1", Kind: "Sandbox", Name: "t", UID: "other", Controller: ptr.To(true)}}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		req  poolRequest
+		want bool
+	}{
+		{"the resume's claim, status write lost", claimed(&pkg, false), poolRequest{template: "py", restore: &pkg}, true},
+		{"the pod of the fork before the pause, going", claimed(&fork, true), poolRequest{template: "py", restore: &pkg}, false},
+		{"the pod of the fork before the pause, not yet going", claimed(&fork, false), poolRequest{template: "py", restore: &pkg}, false},
+		{"the resume's claim, deleted under it", claimed(&pkg, true), poolRequest{template: "py", restore: &pkg}, false},
+		{"a template claim, status write lost", claimed(nil, false), poolRequest{template: "py", baseRevision: "r"}, true},
+		{"another sandbox's", other, poolRequest{template: "py", restore: &pkg}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := claimedFor(tc.pod, sbx, tc.req); got != tc.want {
+				t.Fatalf("claimedFor = %v, want %v (annotations %v)", got, tc.want, tc.pod.Annotations)
 			}
 		})
 	}
