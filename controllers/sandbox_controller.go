@@ -205,8 +205,9 @@ func (r *SandboxReconciler) finalize(ctx context.Context, sbx *sandlotv1.Sandbox
 	if err := r.deleteOwned(ctx, sbx, &corev1.Secret{}, sandlotv1.TokenSecretName(sbx.Name)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("delete token of sandbox %s: %w", sbx.Name, err)
 	}
-	if err := r.deletePaused(ctx, sbx); err != nil {
-		return ctrl.Result{}, err
+	// Most sandboxes never paused: the cache says so without a request.
+	if err := r.deleteOwned(ctx, sbx, &sandlotv1.PausedSandbox{}, sbx.Name); err != nil {
+		return ctrl.Result{}, fmt.Errorf("delete paused state of sandbox %s: %w", sbx.Name, err)
 	}
 	gone, err := r.deletePod(ctx, sbx)
 	if err != nil || !gone {
@@ -246,31 +247,12 @@ func (r *SandboxReconciler) nodeGone(ctx context.Context, name string) bool {
 	return false
 }
 
-// deletePaused deletes the sandbox's pause package, if it has one. Most
-// sandboxes never paused: the cache says so without a request (the
-// package is owned by the Sandbox, so one the cache has not seen yet goes
-// with it by garbage collection).
-func (r *SandboxReconciler) deletePaused(ctx context.Context, sbx *sandlotv1.Sandbox) error {
-	pkg := &sandlotv1.PausedSandbox{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Name}, pkg)
-	if apierrors.IsNotFound(err) || (err == nil && (pkg.DeletionTimestamp != nil || !metav1.IsControlledBy(pkg, sbx))) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("get paused state of sandbox %s: %w", sbx.Name, err)
-	}
-	uid := pkg.UID
-	if err := r.Delete(ctx, pkg, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-		return fmt.Errorf("delete paused state of sandbox %s: %w", sbx.Name, err)
-	}
-	return nil
-}
-
 // deleteOwned deletes the object of that name only if this Sandbox owns
 // it (a user's object that happens to bear the derived name is left
-// alone), guarded by its UID. It reads the cache: an object of ours the
-// cache has not seen yet is owned by the Sandbox and goes with it by
-// garbage collection.
+// alone), guarded by its UID, and only once. It reads the cache: an
+// object of ours the cache has not seen yet is owned by the Sandbox and
+// goes with it by garbage collection; a stale copy's UID fails the
+// precondition (a conflict: not ours to delete).
 func (r *SandboxReconciler) deleteOwned(ctx context.Context, sbx *sandlotv1.Sandbox, obj client.Object, name string) error {
 	err := r.Get(ctx, types.NamespacedName{Namespace: sbx.Namespace, Name: name}, obj)
 	if apierrors.IsNotFound(err) {
@@ -279,11 +261,14 @@ func (r *SandboxReconciler) deleteOwned(ctx context.Context, sbx *sandlotv1.Sand
 	if err != nil {
 		return err
 	}
-	if !metav1.IsControlledBy(obj, sbx) {
+	if !metav1.IsControlledBy(obj, sbx) || obj.GetDeletionTimestamp() != nil {
 		return nil
 	}
 	uid := obj.GetUID()
-	return client.IgnoreNotFound(r.Delete(ctx, obj, client.Preconditions{UID: &uid}))
+	if err := r.Delete(ctx, obj, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return err
+	}
+	return nil
 }
 
 // deletePod deletes the sandbox's pod and reports whether it is gone. A
