@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
@@ -219,6 +220,40 @@ func TestDeletingPausedSandboxDeletesItsPackage(t *testing.T) {
 	}
 	h.gone(&sandlotv1.PausedSandbox{ObjectMeta: metav1.ObjectMeta{Name: "napgone", UID: pkg.UID}})
 	h.gone(&sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "napgone", UID: s.UID}})
+}
+
+// TestDeletingSandboxSparesOthersObjects: a user's Secret and pause
+// package bearing a sandbox's derived names — labelled as sandlot's, so
+// the controller's cache holds them — are not the sandbox's: deleting the
+// sandbox leaves them.
+func TestDeletingSandboxSparesOthersObjects(t *testing.T) {
+	h := withController(t, "squat-node", 512)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sandlotv1.TokenSecretName("squat"),
+		Labels: map[string]string{sandlotv1.LabelSandbox: "squat"}}, StringData: map[string]string{sandlotv1.TokenSecretKey: "mine"}}
+	h.create(secret)
+	pkg := &sandlotv1.PausedSandbox{ObjectMeta: metav1.ObjectMeta{Name: "squat"},
+		Spec: sandlotv1.PausedSandboxSpec{SandboxID: "aaaaaaaaaaaaaaaaaaaa", NodeName: "squat-node", PodName: "squat"}}
+	h.create(pkg)
+	s := newSandbox("squat", sandlotv1.SandboxSource{Template: "python"})
+	h.create(s)
+	h.eventually(10*time.Second, "the controller's finalizer on the sandbox", func() error {
+		if got := h.sandbox("squat"); !controllerutil.ContainsFinalizer(got, sandlotv1.FinalizerSandboxVM) {
+			return errorf("finalizers %v", got.Finalizers)
+		}
+		return nil
+	})
+	if err := h.c.Delete(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	h.gone(&sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "squat", UID: s.UID}})
+	left := &corev1.Secret{}
+	if err := h.c.Get(context.Background(), h.key(secret.Name), left); err != nil || left.UID != secret.UID || left.DeletionTimestamp != nil {
+		t.Fatalf("the user's secret after the sandbox went: %v, %+v", err, left.ObjectMeta)
+	}
+	kept := &sandlotv1.PausedSandbox{}
+	if err := h.c.Get(context.Background(), h.key(pkg.Name), kept); err != nil || kept.UID != pkg.UID || kept.DeletionTimestamp != nil {
+		t.Fatalf("the user's pause package after the sandbox went: %v, %+v", err, kept.ObjectMeta)
+	}
 }
 
 // TestKubeletRejectionPlacesAgain: a pod the kubelet refused at admission
