@@ -236,5 +236,10 @@ func (s *Server) updateTemplate(_ http.ResponseWriter, r *http.Request) (int, an
 	if err := s.kube.Update(r.Context(), tpl); err != nil {
 		return 0, nil, kubeError("update template "+key.Name, err)
 	}
+	// Every read of templates goes through the cache: the answer waits
+	// until it holds this change, so the next request (any team's) sees it.
+	if aerr := s.kube.waitSeen(r.Context(), tpl); aerr != nil {
+		return 0, nil, aerr
+	}
 	return http.StatusOK, map[string]any{"names": []string{tpl.Name}}, nil
 }

@@ -51,7 +51,7 @@ func TestPublicTemplates(t *testing.T) {
 	if r := call(t, base, "PATCH", "/v2/templates/shared", map[string]any{"public": true}, "X-API-KEY", f.key); r.code != http.StatusOK {
 		t.Fatalf("publish: %d %s", r.code, r.body)
 	}
-	waitLabel(t, k, src, "true")
+	seenLabel(t, k, src, "true")
 	listed := decode[[]templateJSON](t, call(t, base, "GET", "/templates", nil, "X-API-KEY", keyC), http.StatusOK)
 	if !hasPublic(listed, "shared", testNS+"/shared") || hasPublic(listed, "private", "") {
 		t.Fatalf("team-c lists %+v; want shared (public) and not private", listed)
@@ -90,7 +90,7 @@ func TestPublicTemplates(t *testing.T) {
 	if r := call(t, base, "PATCH", "/templates/shared", map[string]any{"public": false}, "X-API-KEY", f.key); r.code != http.StatusOK {
 		t.Fatalf("unpublish: %d %s", r.code, r.body)
 	}
-	waitLabel(t, k, src, "")
+	seenLabel(t, k, src, "")
 	createC("shared").wantError(t, http.StatusNotFound, "no longer public")
 	call(t, base, "GET", "/templates/shared", nil, "X-API-KEY", keyC).wantError(t, http.StatusNotFound, "no longer public")
 	createC(testNS+"/shared").wantError(t, http.StatusNotFound, "no public template")
@@ -150,20 +150,19 @@ func hasPublic(list []templateJSON, id, name string) bool {
 	return false
 }
 
-func waitLabel(t *testing.T, k *Kube, tpl *sandlotv1.Template, want string) {
+// seenLabel checks that the API's cache holds tpl's public label as want
+// the moment the PATCH answered (the API waits for its own write).
+func seenLabel(t *testing.T, k *Kube, tpl *sandlotv1.Template, want string) {
 	t.Helper()
-	poll.Eventually(t, 10*time.Second, "template "+tpl.Name+" public="+want+" in the cache", func() error {
-		got := &sandlotv1.Template{}
-		if err := k.Get(context.Background(), client.ObjectKeyFromObject(tpl), got); err != nil {
-			return err
-		}
-		if got.Labels[sandlotv1.LabelPublic] != want {
-			return fmt.Errorf("label %q", got.Labels[sandlotv1.LabelPublic])
-		}
-		tpl.ResourceVersion = got.ResourceVersion
-		tpl.Labels = got.Labels
-		return nil
-	})
+	got := &sandlotv1.Template{}
+	if err := k.Get(context.Background(), client.ObjectKeyFromObject(tpl), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels[sandlotv1.LabelPublic] != want {
+		t.Fatalf("the API answered the PATCH before its cache saw it: label %q, want %q", got.Labels[sandlotv1.LabelPublic], want)
+	}
+	tpl.ResourceVersion = got.ResourceVersion
+	tpl.Labels = got.Labels
 }
 
 // waitVersion waits until the server's cache holds o as written.
