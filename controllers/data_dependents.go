@@ -73,7 +73,11 @@ func (r *SnapshotReconciler) dependents(ctx context.Context, snap *sandlotv1.Sna
 			names = append(names, "sandbox "+u.Name)
 		}
 	}
-	built, err := buildsOn(ctx, r.Client, snap.Namespace, sandlotv1.RestoreKindSnapshot, snap.Name, snap.UID)
+	live := r.APIReader
+	if len(names) > 0 {
+		live = nil // held either way: no need to confirm
+	}
+	built, err := buildsOn(ctx, r.Client, live, snap.Namespace, sandlotv1.RestoreKindSnapshot, snap.Name, snap.UID)
 	if err != nil {
 		return nil, err
 	}
@@ -94,32 +98,53 @@ func holdDeletion(ctx context.Context, c client.Client, rec events.EventRecorder
 
 // buildsOn names the Snapshots and PausedSandboxes of ns whose data builds
 // on the data kind/name (of that UID): being deleted or not, their data
-// exists until the agent removes it.
-func buildsOn(ctx context.Context, c client.Client, namespace, kind, name string, uid types.UID) ([]string, error) {
-	ns, key := client.InNamespace(namespace), kind+"/"+name
+// exists until the agent removes it. It reads the cache, and when that
+// names none, live reads confirm it (live may be nil: the cache only): a
+// dependent recorded a moment ago may not be cached yet, and what follows
+// "none" deletes the data for good.
+func buildsOn(ctx context.Context, c client.Client, live client.Reader, namespace, kind, name string, uid types.UID) ([]string, error) {
+	key := kind + "/" + name
+	snaps, pkgs := &sandlotv1.SnapshotList{}, &sandlotv1.PausedSandboxList{}
+	ns, byKey := client.InNamespace(namespace), client.MatchingFields{indexSnapshotByDependsOn: key}
+	if err := c.List(ctx, snaps, ns, byKey); err != nil {
+		return nil, fmt.Errorf("list snapshots depending on %s: %w", key, err)
+	}
+	if err := c.List(ctx, pkgs, ns, client.MatchingFields{indexPausedByDependsOn: key}); err != nil {
+		return nil, fmt.Errorf("list paused sandboxes depending on %s: %w", key, err)
+	}
+	names := buildingOn(snaps.Items, pkgs.Items, kind, name, uid)
+	if len(names) > 0 || live == nil {
+		return names, nil
+	}
+	// The API server has no index of status.dependsOn: the namespace's
+	// data objects, read only when the cache names none (a release).
+	if err := live.List(ctx, snaps, ns); err != nil {
+		return nil, fmt.Errorf("confirm no snapshot depends on %s: %w", key, err)
+	}
+	if err := live.List(ctx, pkgs, ns); err != nil {
+		return nil, fmt.Errorf("confirm no paused sandbox depends on %s: %w", key, err)
+	}
+	return buildingOn(snaps.Items, pkgs.Items, kind, name, uid), nil
+}
+
+// buildingOn names those of snaps and pkgs whose data builds on kind/name
+// of that UID.
+func buildingOn(snaps []sandlotv1.Snapshot, pkgs []sandlotv1.PausedSandbox, kind, name string, uid types.UID) []string {
 	refers := func(ref *sandlotv1.DataRef) bool {
 		return ref != nil && ref.Kind == kind && ref.Name == name && (ref.UID == "" || types.UID(ref.UID) == uid)
 	}
 	var names []string
-	snaps := &sandlotv1.SnapshotList{}
-	if err := c.List(ctx, snaps, ns, client.MatchingFields{indexSnapshotByDependsOn: key}); err != nil {
-		return nil, fmt.Errorf("list snapshots depending on %s: %w", key, err)
-	}
-	for _, s := range snaps.Items {
+	for _, s := range snaps {
 		if refers(s.Status.DependsOn) {
 			names = append(names, "snapshot "+s.Name)
 		}
 	}
-	pkgs := &sandlotv1.PausedSandboxList{}
-	if err := c.List(ctx, pkgs, ns, client.MatchingFields{indexPausedByDependsOn: key}); err != nil {
-		return nil, fmt.Errorf("list paused sandboxes depending on %s: %w", key, err)
-	}
-	for _, p := range pkgs.Items {
+	for _, p := range pkgs {
 		if refers(p.Spec.DependsOn) {
 			names = append(names, "pausedsandbox "+p.Name)
 		}
 	}
-	return names, nil
+	return names
 }
 
 // snapshotsDependedOn maps a Snapshot or PausedSandbox to the Snapshot it

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/controllers"
 )
 
 // TestSnapshotOfRestoredSandboxHoldsItsBase: a Snapshot of a sandbox
@@ -181,4 +182,34 @@ func (h *harness) hasEvent(uid types.UID, reason string) error {
 		}
 	}
 	return errorf("no %s event among %d", reason, len(list.Items))
+}
+
+// staleCache is a cache that has not seen anything yet: its lists are
+// empty, as a cache's are for a write a moment old.
+type staleCache struct{ client.Client }
+
+func (staleCache) List(context.Context, client.ObjectList, ...client.ListOption) error { return nil }
+
+// TestBuildsOnConfirmsPastTheCache: a dependent the cache has not seen
+// yet still holds the data it builds on (the release that follows "none"
+// deletes the data for good; CI once saw a package let go that way).
+func TestBuildsOnConfirmsPastTheCache(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	layer := &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: "fresh-layer"},
+		Spec: sandlotv1.SnapshotSpec{Source: sandlotv1.SnapshotSource{Import: &sandlotv1.SnapshotImport{Location: "snapshots/z"}}}}
+	h.create(layer)
+	orig := layer.DeepCopy()
+	layer.Status.DependsOn = &sandlotv1.DataRef{Kind: sandlotv1.RestoreKindPausedSandbox, Name: "pkg", UID: "u1"}
+	if err := h.c.Status().Patch(ctx, layer, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	stale := staleCache{h.c}
+	names, err := controllers.BuildsOn(ctx, stale, h.c, h.ns, sandlotv1.RestoreKindPausedSandbox, "pkg", "u1")
+	if err != nil || len(names) != 1 || names[0] != "snapshot fresh-layer" {
+		t.Fatalf("builds on pkg: %v, %v; want the snapshot the cache has not seen", names, err)
+	}
+	if names, err := controllers.BuildsOn(ctx, stale, h.c, h.ns, sandlotv1.RestoreKindPausedSandbox, "pkg", "u2"); err != nil || len(names) != 0 {
+		t.Fatalf("builds on a package of another UID: %v, %v; want none", names, err)
+	}
 }

@@ -30,6 +30,9 @@ type PausedSandboxReconciler struct {
 	client.Client
 	// Recorder emits an Event per status transition (nil: none).
 	Recorder events.EventRecorder
+	// APIReader confirms nothing builds on a package before it is let go
+	// (a cache lags; nil: the cache only).
+	APIReader client.Reader
 }
 
 // +kubebuilder:rbac:groups=sandlot.dev,resources=pausedsandboxes,verbs=get;list;watch;update;patch
@@ -90,7 +93,7 @@ func (r *PausedSandboxReconciler) release(ctx context.Context, pkg *sandlotv1.Pa
 	if err == nil && sbx.DeletionTimestamp == nil && sbx.Status.Phase == sandlotv1.SandboxResuming {
 		return nil // the resume's pod restores from it; the Sandbox's update wakes us
 	}
-	names, err := buildsOn(ctx, r.Client, pkg.Namespace, sandlotv1.RestoreKindPausedSandbox, pkg.Name, pkg.UID)
+	names, err := buildsOn(ctx, r.Client, r.APIReader, pkg.Namespace, sandlotv1.RestoreKindPausedSandbox, pkg.Name, pkg.UID)
 	if err != nil {
 		return err
 	}

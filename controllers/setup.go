@@ -93,7 +93,7 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 	if err := (&SnapshotReconciler{Client: c, Recorder: rec, APIReader: r, DefaultExpiry: opts.SnapshotExpiry}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&PausedSandboxReconciler{Client: c, Recorder: rec}).SetupWithManager(mgr)
+	return (&PausedSandboxReconciler{Client: c, Recorder: rec, APIReader: r}).SetupWithManager(mgr)
 }
 
 func setupIndexes(ctx context.Context, mgr ctrl.Manager) error {
