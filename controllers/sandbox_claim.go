@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,7 +45,7 @@ func poolRequestOf(sbx *sandlotv1.Sandbox, src resolvedSource) (poolRequest, boo
 // claimed before (its status write lost) is found first.
 func (r *SandboxReconciler) claimPoolPod(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource, req poolRequest) (*corev1.Pod, error) {
 	mine := &corev1.PodList{}
-	if err := r.List(ctx, mine, client.InNamespace(sbx.Namespace), client.MatchingLabels{sandlotv1.LabelPool: req.template, sandlotv1.LabelSandbox: sbx.Name}); err != nil {
+	if err := r.List(ctx, mine, client.InNamespace(sbx.Namespace), client.MatchingFields{indexPodByClaim: poolKey(req.template, sbx.Name)}); err != nil {
 		return nil, fmt.Errorf("list claimed pool pods: %w", err)
 	}
 	for i := range mine.Items {
@@ -52,13 +53,15 @@ func (r *SandboxReconciler) claimPoolPod(ctx context.Context, sbx *sandlotv1.San
 			return &mine.Items[i], nil
 		}
 	}
-	sel := client.MatchingLabels{sandlotv1.LabelPool: req.template, sandlotv1.LabelSandbox: ""}
-	if req.restore == nil {
-		sel[sandlotv1.LabelBaseRevision] = req.baseRevision
-	}
 	free := &corev1.PodList{}
-	if err := r.List(ctx, free, client.InNamespace(sbx.Namespace), sel); err != nil {
+	if err := r.List(ctx, free, client.InNamespace(sbx.Namespace), client.MatchingFields{indexPodByClaim: poolKey(req.template, "")}); err != nil {
 		return nil, fmt.Errorf("list pool pods: %w", err)
+	}
+	if req.restore == nil {
+		// a plain claim resumes the pod's VM as it is: only its revision fits
+		free.Items = slices.DeleteFunc(free.Items, func(p corev1.Pod) bool {
+			return p.Labels[sandlotv1.LabelBaseRevision] != req.baseRevision
+		})
 	}
 	candidates, err := r.claimable(ctx, sbx, free.Items, src, req)
 	if err != nil {

@@ -47,6 +47,10 @@ type SandboxReconciler struct {
 	// their requests (node_usage.go); SetupWithManager makes it if nil.
 	PodUsage client.Reader
 
+	// bases remembers each template's Ready bases between changes
+	// (SetupWithManager makes it; nil: read at every start).
+	bases *baseMemo
+
 	placeMu sync.Mutex
 	// lastUsage is the last usage read for a fresh sandbox (placeMu).
 	lastUsage *usageRead

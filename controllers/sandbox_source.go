@@ -132,35 +132,13 @@ func builderProbe(tpl *sandlotv1.Template) *sandlotv1.ReadinessProbe {
 // snapshots of its current generation: on a node that holds one, that
 // one; on another compatible node, one that is remote Ready.
 func (r *SandboxReconciler) resolveBase(ctx context.Context, tpl *sandlotv1.Template, src resolvedSource) (resolvedSource, error) {
-	src.PerNode = map[string]sandlotv1.RestoreRef{}
-	// One read of the template's snapshots, not copied (read only): a
-	// template has a base on each node, and every start reads them all.
-	owned := &sandlotv1.SnapshotList{}
-	if err := r.List(ctx, owned, client.InNamespace(tpl.Namespace), client.MatchingFields{indexSnapshotByTemplate: tpl.Name},
-		client.UnsafeDisableDeepCopy); err != nil {
-		return resolvedSource{}, fmt.Errorf("list base snapshots of %s: %w", tpl.Name, err)
+	b, err := r.basesOf(ctx, tpl)
+	if err != nil {
+		return resolvedSource{}, err
 	}
-	byName := make(map[string]*sandlotv1.Snapshot, len(owned.Items))
-	for i := range owned.Items {
-		byName[owned.Items[i].Name] = &owned.Items[i]
-	}
-	for _, b := range tpl.Status.BaseSnapshots {
-		if b.Revision != baseRevision(tpl) || b.Phase != sandlotv1.BaseReady {
-			continue
-		}
-		snap, ok := byName[b.Snapshot]
-		if !ok || !metav1.IsControlledBy(snap, tpl) {
-			continue
-		}
-		if snap.DeletionTimestamp != nil || snap.Status.Phase != sandlotv1.DataReady {
-			continue
-		}
-		rs := sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: snap.Name, UID: string(snap.UID), Location: snap.Status.Location}
-		src.PerNode[b.Node] = rs
-		src.Data.Nodes = append(src.Data.Nodes, b.Node)
-		if snap.Status.RemoteStatus == sandlotv1.RemoteReady && !src.Data.Remote {
-			src.Data.Remote, src.Data.Fingerprint, src.Restore = true, snap.Status.Fingerprint.Key(), rs
-		}
+	src.PerNode, src.Data.Nodes = b.perNode, b.nodes
+	if b.remote {
+		src.Data.Remote, src.Data.Fingerprint, src.Restore = true, b.fingerprint, b.restore
 	}
 	if len(src.PerNode) == 0 {
 		msg := "template " + tpl.Name + " has no Ready base snapshot yet"

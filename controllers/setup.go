@@ -33,6 +33,10 @@ const (
 	// indexPodByPool: a warm pool pod's template and node ("tpl/node"):
 	// a label selector on the cache reads every pod of the namespace.
 	indexPodByPool = "metadata.labels.pool-node"
+	// indexPodByClaim: a warm pool pod's template and claimant
+	// ("tpl/sandbox", "tpl/" while free): a start's claim reads only
+	// its template's pool, not every pod of the namespace.
+	indexPodByClaim = "metadata.labels.pool-sandbox"
 	// indexSnapshotByTemplate: the Template that controls a Snapshot (its
 	// base snapshots and build checkpoints).
 	indexSnapshotByTemplate = "metadata.ownerReferences.template"
@@ -137,6 +141,14 @@ func setupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
+	if err := idx.IndexField(ctx, &corev1.Pod{}, indexPodByClaim, func(o client.Object) []string {
+		if tpl := o.GetLabels()[sandlotv1.LabelPool]; tpl != "" {
+			return []string{poolKey(tpl, o.GetLabels()[sandlotv1.LabelSandbox])}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	return idx.IndexField(ctx, &sandlotv1.Snapshot{}, indexSnapshotBySandbox, func(o client.Object) []string {
 		return nonEmpty(o.(*sandlotv1.Snapshot).Spec.Source.Sandbox)
 	})
@@ -162,6 +174,10 @@ func (r *SandboxReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return err
 		}
 		r.PodUsage = view
+	}
+	r.bases = newBaseMemo()
+	if err := r.bases.watch(context.Background(), mgr); err != nil {
+		return err
 	}
 	owned := func() handler.EventHandler {
 		return handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &sandlotv1.Sandbox{}, handler.OnlyControllerOwner())
