@@ -133,20 +133,10 @@ func setupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
-	if err := idx.IndexField(ctx, &corev1.Pod{}, indexPodByPool, func(o client.Object) []string {
-		if tpl := o.GetLabels()[sandlotv1.LabelPool]; tpl != "" {
-			return []string{poolKey(tpl, o.GetLabels()[sandlotv1.LabelNode])}
-		}
-		return nil
-	}); err != nil {
+	if err := idx.IndexField(ctx, &corev1.Pod{}, indexPodByPool, poolPodsBy(sandlotv1.LabelNode)); err != nil {
 		return err
 	}
-	if err := idx.IndexField(ctx, &corev1.Pod{}, indexPodByClaim, func(o client.Object) []string {
-		if tpl := o.GetLabels()[sandlotv1.LabelPool]; tpl != "" {
-			return []string{poolKey(tpl, o.GetLabels()[sandlotv1.LabelSandbox])}
-		}
-		return nil
-	}); err != nil {
+	if err := idx.IndexField(ctx, &corev1.Pod{}, indexPodByClaim, poolPodsBy(sandlotv1.LabelSandbox)); err != nil {
 		return err
 	}
 	return idx.IndexField(ctx, &sandlotv1.Snapshot{}, indexSnapshotBySandbox, func(o client.Object) []string {
@@ -155,6 +145,17 @@ func setupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 }
 
 func poolKey(tpl, node string) string { return tpl + "/" + node }
+
+// poolPodsBy indexes warm pool pods by their template and the value of
+// label ("tpl/<value>").
+func poolPodsBy(label string) client.IndexerFunc {
+	return func(o client.Object) []string {
+		if tpl := o.GetLabels()[sandlotv1.LabelPool]; tpl != "" {
+			return []string{poolKey(tpl, o.GetLabels()[label])}
+		}
+		return nil
+	}
+}
 
 func nonEmpty(s string) []string {
 	if s == "" {
