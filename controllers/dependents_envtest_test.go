@@ -204,6 +204,15 @@ func TestBuildsOnConfirmsPastTheCache(t *testing.T) {
 	if err := h.c.Status().Patch(ctx, layer, client.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
 	}
+	// The CRDs let the API server filter by it: a release reads only the dependents.
+	for _, l := range []struct {
+		list  client.ObjectList
+		field string
+	}{{&sandlotv1.SnapshotList{}, "status.dependsOn.name"}, {&sandlotv1.PausedSandboxList{}, "spec.dependsOn.name"}} {
+		if err := h.c.List(ctx, l.list, client.InNamespace(h.ns), client.MatchingFields{l.field: "pkg"}); err != nil {
+			t.Fatalf("list by %s: %v", l.field, err)
+		}
+	}
 	stale := staleCache{h.c}
 	names, err := controllers.BuildsOn(ctx, stale, h.c, h.ns, sandlotv1.RestoreKindPausedSandbox, "pkg", "u1")
 	if err != nil || len(names) != 1 || names[0] != "snapshot fresh-layer" {

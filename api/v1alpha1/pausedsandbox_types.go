@@ -51,6 +51,7 @@ type PausedSandboxStatus struct {
 // +kubebuilder:printcolumn:name="RemoteStatus",type=string,JSONPath=`.status.remoteStatus`
 // +kubebuilder:printcolumn:name="Bytes",type=integer,JSONPath=`.status.totalBytes`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:selectablefield:JSONPath=`.spec.dependsOn.name`
 type PausedSandbox struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -75,6 +75,7 @@ type SnapshotStatus struct {
 // +kubebuilder:printcolumn:name="Bytes",type=integer,JSONPath=`.status.totalBytes`,priority=1
 // +kubebuilder:printcolumn:name="Location",type=string,JSONPath=`.status.location`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:selectablefield:JSONPath=`.status.dependsOn.name`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label: at most 63 lowercase letters, digits and '-'"
 type Snapshot struct {
 	metav1.TypeMeta   `json:",inline"`
