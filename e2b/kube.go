@@ -157,6 +157,16 @@ func (k *Kube) waitSeen(ctx context.Context, obj client.Object) *apiError {
 	})
 }
 
+// waitGoing waits until the cache shows obj (just deleted) going: gone,
+// being deleted, or replaced by another of its name.
+func (k *Kube) waitGoing(ctx context.Context, obj client.Object) *apiError {
+	return k.waitFor(ctx, cacheLag, "deletion of "+obj.GetName()+" in the API's cache", func() (bool, *apiError) {
+		cur := obj.DeepCopyObject().(client.Object)
+		err := k.Get(ctx, client.ObjectKeyFromObject(obj), cur)
+		return apierrors.IsNotFound(err) || (err == nil && (cur.GetUID() != obj.GetUID() || cur.GetDeletionTimestamp() != nil)), nil
+	})
+}
+
 // waitFor re-checks cond on every change in the cache until it is done,
 // fails, or timeout passes (a 504 naming what).
 func (k *Kube) waitFor(ctx context.Context, timeout time.Duration, what string, cond func() (bool, *apiError)) *apiError {

@@ -295,11 +295,7 @@ func (s *Server) killSandbox(_ http.ResponseWriter, r *http.Request) (int, any, 
 	}
 	// Answered once the cache shows it going: a second kill right after
 	// must find it gone (404), as E2B's does.
-	_ = s.kube.waitFor(r.Context(), 10*time.Second, "deletion of "+r.PathValue("id"), func() (bool, *apiError) {
-		cur := &sandlotv1.Sandbox{}
-		err := s.kube.Get(r.Context(), client.ObjectKeyFromObject(sbx), cur)
-		return apierrors.IsNotFound(err) || (err == nil && (cur.UID != sbx.UID || cur.DeletionTimestamp != nil)), nil
-	})
+	_ = s.kube.waitGoing(r.Context(), sbx)
 	return http.StatusNoContent, nil, nil
 }
 

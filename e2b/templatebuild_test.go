@@ -71,6 +71,12 @@ func TestTemplateBuildAPI(t *testing.T) {
 		t.Fatalf("the Template = %+v, build %+v", tpl.Spec, b)
 	}
 	checkBuildStatus(t, f, tpl, buildID)
+	// A delete answers once the API's cache shows it: the SDK's next
+	// request does not find the template.
+	if r := f.api(t, "DELETE", "/templates/built", nil); r.code != http.StatusNoContent {
+		t.Fatalf("DELETE the template: %d %s", r.code, r.body)
+	}
+	f.api(t, "GET", "/templates/aliases/built", nil).wantError(t, http.StatusNotFound, "")
 }
 
 // checkBuildStatus plays the controller and the node agent: a failed base

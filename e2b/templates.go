@@ -37,7 +37,11 @@ func (s *Server) listTemplates(_ http.ResponseWriter, r *http.Request) (int, any
 // (the team's copy of one stands for its source while that is public).
 func (s *Server) findTemplate(r *http.Request, id string) (*sandlotv1.Template, *apiError) {
 	tpl := &sandlotv1.Template{}
-	if err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: teamOf(r.Context()), Name: id}, tpl); err == nil {
+	err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: teamOf(r.Context()), Name: id}, tpl)
+	if err == nil && tpl.DeletionTimestamp != nil {
+		return nil, errorf(http.StatusNotFound, "template %q is being deleted", id)
+	}
+	if err == nil {
 		if src, aerr := s.sourceOf(r.Context(), tpl); aerr != nil || src != nil {
 			return src, aerr
 		}
@@ -95,6 +99,8 @@ func (s *Server) deleteTemplate(_ http.ResponseWriter, r *http.Request) (int, an
 		if err := s.kube.Delete(r.Context(), o); err != nil && !apierrors.IsNotFound(err) {
 			return 0, nil, kubeError("delete "+key.Name, err)
 		}
+		// The next request (Template.exists, a create) must not find it.
+		_ = s.kube.waitGoing(r.Context(), o)
 		return http.StatusNoContent, nil, nil
 	}
 	return 0, nil, errorf(http.StatusNotFound, "template or snapshot %q not found", key.Name)
