@@ -106,8 +106,8 @@ func holdDeletion(ctx context.Context, c client.Client, rec events.EventRecorder
 func buildsOn(ctx context.Context, c client.Client, live client.Reader, namespace, kind, name string, uid types.UID) ([]string, error) {
 	key := kind + "/" + name
 	snaps, pkgs := &sandlotv1.SnapshotList{}, &sandlotv1.PausedSandboxList{}
-	ns, byKey := client.InNamespace(namespace), client.MatchingFields{indexSnapshotByDependsOn: key}
-	if err := c.List(ctx, snaps, ns, byKey); err != nil {
+	ns := client.InNamespace(namespace)
+	if err := c.List(ctx, snaps, ns, client.MatchingFields{indexSnapshotByDependsOn: key}); err != nil {
 		return nil, fmt.Errorf("list snapshots depending on %s: %w", key, err)
 	}
 	if err := c.List(ctx, pkgs, ns, client.MatchingFields{indexPausedByDependsOn: key}); err != nil {
