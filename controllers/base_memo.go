@@ -28,9 +28,10 @@ type baseSet struct {
 
 // baseMemo remembers each template's baseSet until the template's spec
 // or base snapshots, or one of the snapshots it controls, change (not at
-// its other status changes: a pool's counts move at every claim). A template has a base per node,
-// and without it every start read them all (at 1,000 nodes a fifth of the
-// controller's CPU per create, most of it copying 1,000 Snapshots).
+// its other status changes: a pool's counts move at every claim). A
+// template has a base per node, and without it every start read them all
+// (at 1,000 nodes a fifth of the controller's CPU per create, most of it
+// copying 1,000 Snapshots).
 type baseMemo struct {
 	mu sync.Mutex
 	// epoch counts the changes to a template's snapshots seen by the
