@@ -149,10 +149,11 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	status, reason, msg := r.probe(ctx, pod)
 	claimed := false
-	if sandlotv1.ClaimPending(pod.Annotations) && (reason == "VMPaused" || reason == "VMRunning") {
-		// A claimed warm pool pod: resume it with its sandbox's identity.
+	if sandlotv1.ClaimPending(pod.Annotations) && (reason == "VMPaused" || reason == "VMRunning" || reason == reasonVMEmpty) {
+		// A claimed warm pool pod: resume it with its sandbox's identity
+		// (or restore the sandbox's data into it; a start slot's only way).
 		began := time.Now()
-		if err := r.activate(ctx, pod, reason == "VMPaused"); err != nil {
+		if err := r.activate(ctx, pod, reason); err != nil {
 			status, reason, msg = metav1.ConditionFalse, sandlotv1.ReasonClaimFailed, err.Error()
 		} else {
 			claimed = true
@@ -209,6 +210,9 @@ func (r *VMReadyReconciler) podOfSandbox(_ context.Context, o client.Object) []r
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Status.PodName}}}
 }
 
+// reasonVMEmpty: the pod is a start slot with no VM in it yet.
+const reasonVMEmpty = "VMEmpty"
+
 // probe asks the pod's shim whether its VM runs.
 func (r *VMReadyReconciler) probe(ctx context.Context, pod *corev1.Pod) (metav1.ConditionStatus, string, string) {
 	if pod.Status.Phase != corev1.PodRunning {
@@ -225,7 +229,11 @@ func (r *VMReadyReconciler) probe(ctx context.Context, pod *corev1.Pod) (metav1.
 	if err != nil {
 		return metav1.ConditionFalse, "VMUnreachable", err.Error()
 	}
-	if st.GetState() != "Running" {
+	switch st.GetState() {
+	case "Running":
+	case controlapi.StateEmpty:
+		return metav1.ConditionFalse, reasonVMEmpty, "no VM runs in start slot " + pod.Name + " until its claim restores one"
+	default:
 		return metav1.ConditionFalse, "VM" + st.GetState(), "the VM is " + st.GetState()
 	}
 	return metav1.ConditionTrue, "VMRunning", fmt.Sprintf("QEMU %d (%s) runs on %s", st.GetQemuPid(), st.GetAccel(), r.Name)
@@ -235,7 +243,7 @@ func (r *VMReadyReconciler) probe(ctx context.Context, pod *corev1.Pod) (metav1.
 // its Secret, hostname) into a warm pool pod's paused VM and resumes it.
 // Both steps are idempotent: an agent that dies between them (or before
 // markActivated) does both again.
-func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, paused bool) error {
+func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, state string) error {
 	ann, err := sandlotv1.DecodeVMAnnotations(pod.Annotations)
 	if err != nil {
 		return fmt.Errorf("claim annotations of %s: %w", pod.Name, err)
@@ -244,6 +252,9 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, pause
 		return fmt.Errorf("pod %s carries no claim", pod.Name)
 	}
 	claim := *ann.Claim
+	if state == reasonVMEmpty && claim.Restore == nil {
+		return fmt.Errorf("pod %s is a start slot with no VM: its claim must restore the sandbox's data", pod.Name)
+	}
 	steps := newStepTimer()
 	secret := &corev1.Secret{}
 	if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: sandlotv1.TokenSecretName(claim.Sandbox)}, secret); err != nil {
@@ -272,7 +283,7 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, pause
 	}
 	// Resumed first: the guest answers its control channel only when it
 	// runs. Its pod IP is known to no client before the claim shows.
-	if paused {
+	if state == "VMPaused" {
 		if _, err := c.Resume(ctx, &controlapi.ResumeRequest{}); err != nil {
 			return fmt.Errorf("resume the claimed VM: %w", err)
 		}

@@ -138,6 +138,10 @@ func (o restoreOrder) withSandbox(id identity.Identity) identity.Identity {
 
 func (a *controlAPI) Stats(_ context.Context, _ *controlapi.StatsRequest) (*controlapi.StatsResponse, error) {
 	resp := &controlapi.StatsResponse{}
+	if a.pod.empty() {
+		resp.State = controlapi.StateEmpty // a start slot waiting for its claim
+		return resp, nil
+	}
 	return resp, a.withVM(func() error {
 		st, err := a.pod.vm.Stats()
 		if err != nil {
@@ -200,15 +204,7 @@ func (a *controlAPI) SetNetwork(_ context.Context, r *controlapi.SetNetworkReque
 		}
 		ingress = append(ingress, netip.PrefixFrom(a, 32))
 	}
-	return &controlapi.SetNetworkResponse{}, a.withVM(func() error {
-		if a.pod.guard == nil {
-			return fmt.Errorf("%w: the pod's network is not attached", errdefs.ErrFailedPrecondition)
-		}
-		if err := a.pod.guard.Apply(n, ingress); err != nil {
-			return fmt.Errorf("set network: %w", err)
-		}
-		return nil
-	})
+	return &controlapi.SetNetworkResponse{}, a.pod.applyNetwork(n, ingress)
 }
 
 // withVM runs fn with the pod's VM present and the pod locked.

@@ -69,7 +69,7 @@ func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec
 		return vmSpec{}, 0, err
 	}
 	vs := vmSpec{VCPU: req.VCPU, MemoryMiB: req.MemoryMiB, LayerMiB: req.LayerMiB, ImageName: ann[annImageName],
-		Env: envMap(spec.Process.Env), Pool: req.Pool, Network: req.Network}
+		Env: envMap(spec.Process.Env), Pool: req.Pool, Slot: req.Slot, Network: req.Network}
 	if vs.DNS, err = resolvConfOf(spec); err != nil {
 		return vmSpec{}, 0, err
 	}
@@ -88,6 +88,9 @@ func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec
 		adopt, err := s.restoreSource(loc, vs.ImageDigest, cfg)
 		vs.Restore = loc
 		return vs, adopt, err
+	}
+	if vs.Slot {
+		return vs, 0, nil // the claim's restore brings its own disk
 	}
 	vs.BaseDisk, err = baseDisk(ctx, cfg.ImageDir, vs.ImageDigest, r.Rootfs, filepath.Join(r.Bundle, "rootfs"))
 	return vs, 0, err
@@ -196,8 +199,8 @@ func (s *service) start(ctx context.Context, c *container, p *process) error {
 	if err := p.beginStart(); err != nil {
 		return err
 	}
-	if c.sandbox {
-		return p.runNothing()
+	if c.sandbox || (p.id == "" && c.pod.empty()) {
+		return p.runNothing() // a start slot's app follows the VM a claim restores
 	}
 	err := s.startInVM(ctx, c, p)
 	if err != nil {

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"sync"
 	"time"
+
+	"github.com/containerd/errdefs"
 
 	"github.com/sandlot-dev/sandlot/api/node"
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
@@ -43,6 +46,7 @@ type pod struct {
 	vm       machine
 	net      podnet.Pod
 	attached bool // the tap and filters are in place
+	gateOpen bool // the guest's traffic may leave
 	guard    netGuard
 	identity identity.Identity
 	labels   map[string]string
@@ -71,7 +75,9 @@ type vmSpec struct {
 	release func()
 	// Pool: a warm pool pod's VM stays paused after its restore until the
 	// node agent pushes a claiming sandbox's identity and resumes it.
-	Pool        bool
+	Pool bool
+	// Slot: a start slot runs no VM until a claim restores into it.
+	Slot        bool
 	VCPU        int
 	MemoryMiB   int
 	LayerMiB    int
@@ -86,8 +92,9 @@ type vmSpec struct {
 
 func (p *pod) dir() string { return p.cfg.Layout().PodDir(p.uid) }
 
-// start takes over the pod's network and boots or restores the VM. On
-// failure nothing is left behind.
+// start takes over the pod's network and boots or restores the VM (a
+// start slot's waits for a claim's restore). On failure nothing is left
+// behind.
 func (p *pod) start(ctx context.Context, s vmSpec, api controlapi.VMControlService) (err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -110,6 +117,18 @@ func (p *pod) start(ctx context.Context, s vmSpec, api controlapi.VMControlServi
 	}
 	p.identity = p.newIdentity(s.Env, s.DNS)
 	p.labels = map[string]string{labelImageDigest: s.ImageDigest, labelImageName: s.ImageName}
+	p.vmSpec = s
+	if s.Slot {
+		logf(ctx, "pod %s: start slot ready: no VM until a claim restores into it", p.uid)
+	} else if err := p.launch(ctx, s); err != nil {
+		return err
+	}
+	return p.serveControl(api)
+}
+
+// launch boots or restores the pod's first VM and opens its network; a
+// warm pool's VM is paused once its guest settled.
+func (p *pod) launch(ctx context.Context, s vmSpec) (err error) {
 	cfg := p.vmConfig(s)
 	trace := time.Now()
 	if s.Restore != "" {
@@ -134,8 +153,7 @@ func (p *pod) start(ctx context.Context, s vmSpec, api controlapi.VMControlServi
 			return fmt.Errorf("pause the warm pool VM: %w", err)
 		}
 	}
-	p.vmSpec = s
-	return p.serveControl(api)
+	return nil
 }
 
 func (p *pod) assets() vm.Assets {
@@ -182,6 +200,7 @@ func (p *pod) openNetwork(ctx context.Context) error {
 	if err := p.host.network.OpenGate(p.netns, p.net, tapName); err != nil {
 		return fmt.Errorf("open the pod's network to the VM: %w", err)
 	}
+	p.gateOpen = true
 	return p.vm.Announce(ctx)
 }
 
@@ -248,7 +267,7 @@ func (p *pod) teardownLocked() error {
 	}
 	if p.attached {
 		errs = append(errs, p.host.network.Detach(p.netns, p.net, tapName))
-		p.attached = false
+		p.attached, p.gateOpen = false, false
 	}
 	errs = append(errs, p.releaseJail())
 	errs = append(errs, os.RemoveAll(p.dir()), os.RemoveAll(p.cfg.PodDiskDir(p.uid)))
@@ -271,19 +290,21 @@ func (p *pod) setLabel(key, value string) {
 	}
 }
 
-// replace stops the VM and restores the snapshot o names in its place,
-// with the pod's network identity (and o's sandbox, when it names one);
-// it returns the new guest's client.
+// replace stops the VM (a start slot has none) and restores the snapshot
+// o names in its place, with the pod's network identity (and o's
+// sandbox, when it names one); it returns the new guest's client.
 func (p *pod) replace(ctx context.Context, o restoreOrder) (guest, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.vm == nil {
+	if p.vm == nil && !p.vmSpec.Slot {
 		return nil, errors.New("the pod's VM is not running")
 	}
-	err := p.vm.Stop()
-	p.vm = nil
-	if err != nil {
-		return nil, fmt.Errorf("stop the VM: %w", err)
+	if p.vm != nil {
+		err := p.vm.Stop()
+		p.vm = nil
+		if err != nil {
+			return nil, fmt.Errorf("stop the VM: %w", err)
+		}
 	}
 	s := p.vmSpec
 	s.Restore = o.dir
@@ -294,10 +315,35 @@ func (p *pod) replace(ctx context.Context, o restoreOrder) (guest, error) {
 		return nil, err
 	}
 	p.vm, p.identity, p.restoreRequest = v, id, o.requestID
-	if err := v.Announce(ctx); err != nil {
+	if !p.gateOpen { // a start slot's first VM: the guest has its identity now
+		if err := p.openNetwork(ctx); err != nil {
+			return nil, err
+		}
+	} else if err := v.Announce(ctx); err != nil {
 		return nil, err
 	}
 	return v.Guest(), nil
+}
+
+// empty: the pod is a start slot no claim has restored a VM into yet.
+func (p *pod) empty() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.vm == nil && p.vmSpec.Slot
+}
+
+// applyNetwork puts the sandbox's rules in the pod's guard — before its
+// VM runs, for a start slot's claim.
+func (p *pod) applyNetwork(n *sandlotv1.SandboxNetwork, ingress []netip.Prefix) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.guard == nil {
+		return fmt.Errorf("%w: the pod's network is not attached", errdefs.ErrFailedPrecondition)
+	}
+	if err := p.guard.Apply(n, ingress); err != nil {
+		return fmt.Errorf("set network: %w", err)
+	}
+	return nil
 }
 
 // restoredBy is the request ID of the VM's last restore in place.

@@ -47,6 +47,9 @@ type VMAnnotations struct {
 	WritableLayerMiB int32
 	// Pool is the Template of a warm pool pod ("" for any other pod).
 	Pool string
+	// Slot: the pool pod is a start slot — no VM until a claim restores
+	// into it (AnnotationBoot BootSlot).
+	Slot bool
 	// Claim is the sandbox that claimed a warm pool pod, nil until then.
 	Claim *PoolClaim
 	// ClaimActivated is the claim the node agent carried out (raw).
@@ -74,6 +77,9 @@ func (a VMAnnotations) Encode() (map[string]string, error) {
 	setInt(AnnotationWritableLayerMiB, a.WritableLayerMiB)
 	set(AnnotationPool, a.Pool)
 	set(AnnotationClaimActivated, a.ClaimActivated)
+	if a.Slot {
+		m[AnnotationBoot] = BootSlot
+	}
 	if r := a.Restore; r != nil {
 		m[AnnotationBoot] = BootRestore
 		m[AnnotationRestoreKind], m[AnnotationRestoreName] = r.Kind, r.Name
@@ -113,12 +119,15 @@ func DecodeVMAnnotations(m map[string]string) (VMAnnotations, error) {
 	a.VCPU, a.MemoryMiB, a.WritableLayerMiB = intOf(AnnotationVCPU), intOf(AnnotationMemoryMiB), intOf(AnnotationWritableLayerMiB)
 	switch boot := m[AnnotationBoot]; boot {
 	case "", BootCold:
-		errs = append(errs, refuseRestoreKeys(m))
+		errs = append(errs, refuseRestoreKeys(m, boot))
+	case BootSlot:
+		a.Slot = true
+		errs = append(errs, refuseRestoreKeys(m, boot))
 	case BootRestore:
 		a.Restore = &RestoreRef{Kind: m[AnnotationRestoreKind], Name: m[AnnotationRestoreName],
 			UID: m[AnnotationRestoreUID], Location: m[AnnotationRestoreLocation]}
 	default:
-		errs = append(errs, fmt.Errorf("annotation %s=%q: want %q or %q", AnnotationBoot, boot, BootCold, BootRestore))
+		errs = append(errs, fmt.Errorf("annotation %s=%q: want %q, %q or %q", AnnotationBoot, boot, BootCold, BootRestore, BootSlot))
 	}
 	var err error
 	if a.Network, _, err = DecodeNetwork(m[AnnotationNetwork]); err != nil {
@@ -138,10 +147,10 @@ func DecodeVMAnnotations(m map[string]string) (VMAnnotations, error) {
 
 // refuseRestoreKeys: a cold boot carries no restore source (a half-written
 // one must not be taken for a cold boot silently).
-func refuseRestoreKeys(m map[string]string) error {
+func refuseRestoreKeys(m map[string]string, boot string) error {
 	for _, k := range []string{AnnotationRestoreKind, AnnotationRestoreName, AnnotationRestoreUID, AnnotationRestoreLocation} {
 		if _, ok := m[k]; ok {
-			return fmt.Errorf("annotation %s is set but %s is not %q", k, AnnotationBoot, BootRestore)
+			return fmt.Errorf("annotation %s is set but %s is %q, not %q", k, AnnotationBoot, boot, BootRestore)
 		}
 	}
 	return nil
@@ -209,6 +218,10 @@ func (a VMAnnotations) validate() error {
 		if r.UID == "" || r.Location == "" {
 			errs = append(errs, fmt.Errorf("a restore needs annotations %s and %s", AnnotationRestoreUID, AnnotationRestoreLocation))
 		}
+	}
+	if a.Slot && (a.Pool == "" || a.Restore != nil) {
+		errs = append(errs, fmt.Errorf("annotation %s=%q: a start slot is a pool pod (%s set) that restores nothing before its claim",
+			AnnotationBoot, BootSlot, AnnotationPool))
 	}
 	if c := a.Claim; c != nil {
 		if a.Pool == "" {

@@ -20,6 +20,9 @@ func TestVMAnnotationsRoundTrip(t *testing.T) {
 		{Pool: "python", Claim: &PoolClaim{Sandbox: "sbx", SandboxID: testID, Env: map[string]string{"A": "b"}}},
 		{Pool: "python", Claim: &PoolClaim{Sandbox: "sbx", SandboxID: testID,
 			Restore: &RestoreRef{Kind: RestoreKindPausedSandbox, Name: "sbx", UID: "u3", Location: "paused/u3"}}},
+		{Pool: "python", Slot: true, VCPU: 1, MemoryMiB: 256},
+		{Pool: "python", Slot: true, Claim: &PoolClaim{Sandbox: "sbx", SandboxID: testID,
+			Restore: &RestoreRef{Kind: RestoreKindSnapshot, Name: "base", UID: "u4", Location: "snapshots/u4"}}},
 	} {
 		m, err := a.Encode()
 		if err != nil {
@@ -75,6 +78,8 @@ func TestDecodeVMAnnotationsRefuses(t *testing.T) {
 		{"claim restoring without a location", map[string]string{AnnotationPool: "p", AnnotationClaim: `{"sandbox":"s","sandboxID":"` + testID +
 			`","restore":{"kind":"Snapshot","name":"n","uid":"u"}}`}, "location"},
 		{"bad sandbox ID", map[string]string{AnnotationSandboxID: "ABC"}, AnnotationSandboxID},
+		{"slot that is no pool pod", map[string]string{AnnotationBoot: BootSlot}, AnnotationPool},
+		{"slot with restore keys", map[string]string{AnnotationBoot: BootSlot, AnnotationPool: "p", AnnotationRestoreUID: "u"}, AnnotationRestoreUID},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := DecodeVMAnnotations(tc.in)

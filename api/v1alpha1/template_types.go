@@ -53,6 +53,19 @@ type TemplateSpec struct {
 	// +optional
 	WarmPool int32 `json:"warmPool,omitempty"`
 
+	// Slots is how many start slots each node keeps for this template:
+	// pods started already with no VM in them, which a new sandbox of the
+	// template, a restore of its snapshots and a resume of its paused
+	// sandboxes claim when no warm pool pod is free, so their start is
+	// the restore alone (no pod start). A slot holds no guest memory (its
+	// shim and pod sandbox only) but reserves the template's CPU and
+	// memory requests on its node. Unset: the controller's
+	// --slots-per-node; 0 keeps none.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	Slots *int32 `json:"slots,omitempty"`
+
 	// Tolerations let this template's sandboxes, base snapshot builders and
 	// warm pool pods run on nodes with matching taints: the controller
 	// places them on no node with a NoSchedule or NoExecute taint that
@@ -153,11 +166,14 @@ type BaseSnapshot struct {
 }
 
 // NodePool is a node's warm pool: Ready pods hold a restored, paused VM a
-// sandbox can claim; Starting ones are being restored.
+// sandbox can claim; Starting ones are being restored. Slots counts the
+// node's start slots that run (empty pods a start restores into).
 type NodePool struct {
 	Node     string `json:"node"`
 	Ready    int32  `json:"ready"`
 	Starting int32  `json:"starting"`
+	// +optional
+	Slots int32 `json:"slots,omitempty"`
 	// Message says why the pool is not refilled on the node now (its
 	// kubelet refused a pool pod for lack of room).
 	// +optional

@@ -30,7 +30,7 @@ const (
 const (
 	// AnnotationSandboxID is the sandbox ID the guest takes as its identity.
 	AnnotationSandboxID = "sandlot.dev/sandbox-id"
-	// AnnotationBoot is BootCold or BootRestore.
+	// AnnotationBoot is BootCold, BootRestore or BootSlot.
 	AnnotationBoot = "sandlot.dev/boot"
 	// AnnotationRestoreKind is "Snapshot" or "PausedSandbox" when restoring.
 	AnnotationRestoreKind = "sandlot.dev/restore-kind"
@@ -83,6 +83,9 @@ const (
 const (
 	BootCold    = "cold"
 	BootRestore = "restore"
+	// BootSlot: a template's start slot — a pool pod whose shim runs no VM
+	// until a claim restores the claimant's data into it.
+	BootSlot = "slot"
 )
 
 // Finalizers.

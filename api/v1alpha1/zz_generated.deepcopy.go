@@ -807,6 +807,11 @@ func (in *TemplateSpec) DeepCopyInto(out *TemplateSpec) {
 		*out = make([]EnvVar, len(*in))
 		copy(*out, *in)
 	}
+	if in.Slots != nil {
+		in, out := &in.Slots, &out.Slots
+		*out = new(int32)
+		**out = **in
+	}
 	if in.Tolerations != nil {
 		in, out := &in.Tolerations, &out.Tolerations
 		*out = make([]corev1.Toleration, len(*in))

@@ -27,3 +27,7 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
+
+// StateEmpty is StatsResponse.state of a start slot: its pod runs, no VM
+// does until a claim's Restore (the other states are the VM's own).
+const StateEmpty = "Empty"
