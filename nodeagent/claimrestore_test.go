@@ -14,23 +14,64 @@ import (
 // the controller gave to sbx (its controller owner) with a claim that
 // restores ref, and sbx's token Secret.
 func (a *agent) restoreClaimPod(sbx *sandlotv1.Sandbox, id string, ref sandlotv1.RestoreRef) (*corev1.Pod, *fakeVM) {
+	base := &sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: "python-base", UID: "base-uid", Location: "snapshots/base-uid"}
+	return a.claimedPod(sbx, "pool", sandlotv1.VMAnnotations{Pool: "python", Restore: base,
+		Claim: &sandlotv1.PoolClaim{Sandbox: sbx.Name, SandboxID: id, Restore: &ref}}, "Paused")
+}
+
+// claimedPod makes a pool pod of template python on the agent's node,
+// claimed by sbx with annotations ann, its shim's VM in vmState, and
+// sbx's token Secret.
+func (a *agent) claimedPod(sbx *sandlotv1.Sandbox, kind string, ann sandlotv1.VMAnnotations, vmState string) (*corev1.Pod, *fakeVM) {
 	a.t.Helper()
 	a.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sandlotv1.TokenSecretName(sbx.Name)},
 		Data: map[string][]byte{sandlotv1.TokenSecretKey: []byte("token-" + sbx.Name)}})
-	base := &sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: "python-base", UID: "base-uid", Location: "snapshots/base-uid"}
-	ann, err := sandlotv1.VMAnnotations{Pool: "python", Restore: base,
-		Claim: &sandlotv1.PoolClaim{Sandbox: sbx.Name, SandboxID: id, Restore: &ref}}.Encode()
+	enc, err := ann.Encode()
 	if err != nil {
 		a.t.Fatalf("claim annotations: %v", err)
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "python-pool-" + id[:5], Annotations: ann,
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "python-" + kind + "-" + ann.Claim.SandboxID[:5], Annotations: enc,
 		Labels:          map[string]string{sandlotv1.LabelPool: "python", sandlotv1.LabelSandbox: sbx.Name},
 		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sbx, sandlotv1.GroupVersion.WithKind("Sandbox"))}},
 		Spec: corev1.PodSpec{NodeName: a.node, Containers: []corev1.Container{{Name: sandlotv1.ContainerName, Image: "sandbox"}}}}
 	a.create(pod)
-	vm := a.shims.vm(pod.UID, "Paused")
+	vm := a.shims.vm(pod.UID, vmState)
 	a.setStatus(pod, func() { pod.Status.Phase = corev1.PodRunning })
 	return pod, vm
+}
+
+// TestSlotClaim: a template's sandbox that claimed a start slot (a pod
+// with no VM) gets the template's base restored into it with its
+// identity; a claim of a slot that restores nothing is refused by name.
+func TestSlotClaim(t *testing.T) {
+	a := startAgent(t, nil)
+	snap, ref := a.readySnapshot("python-base")
+	a.template("python", snap.Name)
+	const id = "slotclaim00000000001"
+	sbx := a.sandbox("of-slot", id) // its source is template python
+	pod, vm := a.claimedPod(sbx, "slot", sandlotv1.VMAnnotations{Pool: "python", Slot: true,
+		Claim: &sandlotv1.PoolClaim{Sandbox: sbx.Name, SandboxID: id, Restore: &ref}}, "Empty")
+	a.waitVMReady("of-slot", metav1.ConditionTrue, "VMRunning")
+	resumes, ids, _, restores := vm.calls()
+	if resumes != 0 || len(restores) != 1 || !strings.Contains(restores[0], string(snap.UID)) {
+		t.Fatalf("%d Resume calls and restores %v, want the base %s restored into the slot", resumes, restores, snap.UID)
+	}
+	if len(ids) != 1 || ids[0].GetSandboxId() != id || ids[0].GetAccessToken() != "token-of-slot" {
+		t.Fatalf("identities pushed %v, want the sandbox's with the restore", ids)
+	}
+	a.waitClaimDone(pod)
+
+	const bare = "bareslot000000000002"
+	plain := a.sandbox("of-slot-bare", bare)
+	_, empty := a.claimedPod(plain, "slot", sandlotv1.VMAnnotations{Pool: "python", Slot: true,
+		Claim: &sandlotv1.PoolClaim{Sandbox: plain.Name, SandboxID: bare}}, "Empty")
+	st := a.waitVMReady("of-slot-bare", metav1.ConditionFalse, sandlotv1.ReasonClaimFailed)
+	if c := condition(st.Status.Conditions, sandlotv1.ConditionVMReady); !strings.Contains(c.Message, "start slot") {
+		t.Fatalf("VMReady message %q does not say a slot's claim must restore", c.Message)
+	}
+	if _, ids, _, restores := empty.calls(); len(restores) != 0 || len(ids) != 0 {
+		t.Fatalf("a claim without data restored %v and pushed %v", restores, ids)
+	}
 }
 
 // TestRestoreClaim: a sandbox from a Snapshot that claimed a warm pool
