@@ -38,7 +38,7 @@ var (
 	})
 	poolClaims = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sandlot_pool_claims_total",
-		Help: "Starts of a template's sandboxes by outcome: hit (claimed a warm pool pod) or miss (no pool pod was free).",
+		Help: "Starts of a template's sandboxes by outcome: hit (claimed a warm pool pod), slot (claimed a start slot) or miss (no pool pod was free).",
 	}, []string{"template", "result"})
 )
 

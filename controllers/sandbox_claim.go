@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,9 +14,9 @@ import (
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
-// poolRequest is what a sandbox may take from a template's warm pool.
-// A plain claim resumes a pod of the template's base revision as it is; a
-// restore claim (a sandbox from a Snapshot, a resume from its
+// poolRequest is what a sandbox may take from a template's pool pods.
+// A plain claim resumes a warm pod of the template's base revision as it
+// is (or has the base restored into a start slot); a restore claim (a sandbox from a Snapshot, a resume from its
 // PausedSandbox) has the node agent restore the sandbox's own data into
 // the pod in place, so only the restore is on the start's path.
 type poolRequest struct {
@@ -38,11 +37,12 @@ func poolRequestOf(sbx *sandlotv1.Sandbox, src resolvedSource) (poolRequest, boo
 	return poolRequest{}, false
 }
 
-// claimPoolPod gives a sandbox one of its template's warm pool pods —
-// started already, so no pod starts — or nil when none fits. The claim is
-// a patch guarded by the pod's resourceVersion: of two sandboxes claiming
-// one pod, one wins and the other tries the next. A pod this sandbox
-// claimed before (its status write lost) is found first.
+// claimPoolPod gives a sandbox one of its template's pool pods — started
+// already, so no pod starts — or nil when none fits: a warm pod, or a
+// start slot its data is restored into. The claim is a patch guarded by
+// the pod's resourceVersion: of two sandboxes claiming one pod, one wins
+// and the other tries the next. A pod this sandbox claimed before (its
+// status write lost) is found first.
 func (r *SandboxReconciler) claimPoolPod(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource, req poolRequest) (*corev1.Pod, error) {
 	mine := &corev1.PodList{}
 	if err := r.List(ctx, mine, client.InNamespace(sbx.Namespace), client.MatchingFields{indexPodByClaim: poolKey(req.template, sbx.Name)}); err != nil {
@@ -57,24 +57,17 @@ func (r *SandboxReconciler) claimPoolPod(ctx context.Context, sbx *sandlotv1.San
 	if err := r.List(ctx, free, client.InNamespace(sbx.Namespace), client.MatchingFields{indexPodByClaim: poolKey(req.template, "")}); err != nil {
 		return nil, fmt.Errorf("list pool pods: %w", err)
 	}
-	if req.restore == nil {
-		// a plain claim resumes the pod's VM as it is: only its revision fits
-		free.Items = slices.DeleteFunc(free.Items, func(p corev1.Pod) bool {
-			return p.Labels[sandlotv1.LabelBaseRevision] != req.baseRevision
-		})
-	}
 	candidates, err := r.claimable(ctx, sbx, free.Items, src, req)
 	if err != nil {
 		return nil, err
 	}
-	claim := &sandlotv1.PoolClaim{Sandbox: sbx.Name, SandboxID: sbx.Status.SandboxID, Env: envMap(src.Env), Restore: req.restore}
-	for i := range candidates {
-		pod := &candidates[i]
-		switch won, err := r.claim(ctx, sbx, pod, claim); {
+	for _, c := range candidates {
+		claim := &sandlotv1.PoolClaim{Sandbox: sbx.Name, SandboxID: sbx.Status.SandboxID, Env: envMap(src.Env), Restore: c.restore}
+		switch won, err := r.claim(ctx, sbx, c.pod, claim); {
 		case err != nil:
 			return nil, err
 		case won:
-			return pod, nil
+			return c.pod, nil
 		}
 	}
 	return nil, nil
@@ -113,52 +106,91 @@ func (r *SandboxReconciler) claim(ctx context.Context, sbx *sandlotv1.Sandbox, p
 	return false, fmt.Errorf("claim pool pod %s: %w", pod.Name, err)
 }
 
+// poolCandidate is a pool pod a start may claim and the data its claim
+// restores (nil: a warm pod's paused base VM, resumed as it is).
+type poolCandidate struct {
+	pod     *corev1.Pod
+	restore *sandlotv1.RestoreRef
+}
+
 // claimable are the pool pods sbx may claim, in the order to try them:
 // running, on a node placement would choose now (ready, schedulable, the
 // template's constraints: a pool pod of a failed or cordoned node is left
-// alone), and for a restore claim able to host it, those on a node that
-// holds the data first.
-func (r *SandboxReconciler) claimable(ctx context.Context, sbx *sandlotv1.Sandbox, pods []corev1.Pod, src resolvedSource, req poolRequest) ([]corev1.Pod, error) {
+// alone). A plain claim takes a warm pod of the base revision first, else
+// a start slot on a node with a Ready base, which the base is restored
+// into. A restore claim takes a pod able to host it, those on a node that
+// holds the data first, start slots before warm pods (which plain claims
+// resume).
+func (r *SandboxReconciler) claimable(ctx context.Context, sbx *sandlotv1.Sandbox, pods []corev1.Pod, src resolvedSource, req poolRequest) ([]poolCandidate, error) {
 	cons, err := r.constraintsOf(ctx, sbx)
 	if err != nil {
 		return nil, err
 	}
 	nodes := map[string]*corev1.Node{}
-	var local, remote []corev1.Pod
-	for _, pod := range pods {
+	var groups [4][]poolCandidate // in the order tried
+	for i := range pods {
+		pod := &pods[i]
 		if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
 			continue
 		}
-		name := pod.Spec.NodeName
-		n, seen := nodes[name]
-		if !seen {
-			n = &corev1.Node{}
-			if err := r.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
-				n = nil // gone, or not in the cache: not a node to start on
-			}
-			nodes[name] = n
-		}
+		n := r.cachedNode(ctx, nodes, pod.Spec.NodeName)
 		if n == nil || ineligibleFor(n, cons) != "" {
 			continue
 		}
-		if req.restore == nil { // the pool restored the template's base on its node
-			local = append(local, pod)
-			continue
-		}
-		switch hostsRestore(&pod, src, n) {
-		case hostLocal:
-			local = append(local, pod)
-		case hostRemote:
-			remote = append(remote, pod)
+		slot := sandlotv1.IsStartSlot(pod.Annotations)
+		if g, c, ok := candidateOf(pod, slot, n, src, req); ok {
+			groups[g] = append(groups[g], c)
 		}
 	}
 	// Each claimant tries the pods in its own order: in one order, N
 	// concurrent claims would all patch the first pod, N-1 lose, all
 	// patch the second, and so on (N²/2 patches, most of them conflicts).
-	for _, group := range [][]corev1.Pod{local, remote} {
-		rand.Shuffle(len(group), func(i, j int) { group[i], group[j] = group[j], group[i] })
+	var out []poolCandidate
+	for _, g := range groups {
+		rand.Shuffle(len(g), func(i, j int) { g[i], g[j] = g[j], g[i] })
+		out = append(out, g...)
 	}
-	return append(local, remote...), nil
+	return out, nil
+}
+
+// cachedNode is the named node, read once per claim (nil: gone, or not in
+// the cache: not a node to start on).
+func (r *SandboxReconciler) cachedNode(ctx context.Context, nodes map[string]*corev1.Node, name string) *corev1.Node {
+	n, seen := nodes[name]
+	if !seen {
+		n = &corev1.Node{}
+		if err := r.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+			n = nil
+		}
+		nodes[name] = n
+	}
+	return n
+}
+
+// candidateOf says whether pod (on node n; slot: a start slot) may serve
+// req, with its group in claimable's order and what its claim restores.
+func candidateOf(pod *corev1.Pod, slot bool, n *corev1.Node, src resolvedSource, req poolRequest) (int, poolCandidate, bool) {
+	if req.restore == nil {
+		base, ok := src.PerNode[n.Name]
+		switch {
+		case !slot && pod.Labels[sandlotv1.LabelBaseRevision] == req.baseRevision:
+			return 0, poolCandidate{pod: pod}, true // its VM restored the template's base: resumed as it is
+		case slot && ok && fitsVM(pod, src.VM):
+			return 1, poolCandidate{pod: pod, restore: &base}, true
+		}
+		return 0, poolCandidate{}, false
+	}
+	group := 0
+	switch hostsRestore(pod, src, n) {
+	case hostNone:
+		return 0, poolCandidate{}, false
+	case hostRemote:
+		group = 2
+	}
+	if !slot {
+		group++
+	}
+	return group, poolCandidate{pod: pod, restore: req.restore}, true
 }
 
 type restoreHost int
@@ -170,14 +202,10 @@ const (
 )
 
 // hostsRestore says whether pod (on node) may host src's restore in
-// place: the same image and VM size — the shim replaces the VM under the
-// pod's container and cgroup — on a node that may restore the data, as
-// placement decides for a new pod.
+// place: the same image and VM size (fitsVM) on a node that may restore
+// the data, as placement decides for a new pod.
 func hostsRestore(pod *corev1.Pod, src resolvedSource, node *corev1.Node) restoreHost {
-	a, err := sandlotv1.DecodeVMAnnotations(pod.Annotations)
-	vm := src.VM
-	if err != nil || len(pod.Spec.Containers) == 0 || pod.Spec.Containers[0].Image != vm.Image ||
-		a.VCPU != vm.Resources.VCPU || a.MemoryMiB != vm.Resources.MemoryMiB || a.WritableLayerMiB != vm.WritableLayerMiB {
+	if !fitsVM(pod, src.VM) {
 		return hostNone
 	}
 	switch local, why := src.Data.on(node); {
@@ -187,6 +215,14 @@ func hostsRestore(pod *corev1.Pod, src resolvedSource, node *corev1.Node) restor
 		return hostLocal
 	}
 	return hostRemote
+}
+
+// fitsVM: pod runs vm's image at vm's size — the shim replaces the VM
+// under the pod's container and cgroup, which keep both.
+func fitsVM(pod *corev1.Pod, vm sandlotv1.VMSpec) bool {
+	a, err := sandlotv1.DecodeVMAnnotations(pod.Annotations)
+	return err == nil && len(pod.Spec.Containers) > 0 && pod.Spec.Containers[0].Image == vm.Image &&
+		a.VCPU == vm.Resources.VCPU && a.MemoryMiB == vm.Resources.MemoryMiB && a.WritableLayerMiB == vm.WritableLayerMiB
 }
 
 // claimAnnotations are a pool pod's annotations with the claim and the
@@ -213,10 +249,16 @@ func adoptPoolPod(sbx *sandlotv1.Sandbox, pod *corev1.Pod, src resolvedSource, r
 	res := src.VM.Resources
 	st.Resources = &res
 	st.NodeName, st.PodName, st.PodIP = pod.Spec.NodeName, pod.Name, ""
-	msg := "claimed warm pool pod " + pod.Name + " on " + pod.Spec.NodeName
-	if req.restore == nil {
-		st.BaseSnapshot = pod.Annotations[sandlotv1.AnnotationRestoreName]
-	} else {
+	what := "warm pool pod "
+	if sandlotv1.IsStartSlot(pod.Annotations) {
+		what = "start slot "
+	}
+	msg := "claimed " + what + pod.Name + " on " + pod.Spec.NodeName
+	from := sandlotv1.PodSource(pod.Annotations)
+	switch {
+	case req.restore == nil && from != nil:
+		st.BaseSnapshot = from.Name // the base its VM restored, or the claim restores
+	case req.restore != nil:
 		msg += " to restore " + req.restore.Kind + " " + req.restore.Name + " in"
 	}
 	st.Phase = sandlotv1.SandboxStarting

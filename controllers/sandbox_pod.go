@@ -27,8 +27,10 @@ type podPlan struct {
 	Probe *sandlotv1.ReadinessProbe
 	// MilliCPUPerVCPU is the CPU request per vCPU (1000 = a core each).
 	MilliCPUPerVCPU int64
-	// Pool is the Template of a warm pool pod.
+	// Pool is the Template of a warm pool pod; Slot makes it a start slot
+	// (no VM until a claim).
 	Pool string
+	Slot bool
 	// Constraints are the template's tolerations and node selector: the
 	// placement honoured them, the kubelet's admission checks them again.
 	Constraints nodeConstraints
@@ -118,7 +120,7 @@ func readinessProbe(p *sandlotv1.ReadinessProbe) *corev1.Probe {
 func vmAnnotations(plan podPlan) sandlotv1.VMAnnotations {
 	a := sandlotv1.VMAnnotations{SandboxID: plan.SandboxID, VCPU: plan.VM.Resources.VCPU,
 		MemoryMiB: plan.VM.Resources.MemoryMiB, WritableLayerMiB: plan.VM.WritableLayerMiB, Pool: plan.Pool,
-		Network: plan.Network}
+		Slot: plan.Slot, Network: plan.Network}
 	if plan.Restore.Kind != "" {
 		r := plan.Restore
 		a.Restore = &r

@@ -232,7 +232,11 @@ func (r *SandboxReconciler) tryPoolClaim(ctx context.Context, sbx *sandlotv1.San
 		return nil, true, ctrl.Result{}, err
 	}
 	if pod != nil {
-		poolClaims.WithLabelValues(req.template, "hit").Inc()
+		result := "hit"
+		if sandlotv1.IsStartSlot(pod.Annotations) {
+			result = "slot"
+		}
+		poolClaims.WithLabelValues(req.template, result).Inc()
 		adoptPoolPod(sbx, pod, src, req)
 		mirrorPod(sbx, src, pod) // a pool pod runs: Running at once
 		return pod, true, ctrl.Result{}, nil

@@ -65,6 +65,9 @@ type Options struct {
 	// of their own) and pause packages that long after their creation
 	// (0: never).
 	SnapshotExpiry, PausedExpiry time.Duration
+	// SlotsPerNode is each template's start slots per node unless its
+	// spec.slots says (0: none).
+	SlotsPerNode int
 }
 
 // DefaultSandboxWorkers: sandbox reconciles mostly wait on the API
@@ -91,7 +94,7 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 		PausedExpiry: opts.PausedExpiry}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&TemplateReconciler{Client: c, Recorder: rec, MilliCPUPerVCPU: opts.MilliCPUPerVCPU}).SetupWithManager(mgr); err != nil {
+	if err := (&TemplateReconciler{Client: c, Recorder: rec, MilliCPUPerVCPU: opts.MilliCPUPerVCPU, SlotsPerNode: opts.SlotsPerNode}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&SnapshotReconciler{Client: c, Recorder: rec, APIReader: r, DefaultExpiry: opts.SnapshotExpiry}).SetupWithManager(mgr); err != nil {

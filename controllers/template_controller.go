@@ -35,6 +35,9 @@ type TemplateReconciler struct {
 	Recorder events.EventRecorder
 	// MilliCPUPerVCPU is what a warm pool pod requests per vCPU.
 	MilliCPUPerVCPU int64
+	// SlotsPerNode is a template's start slots per node when its spec
+	// does not say (spec.slots).
+	SlotsPerNode int
 }
 
 // +kubebuilder:rbac:groups=sandlot.dev,resources=templates,verbs=get;list;watch
@@ -124,7 +127,7 @@ func (r *TemplateReconciler) build(ctx context.Context, tpl *sandlotv1.Template)
 		}
 	}
 	for _, p := range pools {
-		if p.Starting > 0 || p.Ready != tpl.Spec.WarmPool {
+		if p.Starting > 0 || p.Ready != tpl.Spec.WarmPool || int(p.Slots) != r.slotsOf(tpl) {
 			return ctrl.Result{RequeueAfter: buildPoll}, nil
 		}
 	}

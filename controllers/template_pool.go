@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -16,26 +17,34 @@ import (
 
 // A template's warm pool, per node: pods that restore the node's current
 // base snapshot and keep the VM paused (the shim pauses it, annotation
-// AnnotationPool) until a Sandbox of the template claims one. Unclaimed
+// AnnotationPool) until a Sandbox of the template claims one. Its start
+// slots are pool pods too, with no VM until a claim restores into them. Unclaimed
 // pool pods carry LabelSandbox "" so the controller's cache of sandbox
 // pods sees them; a claim sets it (sandbox_claim.go).
 
-// poolPods are a node's unclaimed pool pods of a template, by kind, and
-// how many claimed ones the node agent has not activated yet.
+// poolPods are a node's unclaimed pool pods of one kind (warm or start
+// slots), by state, and how many claimed ones the node agent has not
+// activated yet.
 type poolPods struct {
 	ready, starting, old, failed []*corev1.Pod
 	activating                   int
 }
 
-func (r *TemplateReconciler) listPool(ctx context.Context, tpl *sandlotv1.Template, node string) (poolPods, error) {
+// listPool reads a node's pool pods of a template: its warm pool and its
+// start slots (AnnotationBoot BootSlot: pods with no VM a claim restores
+// into).
+func (r *TemplateReconciler) listPool(ctx context.Context, tpl *sandlotv1.Template, node string) (warm, slots poolPods, err error) {
 	list := &corev1.PodList{}
 	if err := r.List(ctx, list, client.InNamespace(tpl.Namespace), client.MatchingFields{indexPodByPool: poolKey(tpl.Name, node)}); err != nil {
-		return poolPods{}, fmt.Errorf("list pool pods: %w", err)
+		return warm, slots, fmt.Errorf("list pool pods: %w", err)
 	}
 	rev := baseRevision(tpl)
-	var p poolPods
 	for i := range list.Items {
 		pod := &list.Items[i]
+		p := &warm
+		if sandlotv1.IsStartSlot(pod.Annotations) {
+			p = &slots
+		}
 		switch {
 		case pod.Labels[sandlotv1.LabelSandbox] != "":
 			if pod.DeletionTimestamp == nil && sandlotv1.ClaimPending(pod.Annotations) {
@@ -52,40 +61,57 @@ func (r *TemplateReconciler) listPool(ctx context.Context, tpl *sandlotv1.Templa
 			p.starting = append(p.starting, pod)
 		}
 	}
-	return p, nil
+	return warm, slots, nil
 }
 
 // poolStartBatch bounds a node's pool pods starting at once, claims being
 // activated counted in: a refill's restores share the node's CPUs with
 // the claims (a pool that refilled all at once made its own claims wait),
 // so refills wait behind claims, and restores are CPU-bound anyway: more
-// at once would not fill the pool sooner.
+// at once would not fill the pool sooner. Warm pods and start slots are
+// paced apart.
 const poolStartBatch = 2
 
-// pool keeps a node's warm pool at spec.warmPool: missing pods are created
-// (poolStartBatch at a time) once the node's base snapshot of this
-// revision is Ready and its kubelet did not just refuse one
-// (poolBackoff), extra and failed ones deleted; pods of an older base
-// revision go one at a time as new ones are ready (all at once when the
-// pool is scaled to zero).
+// pool keeps a node's warm pool at spec.warmPool and its start slots at
+// slotsOf once the node's base snapshot of this revision is Ready.
 func (r *TemplateReconciler) pool(ctx context.Context, tpl *sandlotv1.Template, node string, base sandlotv1.BaseSnapshot) (sandlotv1.NodePool, error) {
-	p, err := r.listPool(ctx, tpl, node)
+	warm, slots, err := r.listPool(ctx, tpl, node)
 	if err != nil {
 		return sandlotv1.NodePool{}, err
 	}
-	want, have := int(tpl.Spec.WarmPool), len(p.ready)+len(p.starting)
+	ready := base.Phase == sandlotv1.BaseReady && base.Revision == baseRevision(tpl)
+	refused, err := r.keep(ctx, warm, int(tpl.Spec.WarmPool), ready, func() (*corev1.Pod, error) { return r.poolPod(ctx, tpl, node, base) })
+	if err != nil {
+		return sandlotv1.NodePool{}, fmt.Errorf("warm pool: %w", err)
+	}
+	slotRefused, err := r.keep(ctx, slots, r.slotsOf(tpl), ready, func() (*corev1.Pod, error) { return r.slotPod(tpl, node) })
+	if err != nil {
+		return sandlotv1.NodePool{}, fmt.Errorf("start slots: %w", err)
+	}
+	return sandlotv1.NodePool{Node: node, Ready: int32(len(warm.ready)), Starting: int32(len(warm.starting)),
+		Slots: int32(len(slots.ready)), Message: cmp.Or(refused, slotRefused)}, nil
+}
+
+// keep holds one kind of a node's pool pods at want: missing pods are
+// created (poolStartBatch at a time) when canCreate and the node's
+// kubelet did not just refuse one (poolBackoff), extra and failed ones
+// deleted; pods of an older base revision go one at a time as new ones
+// are ready (all at once when the kind is scaled to zero). It returns why
+// none is created now, if the kubelet refused one.
+func (r *TemplateReconciler) keep(ctx context.Context, p poolPods, want int, canCreate bool, newPod func() (*corev1.Pod, error)) (string, error) {
+	have := len(p.ready) + len(p.starting)
 	remove, refused := poolBackoff(p.failed, have < want, time.Now())
 	if have > want {
 		extra := append(append([]*corev1.Pod{}, p.starting...), p.ready...)
 		remove = append(remove, extra[:have-want]...)
-	} else if base.Phase == sandlotv1.BaseReady && base.Revision == baseRevision(tpl) && refused == "" {
+	} else if canCreate && refused == "" {
 		for range min(want-have, poolStartBatch-len(p.starting)-p.activating) {
-			pod, err := r.poolPod(ctx, tpl, node, base)
+			pod, err := newPod()
 			if err != nil {
-				return sandlotv1.NodePool{}, err
+				return "", err
 			}
 			if err := r.Create(ctx, pod); err != nil {
-				return sandlotv1.NodePool{}, fmt.Errorf("create pool pod on %s: %w", node, err)
+				return "", fmt.Errorf("create pool pod on %s: %w", pod.Spec.NodeName, err)
 			}
 		}
 	}
@@ -99,10 +125,10 @@ func (r *TemplateReconciler) pool(ctx context.Context, tpl *sandlotv1.Template, 
 		uid := pod.UID // never a pod claimed since the list
 		if err := r.Delete(ctx, pod, client.Preconditions{UID: &uid, ResourceVersion: &pod.ResourceVersion}); client.IgnoreNotFound(err) != nil &&
 			!apierrors.IsConflict(err) {
-			return sandlotv1.NodePool{}, fmt.Errorf("delete pool pod %s: %w", pod.Name, err)
+			return "", fmt.Errorf("delete pool pod %s: %w", pod.Name, err)
 		}
 	}
-	return sandlotv1.NodePool{Node: node, Ready: int32(len(p.ready)), Starting: int32(len(p.starting)), Message: refused}, nil
+	return refused, nil
 }
 
 // poolRejectBackoff is how long a node whose kubelet refused a pool pod
@@ -138,6 +164,30 @@ func (r *TemplateReconciler) poolPod(ctx context.Context, tpl *sandlotv1.Templat
 		VM:              sandlotv1.VMSpec{Image: tpl.Spec.Image, Resources: tpl.Spec.Resources, WritableLayerMiB: tpl.Spec.WritableLayerMiB},
 		Restore:         sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: snap.Name, UID: string(snap.UID), Location: snap.Status.Location},
 		MilliCPUPerVCPU: r.MilliCPUPerVCPU, Pool: tpl.Name, Constraints: templateConstraints(tpl)}
+	return r.poolPodOf(tpl, node, plan, "-pool-")
+}
+
+// slotsOf is how many start slots each node keeps for tpl.
+func (r *TemplateReconciler) slotsOf(tpl *sandlotv1.Template) int {
+	if tpl.Spec.Slots != nil {
+		return int(*tpl.Spec.Slots)
+	}
+	return r.SlotsPerNode
+}
+
+// slotPod is a start slot of tpl on node: a pod of the template's image
+// and size whose shim runs no VM until a claim restores the claimant's
+// data into it (the template's base, a Snapshot of its sandboxes, a
+// pause package), so that start skips the pod's.
+func (r *TemplateReconciler) slotPod(tpl *sandlotv1.Template, node string) (*corev1.Pod, error) {
+	plan := podPlan{Node: node,
+		VM:              sandlotv1.VMSpec{Image: tpl.Spec.Image, Resources: tpl.Spec.Resources, WritableLayerMiB: tpl.Spec.WritableLayerMiB},
+		MilliCPUPerVCPU: r.MilliCPUPerVCPU, Pool: tpl.Name, Slot: true, Constraints: templateConstraints(tpl)}
+	return r.poolPodOf(tpl, node, plan, "-slot-")
+}
+
+// poolPodOf renders plan as a pool pod of tpl on node, unclaimed.
+func (r *TemplateReconciler) poolPodOf(tpl *sandlotv1.Template, node string, plan podPlan, kind string) (*corev1.Pod, error) {
 	tenv := tpl.Spec.SandboxEnv()
 	env := make([]corev1.EnvVar, 0, len(tenv))
 	for _, e := range tenv { // the sandbox's identity comes with the claim
@@ -147,7 +197,7 @@ func (r *TemplateReconciler) poolPod(ctx context.Context, tpl *sandlotv1.Templat
 	if err != nil {
 		return nil, err
 	}
-	pod.GenerateName = shortName(tpl.Name) + "-pool-"
+	pod.GenerateName = shortName(tpl.Name) + kind
 	pod.Labels = map[string]string{sandlotv1.LabelPool: tpl.Name, sandlotv1.LabelSandbox: "", sandlotv1.LabelNode: node,
 		sandlotv1.LabelBaseRevision: baseRevision(tpl)}
 	pod.OwnerReferences = []metav1.OwnerReference{templateOwner(tpl)}

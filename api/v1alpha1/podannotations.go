@@ -183,6 +183,11 @@ func PodRestoresFrom(annotations map[string]string, uid string) bool {
 	return src != nil && src.UID == uid
 }
 
+// IsStartSlot: a pod with these annotations is a template's start slot.
+func IsStartSlot(annotations map[string]string) bool {
+	return annotations[AnnotationBoot] == BootSlot
+}
+
 // ClaimPending: a warm pool pod claimed by a sandbox its VM does not run
 // as yet (the node agent has not carried the claim out).
 func ClaimPending(annotations map[string]string) bool {

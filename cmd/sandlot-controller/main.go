@@ -44,6 +44,7 @@ func run(ctx context.Context) error {
 	flag.IntVar(&opts.SandboxWorkers, "sandbox-workers", controllers.DefaultSandboxWorkers, "Sandboxes reconciled concurrently")
 	flag.DurationVar(&opts.SnapshotExpiry, "snapshot-expiry", 0, "delete Snapshots without their own expiry this long after creation (0: never)")
 	flag.DurationVar(&opts.PausedExpiry, "paused-expiry", 0, "delete pause packages this long after creation (0: never)")
+	flag.IntVar(&opts.SlotsPerNode, "slots-per-node", 1, "start slots (pods with no VM that starts restore into) each node keeps per template whose spec.slots is unset (0: none)")
 	cpuPerVCPU := flag.String("cpu-per-vcpu", "1", "CPU a sandbox pod requests per vCPU (e.g. 250m overcommits the nodes' CPUs 4:1)")
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)
@@ -54,6 +55,9 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("--cpu-per-vcpu %q: want a positive CPU quantity such as 1 or 250m", *cpuPerVCPU)
 	}
 	opts.MilliCPUPerVCPU = q.MilliValue()
+	if opts.SlotsPerNode < 0 || opts.SlotsPerNode > 64 {
+		return fmt.Errorf("--slots-per-node %d: want 0 to 64 (a template's spec.slots bounds)", opts.SlotsPerNode)
+	}
 
 	scheme, err := newScheme()
 	if err != nil {

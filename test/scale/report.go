@@ -70,8 +70,8 @@ func (c Costs) minus(b Costs) Costs {
 // Print writes the report as tables.
 func (rep *Report) Print(w io.Writer) {
 	o := rep.Options
-	fmt.Fprintf(w, "\n# bench-scale: %d nodes, %d sandboxes, %.0f creates/s, pod start %v, warm pool %d per node\n",
-		o.Nodes, o.Sandboxes, o.Rate, o.PodDelay, o.WarmPool)
+	fmt.Fprintf(w, "\n# bench-scale: %d nodes, %d sandboxes, %.0f creates/s, pod start %v, warm pool %d and start slots %d per node\n",
+		o.Nodes, o.Sandboxes, o.Rate, o.PodDelay, o.WarmPool, o.Slots)
 	fmt.Fprintf(w, "%-44s %6s %9s %9s %9s %9s %9s\n", "measure", "n", "min", "p50", "p95", "p99", "max")
 	printDist(w, "floor: ConfigMap create seen by a watch", rep.Floor)
 	for _, p := range rep.Phases {

@@ -23,6 +23,7 @@ type Options struct {
 	Rate      float64       // creates per second
 	PodDelay  time.Duration // the simulated kubelet's pod start
 	WarmPool  int32         // the template's warm pool per node (0: none)
+	Slots     int32         // the template's start slots per node (0: none)
 	// Steady is how long the churn runs at Sandboxes live after the ramp:
 	// a delete and a create per 1/Rate, PauseShare of the creates also
 	// pause a sandbox (resumed once Paused), SnapshotShare snapshot one.
@@ -90,7 +91,8 @@ func Run(ctx context.Context, e *Env, o Options) (*Report, error) {
 func (r *run) bases(ctx context.Context) (time.Duration, error) {
 	began := time.Now()
 	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: template, Namespace: Namespace},
-		Spec: sandlotv1.TemplateSpec{Image: "python:3.12", Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256}, WarmPool: r.o.WarmPool}}
+		Spec: sandlotv1.TemplateSpec{Image: "python:3.12", Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256}, WarmPool: r.o.WarmPool,
+			Slots: &r.o.Slots}}
 	if err := r.e.Admin.Create(ctx, tpl); err != nil {
 		return 0, err
 	}

@@ -28,13 +28,14 @@ func main() {
 	flag.Float64Var(&o.Rate, "rate", 100, "creates per second")
 	flag.DurationVar(&o.PodDelay, "pod-delay", 50*time.Millisecond, "the simulated kubelet's pod start")
 	pool := flag.Int("pool", 0, "warm pool per node (0: none)")
+	slots := flag.Int("slots", 0, "start slots per node (0: none; each is a pod a start claims instead of creating one)")
 	flag.DurationVar(&o.Steady, "steady", 30*time.Second, "churn at full size: a delete and a create per 1/rate")
 	flag.Float64Var(&o.PauseShare, "pause", 0.05, "share of the churn's creates that also pause (and resume) a sandbox")
 	flag.Float64Var(&o.SnapshotShare, "snapshot", 0.01, "share that also snapshot one")
 	flag.DurationVar(&o.Wait, "wait", 20*time.Minute, "how long each phase waits for its sandboxes to run (10,000 at ~20 creates/s sustained take ~9 min on 2 cores)")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // the simulation's caches: their retries are expected
-	o.WarmPool, o.Log = int32(*pool), os.Stdout
+	o.WarmPool, o.Slots, o.Log = int32(*pool), int32(*slots), os.Stdout
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-scale:", err)
 		os.Exit(1)
