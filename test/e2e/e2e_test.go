@@ -59,17 +59,17 @@ func TestQuickstart(t *testing.T) {
 	// reaches the pod's log: the image's `sleep` holds its stdout.
 	sbxtest.EnvdRun(t, k, sbx, `for p in /proc/[0-9]*; do [ "$(cat $p/comm)" = sleep ] && echo written-after-restore > $p/fd/1 && break; done`)
 	poll.Eventually(t, 30*time.Second, "kubectl logs", func() error {
-		out, err := c.Kubectl(ctx, "logs", "hello")
+		out, err := c.Kubectl(ctx, "logs", sbx.Status.PodName) // hello's, unless it claimed a start slot
 		if err == nil && !strings.Contains(out, "written-after-restore") {
 			err = fmt.Errorf("logs %q", out)
 		}
 		return err
 	})
-	out, err := c.Kubectl(ctx, "exec", "hello", "--", "uname", "-r")
+	out, err := c.Kubectl(ctx, "exec", sbx.Status.PodName, "--", "uname", "-r")
 	if err != nil || strings.TrimSpace(out) == host {
 		t.Fatalf("kubectl exec uname -r: %q %v (host %s): not inside the VM", out, err, host)
 	}
-	uid := podUID(t, k, "hello")
+	uid := podUID(t, k, sbx.Status.PodName)
 	sbxtest.Delete(t, k, "hello")
 	node := nodeOf(t, sbx.Status.NodeName)
 	poll.Eventually(t, 30*time.Second, "VM, netns and files gone", func() error { return vmGone(node, uid) })

@@ -324,6 +324,9 @@ func waitPool(t *testing.T, k client.Client, tpl *sandlotv1.Template, want int) 
 		clear(uids)
 		perNode := map[string]int{}
 		for _, p := range pods.Items {
+			if sandlotv1.IsStartSlot(p.Annotations) {
+				continue // the template's start slots, beside its warm pool
+			}
 			if p.Labels[sandlotv1.LabelBaseRevision] != tpl.Status.BaseRevision || p.Status.Phase != corev1.PodRunning {
 				return fmt.Errorf("pool pod %s: revision %s (current %s), %s", p.Name, p.Labels[sandlotv1.LabelBaseRevision],
 					tpl.Status.BaseRevision, p.Status.Phase)

@@ -33,6 +33,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -192,7 +193,8 @@ func (b *bench) template() {
 		b.t.Fatalf("no default sandbox image (make vm-assets): %v", err)
 	}
 	tpl := &sandlotv1.Template{ObjectMeta: sbxbench.Meta("bench"),
-		Spec: sandlotv1.TemplateSpec{Image: env.ImageRef, Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256},
+		Spec: sandlotv1.TemplateSpec{Slots: ptr.To[int32](0), // the paths measured start pods (or claim warm pools)
+			Image: env.ImageRef, Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256},
 			ReadinessProbe: &sandlotv1.ReadinessProbe{HTTPGet: &sandlotv1.HTTPGetProbe{Port: sandlotv1.CodeInterpreterPort, Path: "/health"}}}}
 	if err := b.k.Create(context.Background(), tpl); err != nil {
 		b.t.Fatal(err)

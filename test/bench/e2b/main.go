@@ -5,9 +5,11 @@
 // sandboxes stay alive until the level ends) or create-delete (each
 // worker deletes what it created through DELETE /sandboxes/{id}). A
 // create is timed from the request until its 201, which sandlot-api
-// answers once the VM is ready. Each level runs without and with a warm
-// pool of min(n, -poolmax) VMs per node (full before the level starts;
-// it refills during the level, as in use).
+// answers once the VM is ready. Each level runs without a started pod
+// (the template's spec.slots 0: each create starts its pod), with
+// min(n, -poolmax) start slots per node (pods with no VM that a create
+// restores into) and with a warm pool of that many VMs per node (each
+// full before the level starts; they refill during the level, as in use).
 //
 // Columns as cube-bench prints them: avg, min, p95, max, per-sandbox
 // amortised (level wall time / n) and throughput (n / wall). The floor,
@@ -19,7 +21,7 @@
 // the accel in the header only (TCG on these machines).
 //
 //	go run ./test/bench/e2b [-c 1,10,20,50] [-n 0] [-w 3] [-m create-only,create-delete]
-//	    [-pool without,with] [-poolmax 20] [-json]
+//	    [-pool without,slots,with] [-poolmax 20] [-json]
 package main
 
 import (
@@ -36,6 +38,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -70,8 +73,8 @@ func main() {
 	flag.IntVar(&o.n, "n", 0, "requests per level (0: 10 at c = 1, else c)")
 	flag.IntVar(&o.warm, "w", 3, "warm-up creates before each mode, not counted")
 	modes := flag.String("m", "create-only,create-delete", "modes: create-only, create-delete")
-	pools := flag.String("pool", "without,with", "warm pool: without, with")
-	flag.IntVar(&o.poolMax, "poolmax", 20, "largest warm pool (each pool VM holds its memory)")
+	pools := flag.String("pool", "without,slots,with", "started pods: without, slots (start slots), with (warm pool)")
+	flag.IntVar(&o.poolMax, "poolmax", 20, "largest warm pool or start slots (each pool VM holds its memory)")
 	flag.IntVar(&o.builds, "builds", 3, "template builds (and as many cached rebuilds and by-hand runs); 0: none")
 	flag.BoolVar(&o.asJSON, "json", false, "print JSON instead of tables")
 	flag.Parse()
@@ -84,13 +87,13 @@ func main() {
 		}
 	}
 	for _, p := range o.pools {
-		if p != "without" && p != "with" {
-			err = fmt.Errorf("-pool: %q is neither without nor with", p)
+		if p != "without" && p != "slots" && p != "with" {
+			err = fmt.Errorf("-pool: %q is not without, slots or with", p)
 		}
 	}
 	if err != nil || o.n < 0 || o.warm < 0 {
 		fmt.Fprintln(os.Stderr, err)
-		fmt.Fprintln(os.Stderr, "usage: e2b [-c 1,10,20,50] [-n 0] [-w 3] [-m create-only,create-delete] [-pool without,with] [-poolmax 20] [-json]")
+		fmt.Fprintln(os.Stderr, "usage: e2b [-c 1,10,20,50] [-n 0] [-w 3] [-m create-only,create-delete] [-pool without,slots,with] [-poolmax 20] [-json]")
 		os.Exit(2)
 	}
 	var b *bench
@@ -170,7 +173,8 @@ func (b *bench) setup() {
 		b.t.Fatalf("no default sandbox image (make vm-assets): %v", err)
 	}
 	tpl := &sandlotv1.Template{ObjectMeta: sbxbench.Meta(tplName),
-		Spec: sandlotv1.TemplateSpec{Image: env.ImageRef, Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256}}}
+		Spec: sandlotv1.TemplateSpec{Image: env.ImageRef, Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256},
+			Slots: ptr.To[int32](0)}} // the "slots" levels set them
 	if err := k.Create(ctx, tpl); err != nil {
 		b.t.Fatal(err)
 	}
@@ -201,7 +205,7 @@ func (b *bench) run(o options) {
 				case n == 0:
 					n = c
 				}
-				b.level(mode, pool == "with", c, n, o.poolMax)
+				b.level(mode, pool, c, n, o.poolMax)
 			}
 		}
 	}
@@ -221,13 +225,14 @@ func (b *bench) warmUp(w int) {
 	b.settle()
 }
 
-// level runs n requests on c workers and records the batch.
-func (b *bench) level(mode string, pool bool, c, n, poolMax int) {
-	name := fmt.Sprintf("%s, %s warm pool, c=%d", mode, map[bool]string{false: "without", true: "with"}[pool], c)
+// level runs n requests on c workers and records the batch; pool says
+// which pods are started before it: none, start slots or a warm pool.
+func (b *bench) level(mode, pool string, c, n, poolMax int) {
+	name := fmt.Sprintf("%s, %s, c=%d", mode, poolNames[pool], c)
 	size := 0
-	if pool {
+	if pool != "without" {
 		size = min(n, poolMax)
-		b.setPool(size)
+		b.setPool(pool, size)
 	}
 	h, err := watchHops(b.k, sbxbench.Meta(tplName).Namespace)
 	if err != nil {
@@ -241,7 +246,7 @@ func (b *bench) level(mode string, pool bool, c, n, poolMax int) {
 	h.stop(&b.table, name)
 	note := ""
 	if size > 0 {
-		note = fmt.Sprintf("pool of %d, full at the start", size)
+		note = fmt.Sprintf("%d per node, full at the start", size)
 	}
 	if r.firstErr != nil {
 		note = strings.TrimPrefix(note+"; first error: "+r.firstErr.Error(), "; ")
@@ -255,11 +260,14 @@ func (b *bench) level(mode string, pool bool, c, n, poolMax int) {
 			b.t.Fatalf("cleanup: %v", err)
 		}
 	}
-	if pool {
-		b.setPool(0)
+	if size > 0 {
+		b.setPool(pool, 0)
 	}
 	b.settle()
 }
+
+// poolNames name the levels' started pods in the table.
+var poolNames = map[string]string{"without": "without warm pool", "slots": "start slots", "with": "with warm pool"}
 
 // levelResult is what one level's workers measured.
 type levelResult struct {
@@ -375,10 +383,14 @@ func (b *bench) call(method, path, body string) (int, []byte, error) {
 	return resp.StatusCode, data, err
 }
 
-func (b *bench) setPool(n int) {
+func (b *bench) setPool(pool string, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	if err := sbxbench.SetPool(ctx, b.k, tplName, n, b.node); err != nil {
+	set := sbxbench.SetPool
+	if pool == "slots" {
+		set = sbxbench.SetSlots
+	}
+	if err := set(ctx, b.k, tplName, n, b.node); err != nil {
 		b.t.Fatal(err)
 	}
 }

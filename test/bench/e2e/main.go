@@ -101,7 +101,8 @@ func newBench(t crienv.T, table *stats.Table) (*bench, error) {
 		return nil, err
 	}
 	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: "default"},
-		Spec: sandlotv1.TemplateSpec{Image: env.ImageRef, Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256},
+		Spec: sandlotv1.TemplateSpec{Slots: ptr.To[int32](0), // the paths measured start pods (or claim warm pools)
+			Image: env.ImageRef, Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256},
 			ReadinessProbe: &sandlotv1.ReadinessProbe{HTTPGet: &sandlotv1.HTTPGetProbe{Port: sandlotv1.CodeInterpreterPort, Path: "/health"}}}}
 	if err := k.Create(context.Background(), tpl); err != nil {
 		return nil, err

@@ -55,6 +55,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -253,7 +254,8 @@ func (b *bench) template() {
 		b.t.Fatalf("no default sandbox image (make vm-assets): %v", err)
 	}
 	tpl := &sandlotv1.Template{ObjectMeta: sbxbench.Meta(tplName),
-		Spec: sandlotv1.TemplateSpec{Image: env.ImageRef, Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: int32(b.mem)},
+		Spec: sandlotv1.TemplateSpec{Slots: ptr.To[int32](0), // the paths measured start pods (or claim warm pools)
+			Image: env.ImageRef, Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: int32(b.mem)},
 			ReadinessProbe: &sandlotv1.ReadinessProbe{HTTPGet: &sandlotv1.HTTPGetProbe{Port: sandlotv1.CodeInterpreterPort, Path: "/health"}}}}
 	if err := b.k.Create(context.Background(), tpl); err != nil {
 		b.t.Fatal(err)

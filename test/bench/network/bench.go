@@ -78,7 +78,8 @@ func newBench(t crienv.T, table *stats.Table, args probeArgs) *bench {
 		t.Fatal(err)
 	}
 	tpl := &sandlotv1.Template{ObjectMeta: sbxbench.Meta("bench"),
-		Spec: sandlotv1.TemplateSpec{Image: env.ImageRef, Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256}}}
+		Spec: sandlotv1.TemplateSpec{Slots: ptr.To[int32](0), // the paths measured start pods (or claim warm pools)
+			Image: env.ImageRef, Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 256}}}
 	if err := k.Create(context.Background(), tpl); err != nil {
 		t.Fatal(err)
 	}

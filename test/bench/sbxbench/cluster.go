@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,18 +53,32 @@ func OverheadMiB(ctx context.Context, k client.Client) (int64, error) {
 	return rc.Overhead.PodFixed.Memory().Value() >> 20, nil
 }
 
-// InPoolPod: the sandbox runs in a warm pool pod (named by the pool, not
-// after the sandbox).
+// InPoolPod: the sandbox runs in a warm pool pod or a start slot (named
+// by the pool, not after the sandbox).
 func InPoolPod(s *sandlotv1.Sandbox) bool { return s.Status.PodName != s.Name }
 
 // SetPool sets a template's warm pool size and waits until each of nodes' pools,
 // as the controller reports it for this spec, has that many Ready and
 // none Starting.
 func SetPool(ctx context.Context, k client.WithWatch, template string, n int, nodes ...string) error {
+	return setPoolSize(ctx, k, template, "warmPool", n, func(p sandlotv1.NodePool) bool {
+		return p.Ready == int32(n) && p.Starting == 0
+	}, nodes)
+}
+
+// SetSlots sets a template's start slots per node and waits until each
+// of nodes has that many running.
+func SetSlots(ctx context.Context, k client.WithWatch, template string, n int, nodes ...string) error {
+	return setPoolSize(ctx, k, template, "slots", n, func(p sandlotv1.NodePool) bool { return p.Slots == int32(n) }, nodes)
+}
+
+// setPoolSize patches spec.<field> to n and waits until full holds for
+// each of nodes' pools as the controller reports them for this spec.
+func setPoolSize(ctx context.Context, k client.WithWatch, template, field string, n int, full func(sandlotv1.NodePool) bool, nodes []string) error {
 	tpl := &sandlotv1.Template{ObjectMeta: Meta(template)}
-	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"warmPool":%d}}`, n))
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{%q:%d}}`, field, n))
 	if err := k.Patch(ctx, tpl, patch); err != nil {
-		return fmt.Errorf("warm pool %d: %w", n, err)
+		return fmt.Errorf("%s %d: %w", field, n, err)
 	}
 	gen, last := tpl.Generation, sandlotv1.NodePool{}
 	err := Until(ctx, k, &sandlotv1.TemplateList{}, template, func(t *sandlotv1.Template) (bool, error) {
@@ -77,14 +92,14 @@ func SetPool(ctx context.Context, k client.WithWatch, template string, n int, no
 					last = p
 				}
 			}
-			if last.Ready != int32(n) || last.Starting != 0 {
+			if !full(last) {
 				return false, nil
 			}
 		}
 		return true, nil
 	})
 	if err != nil {
-		return fmt.Errorf("warm pool %d: %w (last: %+v)", n, err, last)
+		return fmt.Errorf("%s %d: %w (last: %+v)", field, n, err, last)
 	}
 	return nil
 }
@@ -116,12 +131,16 @@ func Gone(ctx context.Context, k client.Client, o client.Object) error {
 	})
 }
 
-// NoPods polls until no sandlot pod is left: every sandbox's and pool
-// pod carries the sandbox label (a pool pod's empty until claimed).
+// NoPods polls until no sandlot pod is left but unclaimed start slots
+// (which hold no VM): every sandbox's and pool pod carries the sandbox
+// label (a pool pod's empty until claimed).
 func NoPods(ctx context.Context, k client.Client) error {
 	return poll.Every(ctx, pollPeriod, "no sandlot pod left", func() error {
 		pods := &corev1.PodList{}
 		err := k.List(ctx, pods, client.InNamespace("default"), client.HasLabels{sandlotv1.LabelSandbox})
+		pods.Items = slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool {
+			return p.Labels[sandlotv1.LabelSandbox] == "" && sandlotv1.IsStartSlot(p.Annotations)
+		})
 		if err == nil && len(pods.Items) == 0 {
 			return nil
 		}
