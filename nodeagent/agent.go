@@ -173,8 +173,7 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, fmt.Errorf("sandbox %s of pod %s: %w", name, pod.Name, err)
 	}
 	if claimed {
-		event(r.Recorder, sbx, pod, false, ReasonClaimActivated, actionClaim,
-			fmt.Sprintf("warm pool pod %s on %s resumed with the identity of sandbox %s", pod.Name, r.Name, sbx.Name))
+		event(r.Recorder, sbx, pod, false, ReasonClaimActivated, actionClaim, claimStory(pod, r.Name, sbx.Name))
 	}
 	changed, err := r.applyVMReady(ctx, sbx, pod, status, reason, msg)
 	if err != nil {
@@ -240,9 +239,10 @@ func (r *VMReadyReconciler) probe(ctx context.Context, pod *corev1.Pod) (metav1.
 }
 
 // activate pushes a claiming sandbox's identity (ID, env, envd token from
-// its Secret, hostname) into a warm pool pod's paused VM and resumes it.
-// Both steps are idempotent: an agent that dies between them (or before
-// markActivated) does both again.
+// its Secret, hostname) into a warm pool pod's paused VM and resumes it,
+// or restores the claim's data into the pod with that identity (a start
+// slot, state VMEmpty, has no VM to resume). Each step is idempotent: an
+// agent that dies between them (or before markActivated) does all again.
 func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, state string) error {
 	ann, err := sandlotv1.DecodeVMAnnotations(pod.Annotations)
 	if err != nil {
@@ -296,6 +296,20 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, state
 	log.FromContext(ctx).Info("warm pool pod claimed: VM resumed with the sandbox's identity", "pod", pod.Name, "sandbox", claim.Sandbox,
 		"took", steps.String())
 	return nil
+}
+
+// claimStory is the Event of a carried-out claim: what the pod was and
+// what its VM now runs as.
+func claimStory(pod *corev1.Pod, node, sandbox string) string {
+	what := "warm pool pod"
+	if sandlotv1.IsStartSlot(pod.Annotations) {
+		what = "start slot"
+	}
+	if a, err := sandlotv1.DecodeVMAnnotations(pod.Annotations); err == nil && a.Claim != nil && a.Claim.Restore != nil {
+		r := a.Claim.Restore
+		return fmt.Sprintf("%s %s on %s restored %s %s as sandbox %s", what, pod.Name, node, r.Kind, r.Name, sandbox)
+	}
+	return fmt.Sprintf("%s %s on %s resumed with the identity of sandbox %s", what, pod.Name, node, sandbox)
 }
 
 // markActivated records a claim as carried out, after the sandbox's

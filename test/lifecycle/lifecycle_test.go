@@ -311,8 +311,22 @@ func setPool(t *testing.T, k client.Client, tpl *sandlotv1.Template, patch strin
 // has want running pods and nothing else, and returns their UIDs.
 func waitPool(t *testing.T, k client.Client, tpl *sandlotv1.Template, want int) map[types.UID]bool {
 	t.Helper()
+	return waitPoolPods(t, k, tpl, want, false)
+}
+
+// waitSlots is waitPool of the template's start slots.
+func waitSlots(t *testing.T, k client.Client, tpl *sandlotv1.Template, want int) map[types.UID]bool {
+	t.Helper()
+	return waitPoolPods(t, k, tpl, want, true)
+}
+
+// waitPoolPods waits until every node has want unclaimed pool pods of the
+// template's current base that run, warm ones or start slots (slots).
+func waitPoolPods(t *testing.T, k client.Client, tpl *sandlotv1.Template, want int, slots bool) map[types.UID]bool {
+	t.Helper()
 	uids := map[types.UID]bool{}
-	poll.Eventually(t, 4*time.Minute, fmt.Sprintf("warm pool of %d per node", want), func() error {
+	what := map[bool]string{false: "warm pool", true: "start slots"}[slots]
+	poll.Eventually(t, 4*time.Minute, fmt.Sprintf("%s of %d per node", what, want), func() error {
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(tpl), tpl); err != nil {
 			return err
 		}
@@ -324,8 +338,8 @@ func waitPool(t *testing.T, k client.Client, tpl *sandlotv1.Template, want int) 
 		clear(uids)
 		perNode := map[string]int{}
 		for _, p := range pods.Items {
-			if sandlotv1.IsStartSlot(p.Annotations) {
-				continue // the template's start slots, beside its warm pool
+			if sandlotv1.IsStartSlot(p.Annotations) != slots {
+				continue
 			}
 			if p.Labels[sandlotv1.LabelBaseRevision] != tpl.Status.BaseRevision || p.Status.Phase != corev1.PodRunning {
 				return fmt.Errorf("pool pod %s: revision %s (current %s), %s", p.Name, p.Labels[sandlotv1.LabelBaseRevision],
@@ -336,7 +350,7 @@ func waitPool(t *testing.T, k client.Client, tpl *sandlotv1.Template, want int) 
 		}
 		for _, n := range c.Nodes {
 			if perNode[n.Name] != want {
-				return fmt.Errorf("pool per node %v, status %+v", perNode, tpl.Status.Pool)
+				return fmt.Errorf("%s per node %v, status %+v", what, perNode, tpl.Status.Pool)
 			}
 		}
 		return nil

@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -52,16 +51,7 @@ func TestStartsIntoPoolPods(t *testing.T) {
 		if got := sbxtest.EnvdRun(t, k, ch, sbxtest.ReadState); got != sbxtest.WantState {
 			t.Fatalf("%s has %q, its parent wrote %q", ch.Name, got, sbxtest.WantState)
 		}
-		out := strings.Fields(sbxtest.EnvdRun(t, k, ch, "echo $SANDLOT_SANDBOX_ID; hostname; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'"))
-		if len(out) != 3 || out[0] != ch.Status.SandboxID || out[1] != ch.Status.SandboxID {
-			t.Fatalf("%s answers %q: not its own identity (ID %s)", ch.Name, out, ch.Status.SandboxID)
-		}
-		for _, v := range []string{out[0], out[2], ch.Status.PodIP} {
-			if other, dup := seen[v]; dup {
-				t.Fatalf("%s and %s share %q", ch.Name, other, v)
-			}
-			seen[v] = ch.Name
-		}
+		distinct(t, k, ch, seen)
 	}
 	// The local store: only the snapshot's node may restore it, where
 	// three pool pods waited (and refills follow the claims).
