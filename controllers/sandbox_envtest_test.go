@@ -332,13 +332,8 @@ func TestWarmPoolClaims(t *testing.T) {
 	if n := h.unclaimedPool("python"); n > 2 {
 		t.Fatalf("%d pool pods refilled while 5 claims were being activated", n)
 	}
-	for name := range owners { // play the node agent: each claim carried out
-		pod := h.pod(name)
-		patch := client.MergeFrom(pod.DeepCopy())
-		pod.Annotations[sandlotv1.AnnotationClaimActivated] = pod.Annotations[sandlotv1.AnnotationClaim]
-		if err := h.c.Patch(context.Background(), pod, patch); err != nil {
-			t.Fatal(err)
-		}
+	for name := range owners {
+		h.activateClaim(name)
 	}
 	h.runPool("python", 5) // refilled
 }

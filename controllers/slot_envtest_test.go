@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
@@ -15,7 +16,8 @@ import (
 // TestStartSlots: a template without a warm pool keeps spec.slots start
 // slots per node (pods with no VM); sandboxes created at once claim them,
 // one each, with their node's base to restore in the claim; the one left
-// over gets a pod of its own; the slots refill; a sandbox from a Snapshot
+// over gets a pod of its own; the slots refill once the claims are
+// carried out; a sandbox from a Snapshot
 // of the template claims a slot on the data's node to restore it in.
 func TestStartSlots(t *testing.T) {
 	h := newHarness(t)
@@ -60,6 +62,12 @@ func TestStartSlots(t *testing.T) {
 			t.Fatalf("%s records base %q, want %q", sbx, got, base)
 		}
 	}
+	if n := h.unclaimedPool("python"); n != 0 {
+		t.Fatalf("%d slots refilled while both claims were being carried out", n)
+	}
+	for pod := range claimed {
+		h.activateClaim(pod) // refills wait until then
+	}
 	refilled := h.runPool("python", 2)
 	for name := range refilled {
 		if slots[name] {
@@ -79,6 +87,18 @@ func TestStartSlots(t *testing.T) {
 	}
 	if len(child) != 1 {
 		t.Fatalf("the snapshot's sandbox claimed %v, want slots-b's slot", child)
+	}
+}
+
+// activateClaim plays the node agent: the claim of pool pod name is
+// carried out.
+func (h *harness) activateClaim(name string) {
+	h.t.Helper()
+	pod := h.pod(name)
+	patch := client.MergeFrom(pod.DeepCopy())
+	pod.Annotations[sandlotv1.AnnotationClaimActivated] = pod.Annotations[sandlotv1.AnnotationClaim]
+	if err := h.c.Patch(context.Background(), pod, patch); err != nil {
+		h.t.Fatal(err)
 	}
 }
 

@@ -64,10 +64,10 @@ func (r *TemplateReconciler) listPool(ctx context.Context, tpl *sandlotv1.Templa
 	return warm, slots, nil
 }
 
-// poolStartBatch bounds a node's pool pods starting at once, claims being
-// activated counted in: a refill's restores share the node's CPUs with
-// the claims (a pool that refilled all at once made its own claims wait),
-// so refills wait behind claims, and restores are CPU-bound anyway: more
+// poolStartBatch bounds a node's pool pods starting at once: a refill's
+// restores share the node's CPUs with the claims (a pool that refilled
+// all at once made its own claims wait), so refills wait until the
+// node's claims are carried out, and restores are CPU-bound anyway: more
 // at once would not fill the pool sooner. Warm pods and start slots are
 // paced apart.
 const poolStartBatch = 2
@@ -80,6 +80,11 @@ func (r *TemplateReconciler) pool(ctx context.Context, tpl *sandlotv1.Template, 
 		return sandlotv1.NodePool{}, err
 	}
 	ready := base.Phase == sandlotv1.BaseReady && base.Revision == baseRevision(tpl)
+	// Claims of either kind being carried out hold both refills: a slot's
+	// claim is a restore on the node's CPUs, which a pod start beside it
+	// slowed (bench-e2b, start slots at c = 10).
+	warm.activating += slots.activating
+	slots.activating = warm.activating
 	refused, err := r.keep(ctx, warm, int(tpl.Spec.WarmPool), ready, func() (*corev1.Pod, error) { return r.poolPod(ctx, tpl, node, base) })
 	if err != nil {
 		return sandlotv1.NodePool{}, fmt.Errorf("warm pool: %w", err)
@@ -93,8 +98,9 @@ func (r *TemplateReconciler) pool(ctx context.Context, tpl *sandlotv1.Template, 
 }
 
 // keep holds one kind of a node's pool pods at want: missing pods are
-// created (poolStartBatch at a time) when canCreate and the node's
-// kubelet did not just refuse one (poolBackoff), extra and failed ones
+// created (poolStartBatch at a time) when canCreate, no claim on the node
+// is being carried out and its kubelet did not just refuse one
+// (poolBackoff), extra and failed ones
 // deleted; pods of an older base revision go one at a time as new ones
 // are ready (all at once when the kind is scaled to zero). It returns why
 // none is created now, if the kubelet refused one.
@@ -104,8 +110,8 @@ func (r *TemplateReconciler) keep(ctx context.Context, p poolPods, want int, can
 	if have > want {
 		extra := append(append([]*corev1.Pod{}, p.starting...), p.ready...)
 		remove = append(remove, extra[:have-want]...)
-	} else if canCreate && refused == "" {
-		for range min(want-have, poolStartBatch-len(p.starting)-p.activating) {
+	} else if canCreate && refused == "" && p.activating == 0 {
+		for range min(want-have, poolStartBatch-len(p.starting)) {
 			pod, err := newPod()
 			if err != nil {
 				return "", err

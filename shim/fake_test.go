@@ -58,6 +58,7 @@ func (h *fakeHypervisor) last() *fakeMachine {
 }
 
 func (h *fakeHypervisor) Compatible(*vm.Manifest, node.Config) error { return h.compatErr }
+func (h *fakeHypervisor) Warm(node.Config)                           {}
 
 // fakeMachine is a VM in memory; its guest is a fakeGuest.
 type fakeMachine struct {

@@ -36,6 +36,9 @@ type hypervisor interface {
 	Boot(ctx context.Context, a vm.Assets, cfg vm.Config, id identity.Identity) (machine, error)
 	Restore(ctx context.Context, qemu string, cfg vm.Config, dir string, id identity.Identity, roots vm.Roots) (machine, error)
 	Compatible(m *vm.Manifest, cfg node.Config) error
+	// Warm readies what a first restore reads of the node (a start
+	// slot's, before its claim): QEMU's version.
+	Warm(cfg node.Config)
 }
 
 // machine is what the shim asks of a running VM (a *vm.VM in production).
@@ -106,6 +109,10 @@ func asMachine(v *vm.VM, err error) (machine, error) {
 	}
 	return vmMachine{v}, err
 }
+
+// Warm runs QEMU once for its version (cached per process), off the path
+// of the claim that restores into a start slot; an error shows then.
+func (qemu) Warm(cfg node.Config) { _, _ = vm.QEMUVersion(cfg.QEMU) }
 
 // Compatible checks this node's QEMU, accel and CPU can restore m.
 func (qemu) Compatible(m *vm.Manifest, cfg node.Config) error {

@@ -119,6 +119,7 @@ func (p *pod) start(ctx context.Context, s vmSpec, api controlapi.VMControlServi
 	p.labels = map[string]string{labelImageDigest: s.ImageDigest, labelImageName: s.ImageName}
 	p.vmSpec = s
 	if s.Slot {
+		p.host.vms.Warm(p.cfg)
 		logf(ctx, "pod %s: start slot ready: no VM until a claim restores into it", p.uid)
 	} else if err := p.launch(ctx, s); err != nil {
 		return err
