@@ -81,10 +81,9 @@ func TestTemplateRestores(t *testing.T) {
 		if err := k.Get(context.Background(), types.NamespacedName{Namespace: "default", Name: s.Status.PodName}, pod); err != nil {
 			t.Fatal(err)
 		}
-		if pod.Annotations[sandlotv1.AnnotationBoot] != sandlotv1.BootRestore || s.Status.BaseSnapshot == "" ||
-			pod.Annotations[sandlotv1.AnnotationRestoreName] != s.Status.BaseSnapshot {
-			t.Fatalf("%s did not restore its template's base: boot %s, base %q, restore %q", name,
-				pod.Annotations[sandlotv1.AnnotationBoot], s.Status.BaseSnapshot, pod.Annotations[sandlotv1.AnnotationRestoreName])
+		// Its own pod's or a start slot's: the pod restores the base, or its claim does.
+		if src := sandlotv1.PodSource(pod.Annotations); src == nil || s.Status.BaseSnapshot == "" || src.Name != s.Status.BaseSnapshot {
+			t.Fatalf("%s did not restore its template's base: base %q, the pod restores %+v", name, s.Status.BaseSnapshot, src)
 		}
 		out := strings.Fields(sbxtest.EnvdRun(t, k, s, "cat /proc/sys/kernel/random/boot_id; hostname; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'"))
 		if len(out) != 3 {

@@ -138,15 +138,17 @@ func Create(t *testing.T, k client.Client, tpl string, names ...string) map[stri
 func WaitRunning(t *testing.T, k client.Client, name string) *sandlotv1.Sandbox {
 	t.Helper()
 	var s sandlotv1.Sandbox
-	poll.Eventually(t, 3*time.Minute, "sandbox "+name+" Running", func() error {
+	poll.Eventually(t, 3*time.Minute, "sandbox "+name+" Running, its VM ready", func() error {
 		if err := k.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &s); err != nil {
 			return err
 		}
 		if s.Status.Phase == sandlotv1.SandboxFailed {
 			t.Fatalf("sandbox %s failed: %s: %s", name, s.Status.Reason, s.Status.Message)
 		}
-		if s.Status.Phase != sandlotv1.SandboxRunning || s.Status.PodIP == "" {
-			return fmt.Errorf("phase %s (%s)", s.Status.Phase, s.Status.Message)
+		// Usable, not only Running: a sandbox that claimed a pool pod or a
+		// start slot runs before the node agent restored its VM there.
+		if !s.Usable(s.Generation) {
+			return fmt.Errorf("phase %s (%s), conditions %+v", s.Status.Phase, s.Status.Message, s.Status.Conditions)
 		}
 		return nil
 	})
