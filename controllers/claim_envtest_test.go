@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -125,12 +126,19 @@ func (h *harness) unclaimedPoolOn(tpl, node string) int {
 	return len(pods.Items)
 }
 
-// TestClaimsAvoidFailedNodesAndSurviveLostPods: a pool pod on a node that
-// is not Ready is never claimed (its node failed: the claim would never be
-// carried out); a claimed pool pod deleted before the node agent carried
-// the claim out sends its sandbox back to placement, not to Failed.
+// TestClaimsAvoidFailedNodesAndSurviveLostPods: a pool pod (a warm one, or
+// a start slot) on a node that is not Ready is never claimed (its node
+// failed: the claim would never be carried out); a claimed pool pod
+// deleted before the node agent carried the claim out sends its sandbox
+// back to placement, not to Failed.
 func TestClaimsAvoidFailedNodesAndSurviveLostPods(t *testing.T) {
-	h, _, stop := pooledOnTwoNodes(t, "live-node", "dead-node", 1)
+	for _, kind := range []string{"warm", "slots"} {
+		t.Run(kind, func(t *testing.T) { claimsAvoidFailedNodes(t, kind) })
+	}
+}
+
+func claimsAvoidFailedNodes(t *testing.T, kind string) {
+	h, _, stop := pooledOnTwoNodesOf(t, "live-node", "dead-node", 1, kind)
 	h.setNodeReady("dead-node", false)
 	h.waitPoolNodes("python", "live-node")
 
@@ -263,6 +271,13 @@ func (h *harness) waitPoolReady(tpl, node string, ready int32) {
 // it returns the pool pods' names.
 func pooledOnTwoNodes(t *testing.T, a, b string, perNode int) (*harness, map[string]bool, func()) {
 	t.Helper()
+	return pooledOnTwoNodesOf(t, a, b, perNode, "warm")
+}
+
+// pooledOnTwoNodesOf is pooledOnTwoNodes with pool pods of kind: "warm"
+// (spec.warmPool) or "slots" (spec.slots).
+func pooledOnTwoNodesOf(t *testing.T, a, b string, perNode int, kind string) (*harness, map[string]bool, func()) {
+	t.Helper()
 	h := newHarness(t)
 	h.runKubelet()
 	stop := startController(t)
@@ -270,6 +285,12 @@ func pooledOnTwoNodes(t *testing.T, a, b string, perNode int) (*harness, map[str
 	h.addNode(b, "16", "32Gi", nil)
 	h.acceptedTemplate("python", 512)
 	h.basesOn("python", a, b)
-	h.editTemplate("python", func(spec *sandlotv1.TemplateSpec) { spec.WarmPool = int32(perNode) })
+	h.editTemplate("python", func(spec *sandlotv1.TemplateSpec) {
+		if kind == "slots" {
+			spec.Slots = ptr.To(int32(perNode))
+		} else {
+			spec.WarmPool = int32(perNode)
+		}
+	})
 	return h, h.runPool("python", 2*perNode), stop
 }

@@ -375,6 +375,10 @@ func (s *service) restoreInPlace(ctx context.Context, p *pod, o restoreOrder) er
 	}
 	g, err := p.replace(ctx, o)
 	if err == nil && adopt > 0 {
+		// The new VM's snapshots name the process the app follows now: a
+		// start slot's pod never started one, and a clone restored from a
+		// snapshot without it would have nothing to follow.
+		p.setLabel(labelInitPID, strconv.Itoa(adopt))
 		err = c.init.run(ctx, g, g.Follow(adopt))
 	}
 	if err != nil || adopt == 0 {

@@ -13,7 +13,7 @@ import (
 // TestStartSlot: a start slot's pod runs with no VM (its app container
 // running nothing, its guest's gate shut) until a claim's Restore puts
 // the claimant's VM in it, which opens the gate and which the app then
-// follows; the rules arrive before the VM.
+// follows (and its snapshots name); the rules arrive before the VM.
 func TestStartSlot(t *testing.T) {
 	h := newHarness(t)
 	h.mustCreate(testPod, pauseSpec())
@@ -53,6 +53,9 @@ func TestStartSlot(t *testing.T) {
 	}
 	if st := h.state(testApp, ""); st.Status != task.Status_RUNNING || h.guestPID(testApp, "") != 77 {
 		t.Fatalf("app %v pid %d after the claim, want following 77", st.Status, h.guestPID(testApp, ""))
+	}
+	if got := m.label(labelInitPID); got != "77" {
+		t.Fatalf("the restored VM's snapshots would name init PID %q, want 77: their clones would have no app to follow", got)
 	}
 	if st, err := api.Stats(ctx, &controlapi.StatsRequest{}); err != nil || st.GetState() != "Running" {
 		t.Fatalf("stats after the claim: %v, %v", st, err)

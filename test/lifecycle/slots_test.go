@@ -34,7 +34,8 @@ func TestStartsIntoPoolPods(t *testing.T) {
 	// 100m of CPU per pod would admit only 18 on a 2-core node.
 	withoutOverhead(t, k)
 	tpl := probedTemplate(t, k, "slots", interpreterProbe, sbxtest.DefaultImage(t))
-	setPool(t, k, tpl, `{"spec":{"warmPool":3}}`)
+	// The warm pool's pods only: no start slots (TestStartSlots has them).
+	setPool(t, k, tpl, `{"spec":{"warmPool":3,"slots":0}}`)
 	pool := waitPool(t, k, tpl, 3)
 	parent := sbxtest.Create(t, k, "slots", "slot-parent")["slot-parent"]
 	inPool(t, k, pool, parent)
