@@ -43,17 +43,7 @@ func TestStartsIntoPoolPods(t *testing.T) {
 	sbxtest.EnvdRun(t, k, parent, sbxtest.WriteState)
 	pool = waitPool(t, k, tpl, 3) // refilled
 	children := forkAtOnce(t, k, parent.Name, "slot-fork", 20)
-	claimed := 0
-	seen := map[string]string{}
-	for _, ch := range children {
-		if isPoolPod(t, k, pool, ch) {
-			claimed++
-		}
-		if got := sbxtest.EnvdRun(t, k, ch, sbxtest.ReadState); got != sbxtest.WantState {
-			t.Fatalf("%s has %q, its parent wrote %q", ch.Name, got, sbxtest.WantState)
-		}
-		distinct(t, k, ch, seen)
-	}
+	claimed := checkChildren(t, k, pool, children, map[string]string{})
 	// The local store: only the snapshot's node may restore it, where
 	// three pool pods waited (and refills follow the claims).
 	if claimed < 3 {
@@ -72,6 +62,23 @@ func TestStartsIntoPoolPods(t *testing.T) {
 	}
 	pool = waitPool(t, k, tpl, 3)
 	resumeIntoPool(t, k, pool, children[1], "1\n")
+}
+
+// checkChildren checks each child has its parent's state and its own
+// identity (none of seen's), and counts those that run in pool's pods.
+func checkChildren(t *testing.T, k client.Client, pool map[types.UID]bool, children []*sandlotv1.Sandbox, seen map[string]string) int {
+	t.Helper()
+	inPool := 0
+	for _, ch := range children {
+		if isPoolPod(t, k, pool, ch) {
+			inPool++
+		}
+		if got := sbxtest.EnvdRun(t, k, ch, sbxtest.ReadState); got != sbxtest.WantState {
+			t.Fatalf("%s has %q, its parent wrote %q", ch.Name, got, sbxtest.WantState)
+		}
+		distinct(t, k, ch, seen)
+	}
+	return inPool
 }
 
 // forkAtOnce snapshots parent and creates n sandboxes from the snapshot

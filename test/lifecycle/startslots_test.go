@@ -39,17 +39,7 @@ func TestStartSlots(t *testing.T) {
 		t.Fatalf("%d of the first slots among the refilled %v: three of four were claimed, want one kept and three new", kept, refilled)
 	}
 	children := forkAtOnce(t, k, "slotted-a", "slotted-snap", 2)
-	inSlots := 0
-	for _, ch := range children {
-		if isPoolPod(t, k, refilled, ch) {
-			inSlots++
-		}
-		if got := sbxtest.EnvdRun(t, k, ch, sbxtest.ReadState); got != sbxtest.WantState {
-			t.Fatalf("%s has %q, its parent wrote %q", ch.Name, got, sbxtest.WantState)
-		}
-		distinct(t, k, ch, seen)
-	}
-	if inSlots != 2 {
+	if inSlots := checkChildren(t, k, refilled, children, seen); inSlots != 2 {
 		t.Fatalf("%d of 2 children restored into the snapshot's node's slots", inSlots)
 	}
 }
