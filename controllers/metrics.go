@@ -18,6 +18,7 @@ import (
 // Sources of a sandbox start, the create histogram's label.
 const (
 	StartPool     = "pool"     // claimed a warm pool pod
+	StartSlot     = "slot"     // claimed a start slot, its data restored into it
 	StartTemplate = "template" // restored its template's base snapshot
 	StartSnapshot = "snapshot" // restored a Snapshot (a clone, a fork)
 	StartCold     = "cold"     // booted cold (a template's base builder)
@@ -28,7 +29,7 @@ const (
 var (
 	createSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "sandlot_sandbox_create_seconds",
-		Help:    "From a Sandbox's creation until it first runs, by source (pool, template, snapshot, cold).",
+		Help:    "From a Sandbox's creation until it first runs, by source (pool, slot, template, snapshot, cold).",
 		Buckets: prometheus.ExponentialBuckets(0.05, 2, 12), // 50 ms .. ~100 s
 	}, []string{"source"})
 	resumeSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -77,6 +78,8 @@ func startSource(sbx *sandlotv1.Sandbox) string {
 		return StartCold
 	case c != nil && c.Reason == sandlotv1.ReasonClaimedFromPool:
 		return StartPool
+	case c != nil && c.Reason == sandlotv1.ReasonClaimedStartSlot:
+		return StartSlot
 	case sbx.Spec.Source.Snapshot != "":
 		return StartSnapshot
 	}

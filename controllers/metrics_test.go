@@ -27,6 +27,10 @@ func TestStartObserved(t *testing.T) {
 		s.Status.Conditions = []metav1.Condition{{Type: sandlotv1.ConditionScheduled, Status: metav1.ConditionTrue,
 			Reason: sandlotv1.ReasonClaimedFromPool}}
 	}
+	slotted := func(s *sandlotv1.Sandbox) {
+		s.Status.Conditions = []metav1.Condition{{Type: sandlotv1.ConditionScheduled, Status: metav1.ConditionTrue,
+			Reason: sandlotv1.ReasonClaimedStartSlot}}
+	}
 	clone := func(s *sandlotv1.Sandbox) { s.Spec.Source = sandlotv1.SandboxSource{Snapshot: "snap"} }
 	builder := func(s *sandlotv1.Sandbox) { s.Annotations[sandlotv1.AnnotationBaseOf] = "python" }
 	resumedAt := func(s *sandlotv1.Sandbox) { s.Status.LastResumedAt = &metav1.Time{Time: resumed} }
@@ -42,6 +46,7 @@ func TestStartObserved(t *testing.T) {
 	}{
 		{"template restore", sbx(sandlotv1.SandboxStarting), sbx(sandlotv1.SandboxRunning), true, false, StartTemplate, now.Sub(created)},
 		{"warm pool claim", sbx(sandlotv1.SandboxStarting), sbx(sandlotv1.SandboxRunning, claimed), true, false, StartPool, now.Sub(created)},
+		{"start slot claim of a clone", sbx(sandlotv1.SandboxStarting), sbx(sandlotv1.SandboxRunning, clone, slotted), true, false, StartSlot, now.Sub(created)},
 		{"clone of a snapshot", sbx(sandlotv1.SandboxPending), sbx(sandlotv1.SandboxRunning, clone), true, false, StartSnapshot, now.Sub(created)},
 		{"base builder", sbx(sandlotv1.SandboxStarting), sbx(sandlotv1.SandboxRunning, builder), true, false, StartCold, now.Sub(created)},
 		{"resume", sbx(sandlotv1.SandboxResuming, resumedAt, ranBefore), sbx(sandlotv1.SandboxRunning, resumedAt, ranAfter), true, true, "", 700 * time.Millisecond},

@@ -249,11 +249,7 @@ func adoptPoolPod(sbx *sandlotv1.Sandbox, pod *corev1.Pod, src resolvedSource, r
 	res := src.VM.Resources
 	st.Resources = &res
 	st.NodeName, st.PodName, st.PodIP = pod.Spec.NodeName, pod.Name, ""
-	what := "warm pool pod "
-	if sandlotv1.IsStartSlot(pod.Annotations) {
-		what = "start slot "
-	}
-	msg := "claimed " + what + pod.Name + " on " + pod.Spec.NodeName
+	msg := "claimed " + poolPodKind(pod) + " " + pod.Name + " on " + pod.Spec.NodeName
 	from := sandlotv1.PodSource(pod.Annotations)
 	switch {
 	case req.restore == nil && from != nil:
@@ -263,8 +259,24 @@ func adoptPoolPod(sbx *sandlotv1.Sandbox, pod *corev1.Pod, src resolvedSource, r
 	}
 	st.Phase = sandlotv1.SandboxStarting
 	st.Reason, st.Message = "", ""
-	setCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionScheduled, metav1.ConditionTrue, sandlotv1.ReasonClaimedFromPool, msg)
+	setCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionScheduled, metav1.ConditionTrue, claimReason(pod), msg)
 	setCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionReady, metav1.ConditionFalse, sandlotv1.ReasonPodPending, msg)
+}
+
+// poolPodKind names a pool pod's kind in messages.
+func poolPodKind(pod *corev1.Pod) string {
+	if sandlotv1.IsStartSlot(pod.Annotations) {
+		return "start slot"
+	}
+	return "warm pool pod"
+}
+
+// claimReason is Scheduled's reason for a sandbox that claimed pod.
+func claimReason(pod *corev1.Pod) string {
+	if sandlotv1.IsStartSlot(pod.Annotations) {
+		return sandlotv1.ReasonClaimedStartSlot
+	}
+	return sandlotv1.ReasonClaimedFromPool
 }
 
 func envMap(env []sandlotv1.EnvVar) map[string]string {

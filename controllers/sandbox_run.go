@@ -90,7 +90,7 @@ func scheduledFromPod(st *sandlotv1.SandboxStatus, gen int64, pod *corev1.Pod) {
 	}
 	reason, msg := sandlotv1.ReasonPlaced, "placed on "+pod.Spec.NodeName
 	if _, pool := pod.Labels[sandlotv1.LabelPool]; pool {
-		reason, msg = sandlotv1.ReasonClaimedFromPool, "claimed warm pool pod "+pod.Name+" on "+pod.Spec.NodeName
+		reason, msg = claimReason(pod), "claimed "+poolPodKind(pod)+" "+pod.Name+" on "+pod.Spec.NodeName
 	}
 	setCondition(&st.Conditions, gen, sandlotv1.ConditionScheduled, metav1.ConditionTrue, reason, msg)
 }

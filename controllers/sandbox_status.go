@@ -87,7 +87,7 @@ func viewPod(pod *corev1.Pod) podView {
 func vanishedClaimView(sbx *sandlotv1.Sandbox) (podView, bool) {
 	st := &sbx.Status
 	sched := meta.FindStatusCondition(st.Conditions, sandlotv1.ConditionScheduled)
-	if sched == nil || sched.Reason != sandlotv1.ReasonClaimedFromPool {
+	if sched == nil || (sched.Reason != sandlotv1.ReasonClaimedFromPool && sched.Reason != sandlotv1.ReasonClaimedStartSlot) {
 		return podView{}, false
 	}
 	vm := meta.FindStatusCondition(st.Conditions, sandlotv1.ConditionVMReady)
@@ -96,7 +96,7 @@ func vanishedClaimView(sbx *sandlotv1.Sandbox) (podView, bool) {
 	}
 	return podView{Phase: sandlotv1.SandboxPending, Ready: metav1.ConditionFalse, Replace: true,
 		Reason: sandlotv1.ReasonClaimedPodLost, PodReason: sandlotv1.ReasonClaimedPodLost,
-		Message: fmt.Sprintf("claimed warm pool pod %s on %s disappeared before the sandbox ran in it; placing it again", st.PodName, st.NodeName)}, true
+		Message: fmt.Sprintf("claimed pool pod %s on %s disappeared before the sandbox ran in it; placing it again", st.PodName, st.NodeName)}, true
 }
 
 // podCondition is the pod's condition of type ct, nil if absent.

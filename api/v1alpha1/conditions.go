@@ -43,6 +43,9 @@ const (
 	// ReasonClaimedFromPool: the sandbox took a warm pool pod of its
 	// template (restored and paused already).
 	ReasonClaimedFromPool = "ClaimedFromPool"
+	// ReasonClaimedStartSlot: the sandbox took a start slot of its
+	// template (a pod with no VM), its data restored into it.
+	ReasonClaimedStartSlot = "ClaimedStartSlot"
 )
 
 // Reasons of ConditionReady and of a Sandbox's terminal states.
