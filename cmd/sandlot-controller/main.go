@@ -44,7 +44,7 @@ func run(ctx context.Context) error {
 	flag.IntVar(&opts.SandboxWorkers, "sandbox-workers", controllers.DefaultSandboxWorkers, "Sandboxes reconciled concurrently")
 	flag.DurationVar(&opts.SnapshotExpiry, "snapshot-expiry", 0, "delete Snapshots without their own expiry this long after creation (0: never)")
 	flag.DurationVar(&opts.PausedExpiry, "paused-expiry", 0, "delete pause packages this long after creation (0: never)")
-	flag.IntVar(&opts.SlotsPerNode, "slots-per-node", 1, "start slots (pods with no VM that starts restore into) each node keeps per template whose spec.slots is unset (0: none)")
+	flag.IntVar(&opts.SlotsPerNode, "slots-per-node", 0, "start slots (pods with no VM that starts restore into) each node keeps per template whose spec.slots is unset (0: none)")
 	cpuPerVCPU := flag.String("cpu-per-vcpu", "1", "CPU a sandbox pod requests per vCPU (e.g. 250m overcommits the nodes' CPUs 4:1)")
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)

@@ -176,6 +176,11 @@ func WaitVMReady(t *testing.T, k client.Client, name string) *sandlotv1.Sandbox 
 func Delete(t *testing.T, k client.Client, name string) {
 	t.Helper()
 	sbx := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+	// Its pod: named after it, or a pool pod or start slot it claimed.
+	pod := types.NamespacedName{Namespace: "default", Name: name}
+	if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), sbx); err == nil && sbx.Status.PodName != "" {
+		pod.Name = sbx.Status.PodName
+	}
 	if err := k.Delete(context.Background(), sbx); err != nil && !apierrors.IsNotFound(err) {
 		t.Errorf("delete sandbox %s: %v", name, err)
 	}
@@ -183,8 +188,8 @@ func Delete(t *testing.T, k client.Client, name string) {
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), sbx); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("sandbox still there (%v)", err)
 		}
-		if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &corev1.Pod{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("pod still there (%v)", err)
+		if err := k.Get(context.Background(), pod, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod %s still there (%v)", pod.Name, err)
 		}
 		return nil
 	})
