@@ -83,9 +83,10 @@ func Setup(mgr ctrl.Manager, n Node) error {
 		return fmt.Errorf("pausedsandbox reconciler: %w", err)
 	}
 	guard := &stageGuard{api: mgr.GetAPIReader(), cache: c, node: n.Name}
+	refusals := &refusalReporter{api: mgr.GetAPIReader(), rec: rec, node: n.Name}
 	if n.StageSocket != "" {
 		srv := newStageServer(l, guard)
-		srv.refusals = &refusalReporter{api: mgr.GetAPIReader(), rec: rec, node: n.Name}
+		srv.refusals = refusals
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return srv.Serve(ctx, n.StageSocket) })); err != nil {
 			return fmt.Errorf("stage server: %w", err)
 		}
@@ -101,7 +102,7 @@ func Setup(mgr ctrl.Manager, n Node) error {
 	if err := registerSandboxCollector(c, n); err != nil {
 		return fmt.Errorf("per-sandbox metrics: %w", err)
 	}
-	vr := &VMReadyReconciler{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n, layout: l, guard: guard,
+	vr := &VMReadyReconciler{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n, layout: l, guard: guard, refusals: refusals,
 		builds: &builds{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n.Name,
 			guest: func(ip, token string) guestRunner { return newGuestExec(ip, token) }}}
 	probes := controller.Options{MaxConcurrentReconciles: probeWorkers}
@@ -128,9 +129,11 @@ type VMReadyReconciler struct {
 	Node
 	// pushed is what each pod's shim was last told (rules and ingress).
 	pushed sync.Map
-	// layout and guard open and check the data a claim restores.
-	layout *layout
-	guard  *stageGuard
+	// layout and guard open and check the data a claim restores;
+	// refusals records data refused for it on the data's object.
+	layout   *layout
+	guard    *stageGuard
+	refusals *refusalReporter
 	// builds runs template builders' steps once their VM runs.
 	builds *builds
 }

@@ -38,6 +38,9 @@ func (r *VMReadyReconciler) restoreClaim(ctx context.Context, c Control, pod *co
 	}
 	began := time.Now()
 	dir, release, err := r.layout.open(ctx, key)
+	if reason := refusal(err); reason != "" { // the data is bad: its object says so, as a stage's refusal does
+		r.refusals.report(ctx, ref.Kind, ref.UID, reason, err)
+	}
 	if err != nil {
 		return fmt.Errorf("open %s %s on %s: %w", ref.Kind, ref.Name, r.Name, err)
 	}

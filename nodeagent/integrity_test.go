@@ -9,8 +9,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandlot-dev/sandlot/api/node/stageapi"
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 )
 
@@ -71,4 +73,26 @@ func TestStageIntegrityCheckFailed(t *testing.T) {
 	if _, err := local.Status(context.Background(), storeKey(t, "Snapshot", snap)); err != nil {
 		t.Fatalf("the refused data was removed: %v", err)
 	}
+}
+
+// TestRestoreClaimOfTamperedData: a restore claim (a warm pool pod or a
+// start slot taking a clone's data) of data that fails its integrity
+// check restores nothing, fails the claim and puts the same Warning Event
+// on the Snapshot as a refused stage does.
+func TestRestoreClaimOfTamperedData(t *testing.T) {
+	local, err := store.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &poisonedStore{Store: local, bad: map[string]error{}}
+	a := startAgent(t, st)
+	snap, ref := a.readySnapshot("tampered-claim")
+	st.poison(storeKey(t, "Snapshot", snap))
+	child := a.clone(a.ns, "tampered-child", snap.Name)
+	_, vm := a.restoreClaimPod(child, "tamperedclaim0000001", ref)
+	a.waitVMReady("tampered-child", metav1.ConditionFalse, sandlotv1.ReasonClaimFailed)
+	if _, _, _, restores := vm.calls(); len(restores) != 0 {
+		t.Fatalf("tampered data restored: %v", restores)
+	}
+	t.Logf("the Snapshot's Event: %s", a.waitEvent(snap, corev1.EventTypeWarning, stageapi.ReasonIntegrityCheckFailed, "memory of"))
 }
