@@ -16,9 +16,10 @@ import (
 
 // poolRequest is what a sandbox may take from a template's pool pods.
 // A plain claim resumes a warm pod of the template's base revision as it
-// is (or has the base restored into a start slot); a restore claim (a sandbox from a Snapshot, a resume from its
-// PausedSandbox) has the node agent restore the sandbox's own data into
-// the pod in place, so only the restore is on the start's path.
+// is (or has the base restored into a start slot); a restore claim (a
+// sandbox from a Snapshot, a resume from its PausedSandbox) has the node
+// agent restore the sandbox's own data into the pod in place, so only the
+// restore is on the start's path.
 type poolRequest struct {
 	template     string
 	baseRevision string                // plain claims: the revision the pod restored
