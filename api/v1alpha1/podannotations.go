@@ -17,6 +17,8 @@ const (
 	MaxMemoryMiB        = 262144
 	MinWritableLayerMiB = 16
 	MaxWritableLayerMiB = 1048576
+	// MaxSlotsPerNode bounds Template.spec.slots and --slots-per-node.
+	MaxSlotsPerNode = 64
 )
 
 // Restore kinds: what a pod's VM may restore from.

@@ -107,6 +107,7 @@ func TestBoundsMatchCRDs(t *testing.T) {
 		{append(spec, "resources", "properties", "vcpu"), MinVCPU, MaxVCPU},
 		{append(spec, "resources", "properties", "memoryMiB"), MinMemoryMiB, MaxMemoryMiB},
 		{append(spec, "writableLayerMiB"), MinWritableLayerMiB, MaxWritableLayerMiB},
+		{append(spec, "slots"), 0, MaxSlotsPerNode},
 	} {
 		field := lookup(t, crd, tc.path)
 		if lo, hi := field["minimum"], field["maximum"]; lo != tc.lo || hi != tc.hi {

@@ -50,15 +50,9 @@ func run(ctx context.Context) error {
 	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
-	q, err := resource.ParseQuantity(*cpuPerVCPU)
-	if err != nil || q.MilliValue() <= 0 {
-		return fmt.Errorf("--cpu-per-vcpu %q: want a positive CPU quantity such as 1 or 250m", *cpuPerVCPU)
+	if err := checkOptions(&opts, *cpuPerVCPU); err != nil {
+		return err
 	}
-	opts.MilliCPUPerVCPU = q.MilliValue()
-	if opts.SlotsPerNode < 0 || opts.SlotsPerNode > 64 {
-		return fmt.Errorf("--slots-per-node %d: want 0 to 64 (a template's spec.slots bounds)", opts.SlotsPerNode)
-	}
-
 	scheme, err := newScheme()
 	if err != nil {
 		return err
@@ -100,4 +94,18 @@ func newScheme() (*runtime.Scheme, error) {
 		}
 	}
 	return s, nil
+}
+
+// checkOptions refuses flags out of their bounds, by name, and sets the
+// CPU request per vCPU from cpuPerVCPU.
+func checkOptions(opts *controllers.Options, cpuPerVCPU string) error {
+	q, err := resource.ParseQuantity(cpuPerVCPU)
+	if err != nil || q.MilliValue() <= 0 {
+		return fmt.Errorf("--cpu-per-vcpu %q: want a positive CPU quantity such as 1 or 250m", cpuPerVCPU)
+	}
+	opts.MilliCPUPerVCPU = q.MilliValue()
+	if opts.SlotsPerNode < 0 || opts.SlotsPerNode > sandlotv1.MaxSlotsPerNode {
+		return fmt.Errorf("--slots-per-node %d: want 0 to %d (a template's spec.slots bounds)", opts.SlotsPerNode, sandlotv1.MaxSlotsPerNode)
+	}
+	return nil
 }
