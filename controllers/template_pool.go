@@ -79,12 +79,10 @@ func (r *TemplateReconciler) pool(ctx context.Context, tpl *sandlotv1.Template, 
 	if err != nil {
 		return sandlotv1.NodePool{}, err
 	}
-	ready := base.Phase == sandlotv1.BaseReady && base.Revision == baseRevision(tpl)
-	// Claims of either kind being carried out hold both refills: a slot's
-	// claim is a restore on the node's CPUs, which a pod start beside it
-	// slowed (bench-e2b, start slots at c = 10).
-	warm.activating += slots.activating
-	slots.activating = warm.activating
+	// A claim of either kind being carried out holds both refills: a
+	// slot's claim is a restore on the node's CPUs, which a pod start
+	// beside it slowed (bench-e2b, start slots at c = 10).
+	ready := base.Phase == sandlotv1.BaseReady && base.Revision == baseRevision(tpl) && warm.activating+slots.activating == 0
 	refused, err := r.keep(ctx, warm, int(tpl.Spec.WarmPool), ready, func() (*corev1.Pod, error) { return r.poolPod(ctx, tpl, node, base) })
 	if err != nil {
 		return sandlotv1.NodePool{}, fmt.Errorf("warm pool: %w", err)
@@ -98,9 +96,8 @@ func (r *TemplateReconciler) pool(ctx context.Context, tpl *sandlotv1.Template, 
 }
 
 // keep holds one kind of a node's pool pods at want: missing pods are
-// created (poolStartBatch at a time) when canCreate, no claim on the node
-// is being carried out and its kubelet did not just refuse one
-// (poolBackoff), extra and failed ones
+// created (poolStartBatch at a time) when canCreate and the node's
+// kubelet did not just refuse one (poolBackoff), extra and failed ones
 // deleted; pods of an older base revision go one at a time as new ones
 // are ready (all at once when the kind is scaled to zero). It returns why
 // none is created now, if the kubelet refused one.
@@ -110,7 +107,7 @@ func (r *TemplateReconciler) keep(ctx context.Context, p poolPods, want int, can
 	if have > want {
 		extra := append(append([]*corev1.Pod{}, p.starting...), p.ready...)
 		remove = append(remove, extra[:have-want]...)
-	} else if canCreate && refused == "" && p.activating == 0 {
+	} else if canCreate && refused == "" {
 		for range min(want-have, poolStartBatch-len(p.starting)) {
 			pod, err := newPod()
 			if err != nil {
