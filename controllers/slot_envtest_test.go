@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -116,7 +117,7 @@ func (h *harness) claimsOf(pool map[string]bool, prefix string, n int) map[strin
 		}
 		placed := 0
 		for _, s := range list.Items {
-			if len(s.Name) < len(prefix) || s.Name[:len(prefix)] != prefix || s.Status.PodName == "" {
+			if !strings.HasPrefix(s.Name, prefix) || s.Status.PodName == "" {
 				continue
 			}
 			placed++
