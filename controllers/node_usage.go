@@ -59,8 +59,9 @@ func newPodUsageView(mgr ctrl.Manager) (client.Reader, error) {
 }
 
 // stripPod keeps of a pod what usage reads: its key, whose sandbox it is
-// (LabelSandbox, the only label kept), its node, phase and requests. It
-// is idempotent, as a transform must be.
+// (LabelSandbox, the only label kept; an unclaimed pool pod's boot
+// annotation too), its node, phase and requests. It is idempotent, as a
+// transform must be.
 func stripPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -75,6 +76,9 @@ func stripPod(obj any) (any, error) {
 	}
 	if v, ok := pod.Labels[sandlotv1.LabelSandbox]; ok {
 		out.Labels = map[string]string{sandlotv1.LabelSandbox: v}
+		if b, ok := pod.Annotations[sandlotv1.AnnotationBoot]; ok && v == "" { // a pool pod's kind (spareOf)
+			out.Annotations = map[string]string{sandlotv1.AnnotationBoot: b}
+		}
 	}
 	if r := pod.Spec.Resources; r != nil {
 		out.Spec.Resources = &corev1.ResourceRequirements{Requests: r.Requests}
@@ -176,7 +180,7 @@ func nodeUsage(pods []corev1.Pod, sandboxes []sandlotv1.Sandbox, self types.Name
 // usageReuse ago serves again: at fleet rates each read lists every
 // sandbox and pod, and the assume cache counts what was placed since.
 // What ended since still counts for that long (room freed a moment late).
-func (r *SandboxReconciler) usage(ctx context.Context, self types.NamespacedName, fresh bool, overhead corev1.ResourceList) (map[string]demand, error) {
+func (r *SandboxReconciler) usage(ctx context.Context, self types.NamespacedName, fresh bool, overhead corev1.ResourceList) (map[string]demand, map[string][]sparePod, error) {
 	snap := r.lastUsage
 	if !fresh || snap == nil || time.Since(snap.at) > usageReuse || !equality.Semantic.DeepEqual(snap.overhead, overhead) {
 		if fresh {
@@ -185,17 +189,17 @@ func (r *SandboxReconciler) usage(ctx context.Context, self types.NamespacedName
 		list := &sandlotv1.SandboxList{}
 		// Read only, like the pods below: not copied.
 		if err := r.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
-			return nil, fmt.Errorf("list sandboxes: %w", err)
+			return nil, nil, fmt.Errorf("list sandboxes: %w", err)
 		}
 		pods := &corev1.PodList{}
 		// Read only, and every pod of the cluster: not copied.
 		if err := r.PodUsage.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
-			return nil, fmt.Errorf("list pods for node usage: %w", err)
+			return nil, nil, fmt.Errorf("list pods for node usage: %w", err)
 		}
 		used, shown := nodeUsage(pods.Items, list.Items, self, func(res sandlotv1.Resources) demand {
 			return demandOf(res, overhead, r.milliCPUPerVCPU())
 		})
-		snap = &usageRead{at: time.Now(), overhead: overhead, used: used, shown: shown}
+		snap = &usageRead{at: time.Now(), overhead: overhead, used: used, shown: shown, spare: spareOf(pods.Items)}
 		if fresh {
 			r.lastUsage = snap
 		}
@@ -206,7 +210,7 @@ func (r *SandboxReconciler) usage(ctx context.Context, self types.NamespacedName
 			used[a.node] = used[a.node].add(a.demand)
 		}
 	}
-	return used, nil
+	return used, snap.spare, nil
 }
 
 // usageReuse is how long a usage read serves fresh sandboxes' placements.
@@ -218,4 +222,5 @@ type usageRead struct {
 	overhead corev1.ResourceList
 	used     map[string]demand
 	shown    map[types.NamespacedName]bool
+	spare    map[string][]sparePod // unclaimed pool pods by node
 }

@@ -128,6 +128,8 @@ type placement struct {
 	Node    string
 	Reason  string
 	Message string
+	// yield, when no node has room, is a node whose pool pods make it.
+	yield *poolYield
 }
 
 // place picks a node for a sandbox: of the nodes holding its source data

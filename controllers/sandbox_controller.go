@@ -46,6 +46,9 @@ type SandboxReconciler struct {
 	// PodUsage reads every node's bound, non-terminated pods, stripped to
 	// their requests (node_usage.go); SetupWithManager makes it if nil.
 	PodUsage client.Reader
+	// Holds are the nodes whose pool refills wait for a start their pool
+	// pods gave way to (shared with the TemplateReconciler; nil: none).
+	Holds *roomHolds
 
 	// bases remembers each template's Ready bases between changes
 	// (SetupWithManager makes it; nil: read at every start).

@@ -176,6 +176,13 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 		setPending(st, sbx.Generation, sandlotv1.ReasonPlacementFailed, err.Error())
 		return ctrl.Result{}, nil, err
 	}
+	if p.Node == "" && p.yield != nil {
+		msg, err := r.reclaimPoolPods(ctx, sbx, p.yield)
+		if err == nil {
+			setPending(st, sbx.Generation, sandlotv1.ReasonReclaimingPoolPods, msg)
+		}
+		return ctrl.Result{RequeueAfter: reclaimPoll}, nil, err
+	}
 	if p.Node == "" {
 		setPending(st, sbx.Generation, p.Reason, p.Message)
 		return ctrl.Result{RequeueAfter: retryPlacement}, nil, nil
@@ -303,14 +310,18 @@ func (r *SandboxReconciler) placeAndAssume(ctx context.Context, key types.Namesp
 	overhead corev1.ResourceList) (placement, error) {
 	r.placeMu.Lock()
 	defer r.placeMu.Unlock()
-	used, err := r.usage(ctx, key, fresh, overhead)
+	used, spare, err := r.usage(ctx, key, fresh, overhead)
 	if err != nil {
 		return placement{}, err
 	}
 	req.Used = used
 	p := place(req)
-	if p.Node != "" {
+	switch {
+	case p.Node != "":
 		r.assumed.assume(key, p.Node, req.Demand)
+		r.Holds.release(p.Node)
+	default: // no room anywhere: pool pods may give way
+		p.yield = yieldFor(req, spare)
 	}
 	return p, nil
 }

@@ -90,11 +90,13 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 	c, r, rec := mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder(EventSource)
 	var cache client.Reader = c
 	state.reader.Store(&cache)
+	holds := &roomHolds{}
 	if err := (&SandboxReconciler{Client: c, Recorder: rec, APIReader: r, Workers: opts.SandboxWorkers, MilliCPUPerVCPU: opts.MilliCPUPerVCPU,
-		PausedExpiry: opts.PausedExpiry}).SetupWithManager(mgr); err != nil {
+		PausedExpiry: opts.PausedExpiry, Holds: holds}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&TemplateReconciler{Client: c, Recorder: rec, MilliCPUPerVCPU: opts.MilliCPUPerVCPU, SlotsPerNode: opts.SlotsPerNode}).SetupWithManager(mgr); err != nil {
+	if err := (&TemplateReconciler{Client: c, Recorder: rec, MilliCPUPerVCPU: opts.MilliCPUPerVCPU, SlotsPerNode: opts.SlotsPerNode,
+		Holds: holds}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&SnapshotReconciler{Client: c, Recorder: rec, APIReader: r, DefaultExpiry: opts.SnapshotExpiry}).SetupWithManager(mgr); err != nil {

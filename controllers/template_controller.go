@@ -38,6 +38,9 @@ type TemplateReconciler struct {
 	// SlotsPerNode is a template's start slots per node when its spec
 	// does not say (spec.slots).
 	SlotsPerNode int
+	// Holds are the nodes whose pool refills wait for a start their pool
+	// pods gave way to (shared with the SandboxReconciler; nil: none).
+	Holds *roomHolds
 }
 
 // +kubebuilder:rbac:groups=sandlot.dev,resources=templates,verbs=get;list;watch

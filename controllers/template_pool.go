@@ -82,7 +82,9 @@ func (r *TemplateReconciler) pool(ctx context.Context, tpl *sandlotv1.Template, 
 	// A claim of either kind being carried out holds both refills: a
 	// slot's claim is a restore on the node's CPUs, which a pod start
 	// beside it slowed (bench-e2b, start slots at c = 10).
-	ready := base.Phase == sandlotv1.BaseReady && base.Revision == baseRevision(tpl) && warm.activating+slots.activating == 0
+	// A start the node's pool pods gave way to holds them too.
+	ready := base.Phase == sandlotv1.BaseReady && base.Revision == baseRevision(tpl) && warm.activating+slots.activating == 0 &&
+		!r.Holds.held(node, time.Now())
 	refused, err := r.keep(ctx, warm, int(tpl.Spec.WarmPool), ready, func() (*corev1.Pod, error) { return r.poolPod(ctx, tpl, node, base) })
 	if err != nil {
 		return sandlotv1.NodePool{}, fmt.Errorf("warm pool: %w", err)

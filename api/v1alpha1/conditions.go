@@ -35,6 +35,9 @@ const (
 	ReasonPlaced               = "Placed"
 	ReasonNoEligibleNode       = "NoEligibleNode"
 	ReasonInsufficientCapacity = "InsufficientCapacity"
+	// ReasonReclaimingPoolPods: no node had room; unclaimed pool pods (warm
+	// pods, start slots) on one give way to the sandbox.
+	ReasonReclaimingPoolPods = "ReclaimingPoolPods"
 	ReasonSourceNotFound       = "SourceNotFound"
 	ReasonSourceNotReady       = "SourceNotReady"
 	ReasonTemplateNotAccepted  = "TemplateNotAccepted"

@@ -6,14 +6,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/nodeagent"
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/poll"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
@@ -45,6 +50,7 @@ func TestSDK(t *testing.T) {
 	// 512 MiB, as E2B's code-interpreter sandboxes: python with pandas, node
 	// with TypeScript and bash contexts side by side.
 	sbxtest.TemplateOf(t, k, "default", template, sbxtest.InterpreterImage(t), 512)
+	withSlots(t, k)
 	t.Logf("the code-interpreter template's base snapshots were Ready on every node in %v", time.Since(start).Round(time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -68,13 +74,62 @@ func TestSDK(t *testing.T) {
 		runSDKFile(t, "build.test.mjs", append(base, "E2B_SANDBOX_URL="+apiURL, "SANDLOT_BUILD_IMAGE="+sbxtest.DefaultImage(t)))
 	})
 	t.Run("sandbox-url", func(t *testing.T) {
+		since := time.Now()
 		runSDK(t, append(base, "SANDLOT_MODE=sandbox-url", "E2B_SANDBOX_URL="+apiURL))
+		slotClaims(t, k, since)
 	})
 	t.Run("domain", func(t *testing.T) {
 		runSDK(t, append(base, "SANDLOT_MODE=domain", fmt.Sprintf("E2B_DOMAIN=%s:%d", domain, tlsPort),
 			"NODE_EXTRA_CA_CERTS="+c.PKI.CACert, "SANDLOT_TEST_DOMAIN="+domain, "SANDLOT_TEST_IP="+c.APIAddress()),
 			"--import", "./resolve.mjs")
 	})
+}
+
+// withSlots gives the default template a start slot per node and waits
+// until they run: the SDK's creates, resumes, snapshots' sandboxes and
+// forks land in slots while there are some, pods of their own otherwise.
+func withSlots(t *testing.T, k client.Client) {
+	t.Helper()
+	ctx := context.Background()
+	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: template, Namespace: "default"}}
+	if err := k.Patch(ctx, tpl, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"slots":1}}`))); err != nil {
+		t.Fatalf("start slots for the default template: %v", err)
+	}
+	poll.Eventually(t, 2*time.Minute, "a start slot on every node", func() error {
+		if err := k.Get(ctx, client.ObjectKeyFromObject(tpl), tpl); err != nil {
+			return err
+		}
+		n := 0
+		for _, p := range tpl.Status.Pool {
+			if p.Slots >= 1 {
+				n++
+			}
+		}
+		if n < len(c.Nodes) {
+			return fmt.Errorf("pool %+v", tpl.Status.Pool)
+		}
+		return nil
+	})
+}
+
+// slotClaims is what the node agents say restored into start slots since
+// the run began: the SDK's starts must have used them.
+func slotClaims(t *testing.T, k client.Client, since time.Time) {
+	t.Helper()
+	evs := &eventsv1.EventList{}
+	if err := k.List(context.Background(), evs, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs.Items {
+		if e.Reason == nodeagent.ReasonClaimActivated && strings.HasPrefix(e.Note, "start slot ") && !e.CreationTimestamp.Time.Before(since.Truncate(time.Second)) {
+			t.Logf("claim: %s", e.Note)
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no start slot was claimed by the SDK's starts (the default template keeps one per node)")
+	}
 }
 
 // teamB is a second team: a key of its own, a template of the small image
@@ -134,6 +189,9 @@ func runSDK(t *testing.T, env []string, nodeArgs ...string) {
 // runSDKFile runs one Node test file of test/e2b with env.
 func runSDKFile(t *testing.T, file string, env []string, nodeArgs ...string) {
 	args := append(nodeArgs, "--test", "--test-concurrency=1", "--test-reporter=spec", file)
+	if p := os.Getenv("SANDLOT_SDK_TESTS"); p != "" { // a developer's focus: the tests whose names match
+		args = append(args[:len(args)-1], "--test-name-pattern="+p, file)
+	}
 	cmd := exec.Command("node", args...)
 	cmd.Dir = cluster.RepoRoot() + "/test/e2b"
 	cmd.Env = append(os.Environ(), env...)

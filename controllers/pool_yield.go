@@ -1,0 +1,181 @@
+package controllers
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+// Pool pods — warm pods and start slots — are capacity held for starts
+// that may come, not work: they give way to a start that finds no room.
+// When no node fits a sandbox and the unclaimed pool pods on a node it
+// may run on hold what it lacks, the fewest of them go (start slots, which
+// hold no VM, before warm pods) and that node's pool refills wait until
+// the start is placed (roomHolds): otherwise the refill would take back
+// the room it was given.
+
+// sparePod is an unclaimed pool pod as the pod usage view shows it.
+type sparePod struct {
+	key    types.NamespacedName
+	uid    types.UID
+	rv     string
+	demand demand
+	slot   bool
+}
+
+// spareOf is every node's unclaimed pool pods (LabelSandbox present and
+// empty: a claim sets it), start slots first, then by name.
+func spareOf(pods []corev1.Pod) map[string][]sparePod {
+	out := map[string][]sparePod{}
+	for i := range pods {
+		p := &pods[i]
+		owner, sandlot := p.Labels[sandlotv1.LabelSandbox]
+		if !sandlot || owner != "" || p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		out[p.Spec.NodeName] = append(out[p.Spec.NodeName], sparePod{key: types.NamespacedName{Namespace: p.Namespace, Name: p.Name},
+			uid: p.UID, rv: p.ResourceVersion, demand: podDemand(&p.Spec), slot: sandlotv1.IsStartSlot(p.Annotations)})
+	}
+	for _, s := range out {
+		slices.SortFunc(s, func(a, b sparePod) int {
+			if a.slot != b.slot {
+				if a.slot {
+					return -1
+				}
+				return 1
+			}
+			return cmp.Compare(a.key.String(), b.key.String())
+		})
+	}
+	return out
+}
+
+// poolYield is a node whose pool pods make room for a sandbox: give them
+// up and it fits.
+type poolYield struct {
+	node string
+	give []sparePod
+}
+
+// yieldFor finds, when no node has room for req, the node that has it
+// once the fewest of its spare pool pods are given up: of those holding
+// the source data first, then any the sandbox may run on. nil: none does.
+func yieldFor(req placementRequest, spare map[string][]sparePod) *poolYield {
+	var best *poolYield
+	bestLocal := false
+	for i := range req.Nodes {
+		n := &req.Nodes[i]
+		if ineligibleFor(n, req.Constraints) != "" {
+			continue
+		}
+		local, why := req.Source.on(n)
+		if why != "" {
+			continue
+		}
+		give, ok := giveUp(n, req.Used[n.Name], req.Demand, spare[n.Name])
+		if !ok {
+			continue
+		}
+		better := best == nil || (local && !bestLocal) ||
+			(local == bestLocal && (len(give) < len(best.give) || (len(give) == len(best.give) && n.Name < best.node)))
+		if better {
+			best, bestLocal = &poolYield{node: n.Name, give: give}, local
+		}
+	}
+	return best
+}
+
+// giveUp is the first of spare that, given up, leave room for want on n.
+func giveUp(n *corev1.Node, used, want demand, spare []sparePod) ([]sparePod, bool) {
+	for i := 0; i <= len(spare); i++ {
+		if _, why := room(n, used, want); why == "" {
+			return spare[:i], i > 0
+		}
+		if i < len(spare) {
+			used = demand{MilliCPU: used.MilliCPU - spare[i].demand.MilliCPU, Memory: used.Memory - spare[i].demand.Memory}
+		}
+	}
+	return nil, false
+}
+
+// reclaimPoolPods deletes the yield's pool pods, each only if still
+// unclaimed (its resourceVersion: a claim since changed it), and holds
+// the node's refills. It says what sbx waits for (an Event, too).
+func (r *SandboxReconciler) reclaimPoolPods(ctx context.Context, sbx *sandlotv1.Sandbox, y *poolYield) (string, error) {
+	r.Holds.hold(y.node, time.Now().Add(roomHold))
+	names := make([]string, 0, len(y.give))
+	for _, s := range y.give {
+		pod := &corev1.Pod{}
+		pod.Namespace, pod.Name = s.key.Namespace, s.key.Name
+		uid, rv := s.uid, s.rv
+		err := r.Delete(ctx, pod, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+		if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return "", fmt.Errorf("give up pool pod %s for room: %w", s.key, err)
+		}
+		names = append(names, s.key.String())
+	}
+	msg := fmt.Sprintf("no node has room; pool pods %s on %s give way to it", strings.Join(names, ", "), y.node)
+	log.FromContext(ctx).Info("pool pods give way to a start", "sandbox", sbx.Name, "node", y.node, "pods", names)
+	if r.Recorder != nil {
+		r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, sandlotv1.ReasonReclaimingPoolPods, "Place", "%s", msg)
+	}
+	return msg, nil
+}
+
+// reclaimPoll re-places a sandbox whose room is being made: the pods that
+// give way are gone in about a second (no event of theirs wakes it).
+const reclaimPoll = 500 * time.Millisecond
+
+// roomHold is how long a node's pool refills wait after its pool pods
+// gave way, unless the start they made room for is placed sooner.
+const roomHold = 15 * time.Second
+
+// roomHolds are the nodes whose pool refills wait for a start. The
+// Sandbox and Template reconcilers share one (SetupAll); nil holds none.
+type roomHolds struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+func (h *roomHolds) hold(node string, until time.Time) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.until == nil {
+		h.until = map[string]time.Time{}
+	}
+	h.until[node] = until
+}
+
+func (h *roomHolds) release(node string) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.until, node)
+}
+
+// held: node's refills wait now.
+func (h *roomHolds) held(node string, now time.Time) bool {
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return now.Before(h.until[node])
+}

@@ -1,0 +1,124 @@
+package controllers
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+)
+
+func spare(name string, slot bool) sparePod {
+	s := sparePod{demand: demand{MilliCPU: 1000, Memory: 512 << 20}, slot: slot}
+	s.key.Namespace, s.key.Name = "ns", name
+	return s
+}
+
+// TestYieldFor places a 1 CPU, 1 GiB sandbox on 2-CPU nodes with no room
+// left but what pool pods hold.
+func TestYieldFor(t *testing.T) {
+	full := demand{MilliCPU: 2000, Memory: 2 << 30}
+	twoSlots := []sparePod{spare("slot-1", true), spare("slot-2", true)}
+	cases := []struct {
+		name     string
+		nodes    []corev1.Node
+		spare    map[string][]sparePod
+		src      dataSource
+		wantNode string
+		wantGive []string
+	}{
+		{name: "no pool pods: nothing gives way", nodes: []corev1.Node{testNode("a", "2", "4Gi")}},
+		{name: "one slot is enough", nodes: []corev1.Node{testNode("a", "2", "4Gi")},
+			spare: map[string][]sparePod{"a": twoSlots}, wantNode: "a", wantGive: []string{"slot-1"}},
+		{name: "more than a node's pool pods hold: none",
+			nodes: []corev1.Node{testNode("a", "2", "4Gi")},
+			spare: map[string][]sparePod{"a": {{demand: demand{MilliCPU: 500, Memory: 1 << 20}}}}},
+		{name: "the node with the data first, though it gives more",
+			nodes: []corev1.Node{testNode("a", "2", "4Gi"), testNode("b", "2", "4Gi")},
+			spare: map[string][]sparePod{"a": {{key: spare("a-small", true).key, demand: demand{MilliCPU: 500}}, spare("a-2", false)},
+				"b": {{key: spare("b-big", true).key, demand: demand{MilliCPU: 2000, Memory: 2 << 30}}}},
+			src:      dataSource{Nodes: []string{"a"}, Remote: true},
+			wantNode: "a", wantGive: []string{"a-small", "a-2"}},
+		{name: "of equals, the fewest pods",
+			nodes: []corev1.Node{testNode("a", "2", "4Gi"), testNode("b", "2", "4Gi")},
+			spare: map[string][]sparePod{"a": {{key: spare("a-half", true).key, demand: demand{MilliCPU: 500}}, spare("a-2", true)},
+				"b": {spare("b-1", false)}},
+			wantNode: "b", wantGive: []string{"b-1"}},
+		{name: "a not-ready node's pool pods stay",
+			nodes: []corev1.Node{testNode("a", "2", "4Gi", notReady)},
+			spare: map[string][]sparePod{"a": twoSlots}},
+		{name: "local data elsewhere: no node may run it",
+			nodes: []corev1.Node{testNode("a", "2", "4Gi")},
+			spare: map[string][]sparePod{"a": twoSlots}, src: dataSource{Nodes: []string{"z"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			used := map[string]demand{}
+			for _, n := range tc.nodes {
+				used[n.Name] = full
+			}
+			req := placementRequest{Nodes: tc.nodes, Used: used, Demand: demand{MilliCPU: 1000, Memory: 1 << 30}, Source: tc.src}
+			if p := place(req); p.Node != "" {
+				t.Fatalf("placed on %s without giving way: the case is wrong", p.Node)
+			}
+			y := yieldFor(req, tc.spare)
+			if tc.wantNode == "" {
+				if y != nil {
+					t.Fatalf("yield %+v, want none", y)
+				}
+				return
+			}
+			var give []string
+			for _, s := range y.give {
+				give = append(give, s.key.Name)
+			}
+			if y.node != tc.wantNode || !reflect.DeepEqual(give, tc.wantGive) {
+				t.Fatalf("yield %s %v, want %s %v", y.node, give, tc.wantNode, tc.wantGive)
+			}
+		})
+	}
+}
+
+// TestSpareOf: unclaimed pool pods only (a claimed one, a sandbox's and
+// another workload's pod stay), start slots before warm pods.
+func TestSpareOf(t *testing.T) {
+	slot := usagePod("ns", "z-slot", "a", "", "1", "512Mi", corev1.PodRunning)
+	slot.Annotations = map[string]string{sandlotv1.AnnotationBoot: sandlotv1.BootSlot}
+	pods := []corev1.Pod{
+		usagePod("ns", "a-warm", "a", "", "1", "512Mi", corev1.PodRunning),
+		slot,
+		usagePod("ns", "claimed", "a", "s1", "1", "512Mi", corev1.PodRunning),
+		usagePod("team", "db", "a", "-", "2", "4Gi", corev1.PodRunning),
+	}
+	deleted := usagePod("ns", "going", "a", "", "1", "512Mi", corev1.PodRunning)
+	deleted.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	got := spareOf(append(pods, deleted))["a"]
+	if len(got) != 2 || got[0].key.Name != "z-slot" || !got[0].slot || got[1].key.Name != "a-warm" || got[1].slot {
+		t.Fatalf("spare = %+v, want z-slot then a-warm", got)
+	}
+	stripped, _ := stripPod(&slot)
+	if !sandlotv1.IsStartSlot(stripped.(*corev1.Pod).Annotations) {
+		t.Fatalf("the usage view forgets a slot is one: %+v", stripped)
+	}
+}
+
+func TestRoomHolds(t *testing.T) {
+	var none *roomHolds
+	none.hold("a", time.Now().Add(time.Hour))
+	if none.held("a", time.Now()) {
+		t.Fatal("a nil roomHolds held a node")
+	}
+	h := &roomHolds{}
+	now := time.Now()
+	h.hold("a", now.Add(time.Second))
+	if !h.held("a", now) || h.held("b", now) || h.held("a", now.Add(2*time.Second)) {
+		t.Fatal("held: want a until its time, b never")
+	}
+	h.release("a")
+	if h.held("a", now) {
+		t.Fatal("released node a still held")
+	}
+}
