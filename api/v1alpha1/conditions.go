@@ -37,12 +37,12 @@ const (
 	ReasonInsufficientCapacity = "InsufficientCapacity"
 	// ReasonReclaimingPoolPods: no node had room; unclaimed pool pods (warm
 	// pods, start slots) on one give way to the sandbox.
-	ReasonReclaimingPoolPods = "ReclaimingPoolPods"
-	ReasonSourceNotFound       = "SourceNotFound"
-	ReasonSourceNotReady       = "SourceNotReady"
-	ReasonTemplateNotAccepted  = "TemplateNotAccepted"
-	ReasonSandboxNotRunning    = "SandboxNotRunning"
-	ReasonNodeAssigned         = "NodeAssigned"
+	ReasonReclaimingPoolPods  = "ReclaimingPoolPods"
+	ReasonSourceNotFound      = "SourceNotFound"
+	ReasonSourceNotReady      = "SourceNotReady"
+	ReasonTemplateNotAccepted = "TemplateNotAccepted"
+	ReasonSandboxNotRunning   = "SandboxNotRunning"
+	ReasonNodeAssigned        = "NodeAssigned"
 	// ReasonClaimedFromPool: the sandbox took a warm pool pod of its
 	// template (restored and paused already).
 	ReasonClaimedFromPool = "ClaimedFromPool"
