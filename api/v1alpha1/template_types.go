@@ -211,6 +211,8 @@ type TemplateStatus struct {
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`
 // +kubebuilder:printcolumn:name="vCPU",type=integer,JSONPath=`.spec.resources.vcpu`
 // +kubebuilder:printcolumn:name="Memory",type=integer,JSONPath=`.spec.resources.memoryMiB`,priority=1
+// +kubebuilder:printcolumn:name="Pool",type=integer,JSONPath=`.spec.warmPool`,priority=1
+// +kubebuilder:printcolumn:name="Slots",type=integer,JSONPath=`.spec.slots`,priority=1
 // +kubebuilder:printcolumn:name="Accepted",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].status`
 // +kubebuilder:printcolumn:name="Base",type=string,JSONPath=`.status.conditions[?(@.type=="BaseSnapshotReady")].reason`
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="BaseSnapshotReady")].message`,priority=1
