@@ -129,6 +129,10 @@ type VMReadyReconciler struct {
 	Node
 	// pushed is what each pod's shim was last told (rules and ingress).
 	pushed sync.Map
+	// activated holds the claims carried out (claimID) whose record on
+	// the pod the cache may not show yet: the VMReady write wakes the pod
+	// again before it does, and a claim is carried out once.
+	activated sync.Map
 	// layout and guard open and check the data a claim restores;
 	// refusals records data refused for it on the data's object.
 	layout   *layout
@@ -151,18 +155,14 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, nil
 	}
 	status, reason, msg := r.probe(ctx, pod)
-	claimed := false
-	if sandlotv1.ClaimPending(pod.Annotations) && (reason == "VMPaused" || reason == "VMRunning" || reason == reasonVMEmpty) {
-		// A claimed warm pool pod: resume it with its sandbox's identity
-		// (or restore the sandbox's data into it; a start slot's only way).
-		began := time.Now()
-		if err := r.activate(ctx, pod, reason); err != nil {
-			status, reason, msg = metav1.ConditionFalse, sandlotv1.ReasonClaimFailed, err.Error()
-		} else {
-			claimed = true
-			observeRestore("claim", time.Since(began))
-			status, reason, msg = r.probe(ctx, pod)
-		}
+	// A claimed pool pod: its VM resumed with its sandbox's identity, or
+	// the sandbox's data restored into it (a start slot's only way).
+	claimed, again, err := r.carryOut(ctx, pod, reason)
+	switch {
+	case err != nil:
+		status, reason, msg = metav1.ConditionFalse, sandlotv1.ReasonClaimFailed, err.Error()
+	case claimed && !again:
+		status, reason, msg = r.probe(ctx, pod)
 	}
 	if (reason == "VMPaused" || reason == "VMRunning") && !sandlotv1.ClaimPending(pod.Annotations) {
 		if err := r.pushNetwork(ctx, pod); err != nil {
@@ -175,7 +175,7 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	} else if err != nil {
 		return ctrl.Result{}, fmt.Errorf("sandbox %s of pod %s: %w", name, pod.Name, err)
 	}
-	if claimed {
+	if claimed && !again {
 		event(r.Recorder, sbx, pod, false, ReasonClaimActivated, actionClaim, claimStory(pod, r.Name, sbx.Name))
 	}
 	changed, err := r.applyVMReady(ctx, sbx, pod, status, reason, msg)
@@ -199,6 +199,32 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	return ctrl.Result{}, nil
+}
+
+// carryOut carries out pod's pending claim (its VM in state) once:
+// claimed says it is carried out, again that it was before and only its
+// record on the pod is missing from the cache.
+func (r *VMReadyReconciler) carryOut(ctx context.Context, pod *corev1.Pod, state string) (claimed, again bool, err error) {
+	if !sandlotv1.ClaimPending(pod.Annotations) {
+		if pod.Annotations[sandlotv1.AnnotationClaim] != "" {
+			r.activated.Delete(claimID(pod)) // recorded: the cache never shows it pending again
+		}
+		return false, false, nil
+	}
+	if state != "VMPaused" && state != "VMRunning" && state != reasonVMEmpty {
+		return false, false, nil
+	}
+	id := claimID(pod)
+	if _, done := r.activated.Load(id); done {
+		return true, true, nil
+	}
+	began := time.Now()
+	if err := r.activate(ctx, pod, state); err != nil {
+		return false, false, err
+	}
+	r.activated.Store(id, pod.UID)
+	observeRestore("claim", time.Since(began))
+	return true, false, nil
 }
 
 // podOfSandbox is a Sandbox's pod on this node: VMReady is confirmed for

@@ -36,6 +36,7 @@ func (a *agent) claimedPod(sbx *sandlotv1.Sandbox, kind string, ann sandlotv1.VM
 		Spec: corev1.PodSpec{NodeName: a.node, Containers: []corev1.Container{{Name: sandlotv1.ContainerName, Image: "sandbox"}}}}
 	a.create(pod)
 	vm := a.shims.vm(pod.UID, vmState)
+	a.setStatus(sbx, func() { sbx.Status.PodName = pod.Name }) // as the claim's status write names it
 	a.setStatus(pod, func() { pod.Status.Phase = corev1.PodRunning })
 	return pod, vm
 }
@@ -60,6 +61,9 @@ func TestSlotClaim(t *testing.T) {
 		t.Fatalf("identities pushed %v, want the sandbox's with the restore", ids)
 	}
 	a.waitClaimDone(pod)
+	if _, ids, _, restores := vm.calls(); len(restores) != 1 || len(ids) != 1 {
+		t.Fatalf("restores %v and identities %v once the claim was recorded: want it carried out once", restores, ids)
+	}
 
 	const bare = "bareslot000000000002"
 	plain := a.sandbox("of-slot-bare", bare)

@@ -85,6 +85,7 @@ func (a *agent) claimedPool(sandbox, id, token string, identityErr error) (*sand
 	labels := map[string]string{sandlotv1.LabelPool: "python", sandlotv1.LabelSandbox: sandbox}
 	pod, vm := a.pod("python-pool-"+id[:5], labels, ann, "", "Paused")
 	vm.set(func(v *fakeVM) { v.identityErr = identityErr })
+	a.setStatus(sbx, func() { sbx.Status.PodName = pod.Name }) // as the claim's status write names it
 	a.setStatus(pod, func() { pod.Status.Phase = corev1.PodRunning }) // the claim is carried out once it runs
 	return sbx, pod, vm
 }
@@ -125,6 +126,11 @@ func TestClaimActivatesWarmPoolVM(t *testing.T) {
 	a.waitClaimDone(pod)
 	a.waitEvent(sbx, corev1.EventTypeNormal, nodeagent.ReasonClaimActivated, pod.Name)
 	a.waitEvent(sbx, corev1.EventTypeNormal, "VMRunning", "VMReady=True")
+	// Once: the VMReady write wakes the pod again before the agent's cache
+	// shows the claim's record, and the VM runs as its sandbox by then.
+	if resumes, ids, _, _ := vm.calls(); resumes != 1 || len(ids) != 1 {
+		t.Fatalf("%d Resume and %d SetIdentity calls once the claim was recorded, want one of each", resumes, len(ids))
+	}
 }
 
 // TestClaimFailureIsClaimFailed: a claim whose identity the VM refuses is
