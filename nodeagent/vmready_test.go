@@ -85,7 +85,7 @@ func (a *agent) claimedPool(sandbox, id, token string, identityErr error) (*sand
 	labels := map[string]string{sandlotv1.LabelPool: "python", sandlotv1.LabelSandbox: sandbox}
 	pod, vm := a.pod("python-pool-"+id[:5], labels, ann, "", "Paused")
 	vm.set(func(v *fakeVM) { v.identityErr = identityErr })
-	a.setStatus(sbx, func() { sbx.Status.PodName = pod.Name }) // as the claim's status write names it
+	a.setStatus(sbx, func() { sbx.Status.PodName = pod.Name })        // as the claim's status write names it
 	a.setStatus(pod, func() { pod.Status.Phase = corev1.PodRunning }) // the claim is carried out once it runs
 	return sbx, pod, vm
 }
