@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"sync"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -128,11 +127,11 @@ type VMReadyReconciler struct {
 	Recorder events.EventRecorder
 	Node
 	// pushed is what each pod's shim was last told (rules and ingress).
-	pushed sync.Map
-	// activated holds the claims carried out (claimID) whose record on
-	// the pod the cache may not show yet: the VMReady write wakes the pod
-	// again before it does, and a claim is carried out once.
-	activated sync.Map
+	pushed podMemo
+	// activated is the claim carried out in each pod (claimID) while its
+	// record on the pod may not show in the cache yet: the VMReady write
+	// wakes the pod again before it does, and a claim is carried out once.
+	activated podMemo
 	// layout and guard open and check the data a claim restores;
 	// refusals records data refused for it on the data's object.
 	layout   *layout
@@ -148,6 +147,10 @@ const vmReadyPoll = 2 * time.Second
 func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	pod := &corev1.Pod{}
 	if err := r.Get(ctx, req.NamespacedName, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.pushed.forget(req.NamespacedName)
+			r.activated.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	name := pod.Labels[sandlotv1.LabelSandbox]
@@ -207,7 +210,7 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 func (r *VMReadyReconciler) carryOut(ctx context.Context, pod *corev1.Pod, state string) (claimed, again bool, err error) {
 	if !sandlotv1.ClaimPending(pod.Annotations) {
 		if pod.Annotations[sandlotv1.AnnotationClaim] != "" {
-			r.activated.Delete(claimID(pod)) // recorded: the cache never shows it pending again
+			r.activated.forget(podKey(pod)) // recorded: the cache never shows it pending again
 		}
 		return false, false, nil
 	}
@@ -215,14 +218,14 @@ func (r *VMReadyReconciler) carryOut(ctx context.Context, pod *corev1.Pod, state
 		return false, false, nil
 	}
 	id := claimID(pod)
-	if _, done := r.activated.Load(id); done {
+	if done, ok := r.activated.get(pod); ok && done == id {
 		return true, true, nil
 	}
 	began := time.Now()
 	if err := r.activate(ctx, pod, state); err != nil {
 		return false, false, err
 	}
-	r.activated.Store(id, pod.UID)
+	r.activated.set(pod, id)
 	observeRestore("claim", time.Since(began))
 	return true, false, nil
 }

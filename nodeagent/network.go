@@ -36,13 +36,13 @@ func (r *VMReadyReconciler) syncNetwork(ctx context.Context, c Control, pod *cor
 	}
 	want := pod.Annotations[sandlotv1.AnnotationNetwork]
 	key := want + "|" + strings.Join(sources, ",")
-	if last, ok := r.pushed.Load(pod.UID); ok && last == key && !networkPending(pod) {
+	if last, ok := r.pushed.get(pod); ok && last == key && !networkPending(pod) {
 		return nil
 	}
 	if _, err := c.SetNetwork(ctx, &controlapi.SetNetworkRequest{NetworkJson: want, IngressFrom: sources}); err != nil {
 		return fmt.Errorf("apply the network rules of pod %s: %w", pod.Name, err)
 	}
-	r.pushed.Store(pod.UID, key)
+	r.pushed.set(pod, key)
 	if !networkPending(pod) {
 		return nil
 	}
