@@ -115,18 +115,24 @@ func giveUp(n *corev1.Node, used, want demand, spare []sparePod) ([]sparePod, bo
 // the node's refills. It says what sbx waits for (an Event, too).
 func (r *SandboxReconciler) reclaimPoolPods(ctx context.Context, sbx *sandlotv1.Sandbox, y *poolYield) (string, error) {
 	r.Holds.hold(y.node, time.Now().Add(roomHold))
-	names := make([]string, 0, len(y.give))
+	names, deleted := make([]string, 0, len(y.give)), 0
 	for _, s := range y.give {
 		pod := &corev1.Pod{}
 		pod.Namespace, pod.Name = s.key.Namespace, s.key.Name
 		uid, rv := s.uid, s.rv
 		err := r.Delete(ctx, pod, client.Preconditions{UID: &uid, ResourceVersion: &rv})
-		if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		switch {
+		case err == nil:
+			deleted++
+		case client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err):
 			return "", fmt.Errorf("give up pool pod %s for room: %w", s.key, err)
 		}
 		names = append(names, s.key.String())
 	}
 	msg := fmt.Sprintf("no node has room; pool pods %s on %s give way to it", strings.Join(names, ", "), y.node)
+	if deleted == 0 { // going already (the usage view shows them until they are gone)
+		return msg, nil
+	}
 	log.FromContext(ctx).Info("pool pods give way to a start", "sandbox", sbx.Name, "node", y.node, "pods", names)
 	if r.Recorder != nil {
 		r.Recorder.Eventf(sbx, nil, corev1.EventTypeNormal, sandlotv1.ReasonReclaimingPoolPods, "Place", "%s", msg)
