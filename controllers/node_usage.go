@@ -60,8 +60,8 @@ func newPodUsageView(mgr ctrl.Manager) (client.Reader, error) {
 
 // stripPod keeps of a pod what usage reads: its key, whose sandbox it is
 // (LabelSandbox, the only label kept; an unclaimed pool pod's boot
-// annotation too), its node, phase and requests. It is idempotent, as a
-// transform must be.
+// annotation too), its node, phase, requests and whether it is being
+// deleted. It is idempotent, as a transform must be.
 func stripPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -69,7 +69,7 @@ func stripPod(obj any) (any, error) {
 	}
 	out := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
-			ResourceVersion: pod.ResourceVersion},
+			ResourceVersion: pod.ResourceVersion, DeletionTimestamp: pod.DeletionTimestamp},
 		Spec: corev1.PodSpec{NodeName: pod.Spec.NodeName, Overhead: pod.Spec.Overhead,
 			Containers: stripContainers(pod.Spec.Containers), InitContainers: stripContainers(pod.Spec.InitContainers)},
 		Status: corev1.PodStatus{Phase: pod.Status.Phase},

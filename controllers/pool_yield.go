@@ -33,30 +33,36 @@ type sparePod struct {
 	rv     string
 	demand demand
 	slot   bool
+	going  bool // being deleted: its room comes without another delete
 }
 
 // spareOf is every node's unclaimed pool pods (LabelSandbox present and
-// empty: a claim sets it), start slots first, then by name.
+// empty: a claim sets it): those going already first, then start slots,
+// then by name.
 func spareOf(pods []corev1.Pod) map[string][]sparePod {
 	out := map[string][]sparePod{}
 	for i := range pods {
 		p := &pods[i]
 		owner, sandlot := p.Labels[sandlotv1.LabelSandbox]
-		if !sandlot || owner != "" || p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
+		if !sandlot || owner != "" || p.Spec.NodeName == "" {
 			continue
 		}
 		out[p.Spec.NodeName] = append(out[p.Spec.NodeName], sparePod{key: types.NamespacedName{Namespace: p.Namespace, Name: p.Name},
-			uid: p.UID, rv: p.ResourceVersion, demand: podDemand(&p.Spec), slot: sandlotv1.IsStartSlot(p.Annotations)})
+			uid: p.UID, rv: p.ResourceVersion, demand: podDemand(&p.Spec), slot: sandlotv1.IsStartSlot(p.Annotations),
+			going: p.DeletionTimestamp != nil})
+	}
+	rank := func(s sparePod) int {
+		switch {
+		case s.going:
+			return 0
+		case s.slot:
+			return 1
+		}
+		return 2
 	}
 	for _, s := range out {
 		slices.SortFunc(s, func(a, b sparePod) int {
-			if a.slot != b.slot {
-				if a.slot {
-					return -1
-				}
-				return 1
-			}
-			return cmp.Compare(a.key.String(), b.key.String())
+			return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(a.key.String(), b.key.String()))
 		})
 	}
 	return out
@@ -117,6 +123,10 @@ func (r *SandboxReconciler) reclaimPoolPods(ctx context.Context, sbx *sandlotv1.
 	r.Holds.hold(y.node, time.Now().Add(roomHold))
 	names, deleted := make([]string, 0, len(y.give)), 0
 	for _, s := range y.give {
+		names = append(names, s.key.String())
+		if s.going {
+			continue
+		}
 		pod := &corev1.Pod{}
 		pod.Namespace, pod.Name = s.key.Namespace, s.key.Name
 		uid, rv := s.uid, s.rv
@@ -127,7 +137,6 @@ func (r *SandboxReconciler) reclaimPoolPods(ctx context.Context, sbx *sandlotv1.
 		case client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err):
 			return "", fmt.Errorf("give up pool pod %s for room: %w", s.key, err)
 		}
-		names = append(names, s.key.String())
 	}
 	msg := fmt.Sprintf("no node has room; pool pods %s on %s give way to it", strings.Join(names, ", "), y.node)
 	if deleted == 0 { // going already (the usage view shows them until they are gone)

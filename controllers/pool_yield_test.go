@@ -83,7 +83,8 @@ func TestYieldFor(t *testing.T) {
 }
 
 // TestSpareOf: unclaimed pool pods only (a claimed one, a sandbox's and
-// another workload's pod stay), start slots before warm pods.
+// another workload's pod stay): those being deleted first (their room
+// comes without another delete), start slots before warm pods.
 func TestSpareOf(t *testing.T) {
 	slot := usagePod("ns", "z-slot", "a", "", "1", "512Mi", corev1.PodRunning)
 	slot.Annotations = map[string]string{sandlotv1.AnnotationBoot: sandlotv1.BootSlot}
@@ -93,13 +94,18 @@ func TestSpareOf(t *testing.T) {
 		usagePod("ns", "claimed", "a", "s1", "1", "512Mi", corev1.PodRunning),
 		usagePod("team", "db", "a", "-", "2", "4Gi", corev1.PodRunning),
 	}
-	deleted := usagePod("ns", "going", "a", "", "1", "512Mi", corev1.PodRunning)
+	deleted := usagePod("ns", "zz-going", "a", "", "1", "512Mi", corev1.PodRunning)
 	deleted.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	got := spareOf(append(pods, deleted))["a"]
-	if len(got) != 2 || got[0].key.Name != "z-slot" || !got[0].slot || got[1].key.Name != "a-warm" || got[1].slot {
-		t.Fatalf("spare = %+v, want z-slot then a-warm", got)
+	stripped, _ := stripPod(&deleted)
+	got := spareOf(append(pods, *stripped.(*corev1.Pod)))["a"]
+	var order []string
+	for _, s := range got {
+		order = append(order, s.key.Name)
 	}
-	stripped, _ := stripPod(&slot)
+	if !reflect.DeepEqual(order, []string{"zz-going", "z-slot", "a-warm"}) || !got[0].going || !got[1].slot || got[2].slot || got[2].going {
+		t.Fatalf("spare = %+v, want zz-going (being deleted), z-slot, then a-warm", got)
+	}
+	stripped, _ = stripPod(&slot)
 	if !sandlotv1.IsStartSlot(stripped.(*corev1.Pod).Annotations) {
 		t.Fatalf("the usage view forgets a slot is one: %+v", stripped)
 	}
