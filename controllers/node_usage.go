@@ -180,7 +180,8 @@ func nodeUsage(pods []corev1.Pod, sandboxes []sandlotv1.Sandbox, self types.Name
 // usageReuse ago serves again: at fleet rates each read lists every
 // sandbox and pod, and the assume cache counts what was placed since.
 // What ended since still counts for that long (room freed a moment late).
-func (r *SandboxReconciler) usage(ctx context.Context, self types.NamespacedName, fresh bool, overhead corev1.ResourceList) (map[string]demand, map[string][]sparePod, error) {
+// It also returns the pods read (the cache's, not to be changed).
+func (r *SandboxReconciler) usage(ctx context.Context, self types.NamespacedName, fresh bool, overhead corev1.ResourceList) (map[string]demand, []corev1.Pod, error) {
 	snap := r.lastUsage
 	if !fresh || snap == nil || time.Since(snap.at) > usageReuse || !equality.Semantic.DeepEqual(snap.overhead, overhead) {
 		if fresh {
@@ -199,7 +200,7 @@ func (r *SandboxReconciler) usage(ctx context.Context, self types.NamespacedName
 		used, shown := nodeUsage(pods.Items, list.Items, self, func(res sandlotv1.Resources) demand {
 			return demandOf(res, overhead, r.milliCPUPerVCPU())
 		})
-		snap = &usageRead{at: time.Now(), overhead: overhead, used: used, shown: shown, spare: spareOf(pods.Items)}
+		snap = &usageRead{at: time.Now(), overhead: overhead, used: used, shown: shown, pods: pods.Items}
 		if fresh {
 			r.lastUsage = snap
 		}
@@ -210,7 +211,7 @@ func (r *SandboxReconciler) usage(ctx context.Context, self types.NamespacedName
 			used[a.node] = used[a.node].add(a.demand)
 		}
 	}
-	return used, snap.spare, nil
+	return used, snap.pods, nil
 }
 
 // usageReuse is how long a usage read serves fresh sandboxes' placements.
@@ -222,5 +223,6 @@ type usageRead struct {
 	overhead corev1.ResourceList
 	used     map[string]demand
 	shown    map[types.NamespacedName]bool
-	spare    map[string][]sparePod // unclaimed pool pods by node
+	pods     []corev1.Pod // read only: the usage view's
+
 }

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -103,15 +103,30 @@ func yieldFor(req placementRequest, spare map[string][]sparePod) *poolYield {
 	return best
 }
 
-// giveUp is the first of spare that, given up, leave room for want on n.
+// giveUp is what of spare, given up, leaves room for want on n: the
+// shortest prefix that does, then without each pod not going already
+// that the rest make room without (a small pod sorted before a large one
+// that alone is enough stays).
 func giveUp(n *corev1.Node, used, want demand, spare []sparePod) ([]sparePod, bool) {
-	for i := 0; i <= len(spare); i++ {
-		if _, why := room(n, used, want); why == "" {
-			return spare[:i], i > 0
+	fits := func(give []sparePod) bool {
+		u := used
+		for _, s := range give {
+			u = demand{MilliCPU: u.MilliCPU - s.demand.MilliCPU, Memory: u.Memory - s.demand.Memory}
 		}
-		if i < len(spare) {
-			used = demand{MilliCPU: used.MilliCPU - spare[i].demand.MilliCPU, Memory: used.Memory - spare[i].demand.Memory}
+		_, why := room(n, u, want)
+		return why == ""
+	}
+	for i := 1; i <= len(spare); i++ {
+		if !fits(spare[:i]) {
+			continue
 		}
+		give := slices.Clone(spare[:i])
+		for j := len(give) - 2; j >= 0; j-- { // the last one was needed
+			if without := slices.Delete(slices.Clone(give), j, j+1); !give[j].going && fits(without) {
+				give = without
+			}
+		}
+		return give, true
 	}
 	return nil, false
 }
@@ -120,7 +135,6 @@ func giveUp(n *corev1.Node, used, want demand, spare []sparePod) ([]sparePod, bo
 // unclaimed (its resourceVersion: a claim since changed it), and holds
 // the node's refills. It says what sbx waits for (an Event, too).
 func (r *SandboxReconciler) reclaimPoolPods(ctx context.Context, sbx *sandlotv1.Sandbox, y *poolYield) (string, error) {
-	r.Holds.hold(y.node, time.Now().Add(roomHold))
 	names, deleted := make([]string, 0, len(y.give)), 0
 	for _, s := range y.give {
 		names = append(names, s.key.String())
@@ -153,44 +167,24 @@ func (r *SandboxReconciler) reclaimPoolPods(ctx context.Context, sbx *sandlotv1.
 // give way are gone in about a second (no event of theirs wakes it).
 const reclaimPoll = 500 * time.Millisecond
 
-// roomHold is how long a node's pool refills wait after its pool pods
-// gave way, unless the start they made room for is placed sooner.
-const roomHold = 15 * time.Second
-
-// roomHolds are the nodes whose pool refills wait for a start. The
-// Sandbox and Template reconcilers share one (SetupAll); nil holds none.
-type roomHolds struct {
-	mu    sync.Mutex
-	until map[string]time.Time
-}
-
-func (h *roomHolds) hold(node string, until time.Time) {
-	if h == nil {
-		return
+// withoutRoom is a start that placement found no node for: it waits,
+// for pool pods that give way to it (p.yield) when some may, polled while
+// its hold on their node lasts (roomHold), otherwise as retryPlacement
+// says (a pod that never goes does not keep it polling).
+func (r *SandboxReconciler) withoutRoom(ctx context.Context, sbx *sandlotv1.Sandbox, p placement) (ctrl.Result, error) {
+	y := p.yield
+	if y == nil {
+		setPending(&sbx.Status, sbx.Generation, p.Reason, p.Message)
+		return ctrl.Result{RequeueAfter: retryPlacement}, nil
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.until == nil {
-		h.until = map[string]time.Time{}
+	live := r.Holds.hold(y.node, client.ObjectKeyFromObject(sbx), time.Now())
+	msg, err := r.reclaimPoolPods(ctx, sbx, y)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	h.until[node] = until
-}
-
-func (h *roomHolds) release(node string) {
-	if h == nil {
-		return
+	setPending(&sbx.Status, sbx.Generation, sandlotv1.ReasonReclaimingPoolPods, msg)
+	if !live {
+		return ctrl.Result{RequeueAfter: retryPlacement}, nil
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.until, node)
-}
-
-// held: node's refills wait now.
-func (h *roomHolds) held(node string, now time.Time) bool {
-	if h == nil {
-		return false
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return now.Before(h.until[node])
+	return ctrl.Result{RequeueAfter: reclaimPoll}, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
@@ -38,15 +39,27 @@ func TestYieldFor(t *testing.T) {
 			spare: map[string][]sparePod{"a": {{demand: demand{MilliCPU: 500, Memory: 1 << 20}}}}},
 		{name: "the node with the data first, though it gives more",
 			nodes: []corev1.Node{testNode("a", "2", "4Gi"), testNode("b", "2", "4Gi")},
-			spare: map[string][]sparePod{"a": {{key: spare("a-small", true).key, demand: demand{MilliCPU: 500}}, spare("a-2", false)},
+			spare: map[string][]sparePod{"a": {{key: spare("a-small", true).key, demand: demand{MilliCPU: 500}},
+				{key: spare("a-2", false).key, demand: demand{MilliCPU: 500}}},
 				"b": {{key: spare("b-big", true).key, demand: demand{MilliCPU: 2000, Memory: 2 << 30}}}},
 			src:      dataSource{Nodes: []string{"a"}, Remote: true},
 			wantNode: "a", wantGive: []string{"a-small", "a-2"}},
 		{name: "of equals, the fewest pods",
 			nodes: []corev1.Node{testNode("a", "2", "4Gi"), testNode("b", "2", "4Gi")},
-			spare: map[string][]sparePod{"a": {{key: spare("a-half", true).key, demand: demand{MilliCPU: 500}}, spare("a-2", true)},
+			spare: map[string][]sparePod{"a": {{key: spare("a-half", true).key, demand: demand{MilliCPU: 500}},
+				{key: spare("a-2", true).key, demand: demand{MilliCPU: 500}}},
 				"b": {spare("b-1", false)}},
 			wantNode: "b", wantGive: []string{"b-1"}},
+		{name: "fewest, not the first that fit: a small pod sorted first stays",
+			nodes: []corev1.Node{testNode("a", "2", "4Gi")},
+			spare: map[string][]sparePod{"a": {{key: spare("a-small", true).key, demand: demand{MilliCPU: 500}},
+				{key: spare("b-big", true).key, demand: demand{MilliCPU: 2000, Memory: 2 << 30}}}},
+			wantNode: "a", wantGive: []string{"b-big"}},
+		{name: "a pod going already is kept in the give (its room is on its way)",
+			nodes: []corev1.Node{testNode("a", "2", "4Gi")},
+			spare: map[string][]sparePod{"a": {{key: spare("a-going", true).key, demand: demand{MilliCPU: 500}, going: true},
+				{key: spare("b-big", true).key, demand: demand{MilliCPU: 2000, Memory: 2 << 30}}}},
+			wantNode: "a", wantGive: []string{"a-going", "b-big"}},
 		{name: "a not-ready node's pool pods stay",
 			nodes: []corev1.Node{testNode("a", "2", "4Gi", notReady)},
 			spare: map[string][]sparePod{"a": twoSlots}},
@@ -111,20 +124,34 @@ func TestSpareOf(t *testing.T) {
 	}
 }
 
+// TestRoomHolds: each start's hold is its own (placing one releases
+// only its), lasts roomHold from its first yield and is not extended.
 func TestRoomHolds(t *testing.T) {
+	a, b := types.NamespacedName{Name: "a"}, types.NamespacedName{Name: "b"}
 	var none *roomHolds
-	none.hold("a", time.Now().Add(time.Hour))
-	if none.held("a", time.Now()) {
+	if none.hold("n", a, time.Now()) || none.held("n", time.Now()) {
 		t.Fatal("a nil roomHolds held a node")
 	}
 	h := &roomHolds{}
 	now := time.Now()
-	h.hold("a", now.Add(time.Second))
-	if !h.held("a", now) || h.held("b", now) || h.held("a", now.Add(2*time.Second)) {
-		t.Fatal("held: want a until its time, b never")
+	if !h.hold("n", a, now) || !h.hold("n", b, now.Add(10*time.Second)) {
+		t.Fatal("a first hold does not last")
 	}
-	h.release("a")
-	if h.held("a", now) {
-		t.Fatal("released node a still held")
+	if !h.held("n", now) || h.held("m", now) {
+		t.Fatal("held: want n, not m")
+	}
+	h.release("n", b)
+	if !h.held("n", now.Add(time.Second)) {
+		t.Fatal("b's release lifted a's hold")
+	}
+	if h.hold("n", a, now.Add(roomHold)) || h.held("n", now.Add(roomHold)) {
+		t.Fatal("a's hold was extended past roomHold")
+	}
+	if !h.hold("n", a, now.Add(roomHold+holdsForget+time.Second)) {
+		t.Fatal("a hold older than holdsForget is not dropped (its start may hold again)")
+	}
+	h.release("n", a)
+	if h.held("n", now) || len(h.since) != 0 {
+		t.Fatalf("holds left after every release: %v", h.since)
 	}
 }

@@ -176,16 +176,9 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 		setPending(st, sbx.Generation, sandlotv1.ReasonPlacementFailed, err.Error())
 		return ctrl.Result{}, nil, err
 	}
-	if p.Node == "" && p.yield != nil {
-		msg, err := r.reclaimPoolPods(ctx, sbx, p.yield)
-		if err == nil {
-			setPending(st, sbx.Generation, sandlotv1.ReasonReclaimingPoolPods, msg)
-		}
-		return ctrl.Result{RequeueAfter: reclaimPoll}, nil, err
-	}
 	if p.Node == "" {
-		setPending(st, sbx.Generation, p.Reason, p.Message)
-		return ctrl.Result{RequeueAfter: retryPlacement}, nil, nil
+		res, err := r.withoutRoom(ctx, sbx, p)
+		return res, nil, err
 	}
 	plan := podPlan{Name: sbx.Name, Node: p.Node, SandboxID: st.SandboxID, VM: src.VM, Env: src.Env, Restore: src.restoreFor(p.Node),
 		Probe: src.Probe, MilliCPUPerVCPU: r.milliCPUPerVCPU(), Constraints: cons, Network: sbx.Spec.Network}
@@ -208,6 +201,7 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 		setPending(st, sbx.Generation, sandlotv1.ReasonPodCreateFailed, err.Error())
 		return ctrl.Result{}, nil, fmt.Errorf("create pod for sandbox %s: %w", key, err)
 	}
+	r.Holds.release(p.Node, key) // its pod is bound: the pool may refill around it
 	res := src.VM.Resources
 	st.Resources = &res
 	if len(src.PerNode) > 0 {
@@ -310,7 +304,7 @@ func (r *SandboxReconciler) placeAndAssume(ctx context.Context, key types.Namesp
 	overhead corev1.ResourceList) (placement, error) {
 	r.placeMu.Lock()
 	defer r.placeMu.Unlock()
-	used, spare, err := r.usage(ctx, key, fresh, overhead)
+	used, pods, err := r.usage(ctx, key, fresh, overhead)
 	if err != nil {
 		return placement{}, err
 	}
@@ -319,9 +313,8 @@ func (r *SandboxReconciler) placeAndAssume(ctx context.Context, key types.Namesp
 	switch {
 	case p.Node != "":
 		r.assumed.assume(key, p.Node, req.Demand)
-		r.Holds.release(p.Node)
 	default: // no room anywhere: pool pods may give way
-		p.yield = yieldFor(req, spare)
+		p.yield = yieldFor(req, spareOf(pods))
 	}
 	return p, nil
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -160,11 +161,11 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	status, reason, msg := r.probe(ctx, pod)
 	// A claimed pool pod: its VM resumed with its sandbox's identity, or
 	// the sandbox's data restored into it (a start slot's only way).
-	claimed, again, err := r.carryOut(ctx, pod, reason)
+	claim, err := r.carryOut(ctx, pod, reason)
 	switch {
 	case err != nil:
 		status, reason, msg = metav1.ConditionFalse, sandlotv1.ReasonClaimFailed, err.Error()
-	case claimed && !again:
+	case claim == claimDone:
 		status, reason, msg = r.probe(ctx, pod)
 	}
 	if (reason == "VMPaused" || reason == "VMRunning") && !sandlotv1.ClaimPending(pod.Annotations) {
@@ -178,14 +179,15 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	} else if err != nil {
 		return ctrl.Result{}, fmt.Errorf("sandbox %s of pod %s: %w", name, pod.Name, err)
 	}
-	if claimed && !again {
+	if claim == claimDone || claim == claimUnannounced {
 		event(r.Recorder, sbx, pod, false, ReasonClaimActivated, actionClaim, claimStory(pod, r.Name, sbx.Name))
+		r.activated.set(pod, claimID(pod)+announcedMark)
 	}
 	changed, err := r.applyVMReady(ctx, sbx, pod, status, reason, msg)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if claimed {
+	if claim != claimNone {
 		if err := r.markActivated(ctx, pod); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -204,30 +206,47 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	return ctrl.Result{}, nil
 }
 
-// carryOut carries out pod's pending claim (its VM in state) once:
-// claimed says it is carried out, again that it was before and only its
-// record on the pod is missing from the cache.
-func (r *VMReadyReconciler) carryOut(ctx context.Context, pod *corev1.Pod, state string) (claimed, again bool, err error) {
+// claimOutcome is what carryOut found of a pod's claim.
+type claimOutcome int
+
+const (
+	claimNone        claimOutcome = iota // none to carry out here
+	claimDone                            // carried out now
+	claimUnannounced                     // carried out before, its Event not sent
+	claimAnnounced                       // carried out and announced: only its record on the pod is missing
+)
+
+// announcedMark follows a claim's ID in r.activated once its Event is sent.
+const announcedMark = "+announced"
+
+// carryOut carries out pod's pending claim (its VM in state) once. A
+// claim carried out before is trusted while the VM runs; a VM no longer
+// running (a slot empty again, a warm VM paused) gets it carried out
+// again (idempotent: the shim restores a request once).
+func (r *VMReadyReconciler) carryOut(ctx context.Context, pod *corev1.Pod, state string) (claimOutcome, error) {
 	if !sandlotv1.ClaimPending(pod.Annotations) {
 		if pod.Annotations[sandlotv1.AnnotationClaim] != "" {
 			r.activated.forget(podKey(pod)) // recorded: the cache never shows it pending again
 		}
-		return false, false, nil
+		return claimNone, nil
 	}
 	if state != "VMPaused" && state != "VMRunning" && state != reasonVMEmpty {
-		return false, false, nil
+		return claimNone, nil
 	}
 	id := claimID(pod)
-	if done, ok := r.activated.get(pod); ok && done == id {
-		return true, true, nil
+	if done, ok := r.activated.get(pod); ok && strings.HasPrefix(done, id) && state == "VMRunning" {
+		if done == id+announcedMark {
+			return claimAnnounced, nil
+		}
+		return claimUnannounced, nil
 	}
 	began := time.Now()
 	if err := r.activate(ctx, pod, state); err != nil {
-		return false, false, err
+		return claimNone, err
 	}
 	r.activated.set(pod, id)
 	observeRestore("claim", time.Since(began))
-	return true, false, nil
+	return claimDone, nil
 }
 
 // podOfSandbox is a Sandbox's pod on this node: VMReady is confirmed for
