@@ -155,3 +155,40 @@ func TestRoomHolds(t *testing.T) {
 		t.Fatalf("holds left after every release: %v", h.since)
 	}
 }
+
+// TestPromisedPodsServeOneStart: two starts waiting on one full node give
+// up different pool pods (the first's are promised to it while they go),
+// and a placed start's promises go with its hold.
+func TestPromisedPodsServeOneStart(t *testing.T) {
+	a, b := types.NamespacedName{Name: "a"}, types.NamespacedName{Name: "b"}
+	slot1, slot2 := spare("slot-1", true), spare("slot-2", true)
+	slot1.uid, slot2.uid = "u1", "u2"
+	req := placementRequest{Nodes: []corev1.Node{testNode("n", "2", "4Gi")},
+		Used: map[string]demand{"n": {MilliCPU: 2000, Memory: 2 << 30}}, Demand: demand{MilliCPU: 1000, Memory: 1 << 30}}
+	all := map[string][]sparePod{"n": {slot1, slot2}}
+	h, now := &roomHolds{}, time.Now()
+	give := func(start types.NamespacedName) string {
+		y := yieldFor(req, h.unpromised(all, start, now))
+		if y == nil {
+			return ""
+		}
+		h.promise(start, y.give, now)
+		return y.give[0].key.Name
+	}
+	if got := give(a); got != "slot-1" {
+		t.Fatalf("a gives up %q, want slot-1", got)
+	}
+	if got := give(b); got != "slot-2" {
+		t.Fatalf("b gives up %q, want slot-2 (slot-1 is a's)", got)
+	}
+	if got := give(a); got != "slot-1" {
+		t.Fatalf("a's own promise: it gives up %q again, want slot-1", got)
+	}
+	h.release("n", a)
+	if got := yieldFor(req, h.unpromised(all, types.NamespacedName{Name: "c"}, now)); got == nil || got.give[0].key.Name != "slot-1" {
+		t.Fatalf("a placed: slot-1 is promised to no one, yield %+v", got)
+	}
+	if got := h.unpromised(all, a, now.Add(roomHold)); len(got["n"]) != 2 {
+		t.Fatalf("a promise outlived roomHold: %+v", got)
+	}
+}

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -24,6 +25,14 @@ const holdsForget = time.Minute
 type roomHolds struct {
 	mu    sync.Mutex
 	since map[string]map[types.NamespacedName]time.Time // node → start → when it first held
+	// promised are the pool pods given up for a start, by UID: another
+	// start waiting on the node does not count their room as its own.
+	promised map[types.UID]promise
+}
+
+type promise struct {
+	start types.NamespacedName
+	at    time.Time
 }
 
 // hold records start's hold on node (once) and says whether it still
@@ -54,7 +63,8 @@ func (h *roomHolds) hold(node string, start types.NamespacedName, now time.Time)
 	return now.Sub(first) < roomHold
 }
 
-// release drops start's hold on node: it is placed there.
+// release drops start's hold on node, and the pods promised to it: it is
+// placed there.
 func (h *roomHolds) release(node string, start types.NamespacedName) {
 	if h == nil {
 		return
@@ -65,6 +75,54 @@ func (h *roomHolds) release(node string, start types.NamespacedName) {
 	if len(h.since[node]) == 0 {
 		delete(h.since, node)
 	}
+	for uid, p := range h.promised {
+		if p.start == start {
+			delete(h.promised, uid)
+		}
+	}
+}
+
+// promise records the pool pods given up for start (called under the
+// placement lock, before they are deleted: no other start can pick them
+// in between).
+func (h *roomHolds) promise(start types.NamespacedName, give []sparePod, now time.Time) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.promised == nil {
+		h.promised = map[types.UID]promise{}
+	}
+	for _, s := range give {
+		h.promised[s.uid] = promise{start: start, at: now}
+	}
+}
+
+// unpromised is spare without the pods promised to starts other than
+// start in the last roomHold (older promises are dropped).
+func (h *roomHolds) unpromised(spare map[string][]sparePod, start types.NamespacedName, now time.Time) map[string][]sparePod {
+	if h == nil {
+		return spare
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for uid, p := range h.promised {
+		if now.Sub(p.at) >= roomHold {
+			delete(h.promised, uid)
+		}
+	}
+	if len(h.promised) == 0 {
+		return spare
+	}
+	out := make(map[string][]sparePod, len(spare))
+	for node, pods := range spare {
+		out[node] = slices.DeleteFunc(slices.Clone(pods), func(s sparePod) bool {
+			p, ok := h.promised[s.uid]
+			return ok && p.start != start
+		})
+	}
+	return out
 }
 
 // held: some start's hold on node lasts at now.

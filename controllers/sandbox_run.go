@@ -314,7 +314,10 @@ func (r *SandboxReconciler) placeAndAssume(ctx context.Context, key types.Namesp
 	case p.Node != "":
 		r.assumed.assume(key, p.Node, req.Demand)
 	default: // no room anywhere: pool pods may give way
-		p.yield = yieldFor(req, spareOf(pods))
+		now := time.Now()
+		if p.yield = yieldFor(req, r.Holds.unpromised(spareOf(pods), key, now)); p.yield != nil {
+			r.Holds.promise(key, p.yield.give, now)
+		}
 	}
 	return p, nil
 }
