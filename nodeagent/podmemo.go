@@ -8,8 +8,9 @@ import (
 )
 
 // podMemo remembers a string per pod (by name, for this pod's UID only)
-// until the pod is gone: what the VMReady reconciler told a pod's shim,
-// kept for as long as the pod lives and no longer.
+// until the pod is gone: what the VMReady reconciler had a pod's shim do
+// (the rules it pushed, the claim it carried out), kept for as long as
+// the pod lives and no longer.
 type podMemo struct{ m sync.Map } // types.NamespacedName → podMemoEntry
 
 type podMemoEntry struct {
