@@ -43,6 +43,10 @@ func TestTenantCannotSetSandlotKeys(t *testing.T) {
 		"sandbox label": {podOf(map[string]string{sandlotv1.LabelSandbox: "someone-elses"}, nil, true),
 			"label " + sandlotv1.LabelSandbox},
 		"any sandlot.dev/ label": {podOf(map[string]string{"sandlot.dev/anything": ""}, nil, false), "label sandlot.dev/anything"},
+		// An unclaimed pool pod's labels: the controller deletes such pods
+		// to make room for starts, and counts them as room.
+		"a pool pod's look": {podOf(map[string]string{sandlotv1.LabelSandbox: ""}, map[string]string{sandlotv1.AnnotationBoot: sandlotv1.BootSlot}, true),
+			"label " + sandlotv1.LabelSandbox},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := createProbe(c, tc.pod)
