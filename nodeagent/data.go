@@ -85,6 +85,11 @@ type Node struct {
 	// APIService is sandlot-api's Service: its pods may open connections
 	// to the sandboxes ("": only the node may).
 	APIService types.NamespacedName
+	// PodIP is the agent's own address when it runs in a pod (the chart's
+	// DaemonSet): a template build reaches its builder's guest from it, so
+	// the shims admit it like sandlot-api's pods ("": the agent runs in
+	// the node's network namespace, whose addresses are admitted anyway).
+	PodIP string
 }
 
 // snapshotTimeout bounds the shim's Snapshot (it pauses the VM for

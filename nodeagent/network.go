@@ -27,10 +27,10 @@ func networkPending(pod *corev1.Pod) bool {
 
 // syncNetwork tells the pod's shim its sandbox's rules (live, on the
 // VM's tap) and who besides the node may connect to it (sandlot-api's
-// pods), and records the rules as applied, which the controller shows in
+// pods and this agent's own pod), and records the rules as applied, which the controller shows in
 // the Sandbox's status. The shim refuses rules it cannot enforce.
 func (r *VMReadyReconciler) syncNetwork(ctx context.Context, c Control, pod *corev1.Pod) error {
-	sources, err := r.apiSources(ctx)
+	sources, err := r.ingressSources(ctx)
 	if err != nil {
 		return err
 	}
@@ -64,8 +64,23 @@ func (r *VMReadyReconciler) pushNetwork(ctx context.Context, pod *corev1.Pod) er
 	return r.syncNetwork(ctx, c, pod)
 }
 
+// ingressSources are the addresses besides the node's that may open
+// connections to this node's sandboxes: sandlot-api's pods and the
+// agent's own pod (sorted).
+func (r *VMReadyReconciler) ingressSources(ctx context.Context) ([]string, error) {
+	out, err := r.apiSources(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if r.PodIP != "" {
+		out = append(out, r.PodIP)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
 // apiSources are the IPv4 addresses of sandlot-api's pods, from its
-// Service's EndpointSlices (sorted; none without APIService).
+// Service's EndpointSlices (none without APIService).
 func (r *VMReadyReconciler) apiSources(ctx context.Context) ([]string, error) {
 	if r.APIService.Name == "" {
 		return nil, nil
@@ -84,8 +99,7 @@ func (r *VMReadyReconciler) apiSources(ctx context.Context) ([]string, error) {
 			out = append(out, ep.Addresses...)
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	return out, nil
 }
 
 // sandboxPods maps any change of sandlot-api's endpoints to every

@@ -67,15 +67,16 @@ func TestNetworkRulesFollowThePod(t *testing.T) {
 	a.waitApplied(pod, vm, second)
 	a.waitVMReady("netted", metav1.ConditionTrue, "VMRunning")
 
-	// sandlot-api's pods may connect: each change of its endpoints is
-	// pushed to the shim.
+	// sandlot-api's pods and the agent's own pod (a build reaches its
+	// builder from it) may connect: each change of the endpoints is pushed
+	// to the shim.
 	a.create(&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "sandlot-api-x",
 		Labels: map[string]string{discoveryv1.LabelServiceName: "sandlot-api"}}, AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.99.0.7"}}, {Addresses: []string{"10.99.0.3"}}}})
 	a.eventually("sandlot-api's addresses pushed", func() error {
 		vm.mu.Lock()
 		defer vm.mu.Unlock()
-		if want := []string{"10.99.0.3", "10.99.0.7"}; !slices.Equal(vm.ingress, want) {
+		if want := []string{"10.99.0.3", agentPodIP, "10.99.0.7"}; !slices.Equal(vm.ingress, want) {
 			return fmt.Errorf("ingress_from %v, want %v", vm.ingress, want)
 		}
 		return nil

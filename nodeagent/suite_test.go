@@ -110,7 +110,8 @@ func startAgent(t *testing.T, st store.Store) *agent {
 		t.Fatalf("agent manager: %v", err)
 	}
 	a.stageSocket = stageSocket(t)
-	n := nodeagent.Node{Name: a.node, SandlotRoot: t.TempDir(), Store: st, Dialer: a.shims, StageSocket: a.stageSocket, APIService: a.api()}
+	n := nodeagent.Node{Name: a.node, SandlotRoot: t.TempDir(), Store: st, Dialer: a.shims, StageSocket: a.stageSocket, APIService: a.api(),
+		PodIP: agentPodIP}
 	if err := nodeagent.Setup(mgr, n); err != nil {
 		t.Fatalf("set up the agent: %v", err)
 	}
@@ -125,6 +126,9 @@ func startAgent(t *testing.T, st store.Store) *agent {
 	})
 	return a
 }
+
+// agentPodIP is the test agent's own pod address (the chart's $(POD_IP)).
+const agentPodIP = "10.99.0.5"
 
 // stageSocket is a socket path in a directory of its own, short enough
 // for a unix socket (a test's TempDir, named after it, may not be).

@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -151,6 +152,7 @@ func run(ctx context.Context) error {
 	flag.StringVar(&node.Name, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	flag.StringVar(&node.SandlotRoot, "sandlot-root", nodeapi.DefaultRoot, "the shims' <root> (the runtime option in containerd's config)")
 	flag.StringVar(&node.StageSocket, "stage-socket", "", "where shims ask for data to restore (default <sandlot-root>/agent.sock)")
+	flag.StringVar(&node.PodIP, "pod-ip", os.Getenv("POD_IP"), "the agent's own pod address (default $POD_IP): the shims admit it, as a template build reaches its builder's guest from it")
 	apiService := flag.String("api-service", "", "sandlot-api's Service as namespace/name: its pods may open connections to the sandboxes (empty: only the node may)")
 	hostRoot := flag.String("host-root", "", "where the node's / is mounted when the agent runs in a container (its QEMU is fingerprinted there)")
 	qemu := flag.String("qemu", "", "the node's QEMU, as the shims run it (default qemu-system-x86_64 on the PATH)")
@@ -166,6 +168,9 @@ func run(ctx context.Context) error {
 	}
 	if node.StageSocket == "" {
 		node.StageSocket = nodeapi.Layout{Root: node.SandlotRoot}.StageSocket()
+	}
+	if a, err := netip.ParseAddr(node.PodIP); node.PodIP != "" && (err != nil || !a.Is4()) {
+		return fmt.Errorf("--pod-ip %q: want an IPv4 address (the shims admit IPv4 sources)", node.PodIP)
 	}
 	if *apiService != "" {
 		ns, name, ok := strings.Cut(*apiService, "/")

@@ -70,6 +70,11 @@ func checkAgent(t *testing.T, mode string, ds *appsv1.DaemonSet) {
 	if e := env(agent, "NODE_NAME"); e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
 		t.Errorf("NODE_NAME: %+v, want spec.nodeName", e)
 	}
+	// The shims admit the agent's pod: a template build reaches its builder from it.
+	hasArg(t, agent.Args, "--pod-ip=$(POD_IP)")
+	if e := env(agent, "POD_IP"); e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef.FieldPath != "status.podIP" {
+		t.Errorf("POD_IP: %+v, want status.podIP", e)
+	}
 	store := map[string]string{"juicefs": "juicefs", "s3": "s3"}[mode]
 	if store == "" {
 		store = "local"
