@@ -13,6 +13,7 @@ BINARIES := sandlot-controller sandlot-agent sandlot-api sandlot-guest container
 # The images' tag: the Helm chart's appVersion.
 APP_VERSION := $(shell awk '/^appVersion:/ { gsub(/"/, "", $$2); print $$2 }' charts/sandlot/Chart.yaml)
 GENERATED := api config guest/envdpb charts
+space := $(subst ,, )
 
 .PHONY: help
 help: ## Show the targets.
@@ -52,11 +53,26 @@ envtest-assets: ## Build etcd and kube-apiserver from Go modules into the cache 
 vm-assets: ## Build the guest kernel, initramfs and base disks into the cache (root; skips what exists).
 	hack/vm-assets.sh
 
+# The suites that need no VM, cluster or store assets: unit tests and the
+# envtest suites (a real kube-apiserver + etcd).
+UNIT_TESTS = $$(go list ./... | grep -v '/test/\|/nodeagent/store$$') ./test/admission/ ./test/chart/ ./test/kube/ ./test/poll/ ./test/cluster/
+# The suites that each load both cores (the fleet simulation, VMs, shims,
+# clusters): alone, one package at a time, after the rest.
+HEAVY_TESTS := scale vm shim e2e agent jfsagent lifecycle e2b isolation network
+HEAVY_PATTERN := /test/\($(subst $(space),\|,$(HEAVY_TESTS))\|release\)$$
+
+.PHONY: test-unit
+test-unit: envtest-assets ## Unit and envtest suites only (no VM, cluster or store assets): the quick check before a commit.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $(UNIT_TESTS)
+
 .PHONY: test
-test: deps envtest-assets vm-assets cluster-bins minio-bins juicefs-bins ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), store (real MinIO, a live JuiceFS), shim (real containerd + CNI + QEMU), e2e and agent (real two-node clusters, s3 and juicefs).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$(go list ./... | grep -v '/test/release$$\|/test/vm$$\|/test/shim$$\|/test/e2e$$\|/test/agent$$\|/test/jfsagent$$\|/test/lifecycle$$\|/test/e2b$$\|/test/isolation$$\|/test/network$$\|/test/scale$$')
-	@# The fleet simulation and the VM, shim and cluster tests each load both cores: alone, one package at a time, after the rest.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -p 1 -timeout 60m ./test/scale/ ./test/vm/ ./test/shim/ ./test/e2e/ ./test/agent/ ./test/jfsagent/ ./test/lifecycle/ ./test/e2b/ ./test/isolation/ ./test/network/
+test: deps envtest-assets vm-assets cluster-bins minio-bins juicefs-bins ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), store (real MinIO, a live JuiceFS), shim (real containerd + CNI + QEMU), and the cluster suites (real two-node clusters, sandlot installed by its chart). Runs every group even after one fails.
+	@status=0; \
+	$(MAKE) --no-print-directory test-unit || status=1; \
+	rest="$$(go list ./nodeagent/store/ ./test/... | grep -v '$(HEAVY_PATTERN)' | grep -vxF "$$(go list $(UNIT_TESTS))")"; \
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$rest || status=1; \
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -p 1 -timeout 60m $(addprefix ./test/,$(addsuffix /,$(HEAVY_TESTS))) || status=1; \
+	if [[ $$status != 0 ]]; then echo "make test: a group failed (above)"; fi; exit $$status
 
 .PHONY: image
 image: build vm-assets ## Build the sandlot images (controller, API, agent) as OCI archives in bin/images/, without Docker.

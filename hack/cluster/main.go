@@ -188,9 +188,9 @@ func (d daemon) recordAPI(ctx context.Context, c *cluster.Cluster) error {
 	if err != nil {
 		return err
 	}
-	svc, err := cs.CoreV1().Services(cluster.ReleaseNamespace).Get(ctx, "sandlot-api", metav1.GetOptions{})
+	url, err := c.APIURL(ctx)
 	if err != nil {
-		return fmt.Errorf("the API's Service: %w", err)
+		return err
 	}
 	keys, err := cs.CoreV1().Secrets("default").Get(ctx, "sandlot-api-keys", metav1.GetOptions{})
 	if err != nil {
@@ -200,7 +200,6 @@ func (d daemon) recordAPI(ctx context.Context, c *cluster.Cluster) error {
 	for _, v := range keys.Data {
 		key = v
 	}
-	url := fmt.Sprintf("http://%s:%d", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port)
 	return errors.Join(os.WriteFile(d.apiKeyFile(), append(key, '\n'), 0o600), os.WriteFile(d.apiURLFile(), []byte(url+"\n"), 0o644))
 }
 
@@ -258,7 +257,7 @@ func (d daemon) serve() error {
 	}
 	before := cluster.SnapshotHost()
 	err := crienv.Run("cluster", func(t crienv.T) {
-		c := cluster.Start(t, cluster.Options{Dir: d.dir, Nodes: d.nodes, BinDir: d.bin, Logf: logf, Chart: true, MinIO: true,
+		c := cluster.Start(t, cluster.Options{Dir: d.dir, Nodes: d.nodes, BinDir: d.bin, Logf: logf, MinIO: true,
 			Interpreter: true, ClusterDNS: true, JuiceFSCSI: d.store == "juicefs"})
 		if err := d.recordAPI(ctx, c); err != nil {
 			t.Fatal(err)

@@ -27,7 +27,7 @@ import (
 
 // objects are the store's objects of a data key in MinIO.
 func objects(t *testing.T, key string) []string {
-	return s3.Objects(t, s3.Bucket, key+"/")
+	return s3().Objects(t, s3().Bucket, key+"/")
 }
 
 // TestSnapshotToS3: a snapshot is Ready once on its node's disk, its
@@ -126,7 +126,7 @@ func TestResumeOnAnotherNode(t *testing.T) {
 	a, b := sbx.Status.NodeName, sbxtest.OtherNode(c, sbx.Status.NodeName)
 	sbxtest.EnvdRun(t, k, sbx, sbxtest.WriteState)
 
-	s3.Stop()
+	s3().Stop()
 	t.Cleanup(ensureMinIO) // a failed test must not leave MinIO down for the next
 	ps := sbxtest.Pause(t, k, sbx.Name)
 	if ps.Status.RemoteStatus != sandlotv1.RemoteInProgress {
@@ -139,7 +139,7 @@ func TestResumeOnAnotherNode(t *testing.T) {
 	sbxtest.SetPaused(t, k, sbx.Name, false)
 	stayUnplaced(t, k, sbx.Name, 8*time.Second, "its package is only on "+a)
 
-	s3.Restart()
+	s3().Restart()
 	sbxtest.WaitData(t, k, ps, 2*time.Minute, "remote Ready", sbxtest.RemoteReady)
 	stayUnplaced(t, k, sbx.Name, 5*time.Second, b+"'s fingerprint differs")
 
@@ -149,7 +149,7 @@ func TestResumeOnAnotherNode(t *testing.T) {
 		t.Fatalf("%s's cache has the package before the resume (%v)", b, err)
 	}
 	files := objects(t, key) // listed now: the package goes once resumed
-	getsBefore := s3.Requests(t, "GetObject")
+	getsBefore := s3().Requests(t, "GetObject")
 	setFingerprint(t, k, b, label)
 	resumed := sbxtest.WaitRunning(t, k, sbx.Name)
 	if resumed.Status.NodeName != b || resumed.Status.SandboxID != sbx.Status.SandboxID {
@@ -158,7 +158,7 @@ func TestResumeOnAnotherNode(t *testing.T) {
 	if got := sbxtest.EnvdRun(t, k, resumed, sbxtest.ReadState); got != sbxtest.WantState {
 		t.Fatalf("resumed sandbox has %q", got)
 	}
-	gets := s3.Requests(t, "GetObject") - getsBefore
+	gets := s3().Requests(t, "GetObject") - getsBefore
 	if _, err := os.Stat(filepath.Join(cacheB, "manifest.json")); err != nil || gets < len(files) {
 		t.Fatalf("%s's cache: %v; MinIO answered %d GETs for the %d objects of the package", b, err, gets, len(files))
 	}
@@ -167,8 +167,8 @@ func TestResumeOnAnotherNode(t *testing.T) {
 }
 
 func ensureMinIO() {
-	if !s3.Running() {
-		s3.Restart()
+	if !s3().Running() {
+		s3().Restart()
 	}
 }
 
@@ -208,8 +208,8 @@ func stayUnplaced(t *testing.T, k client.Client, name string, d time.Duration, w
 		if s.Status.NodeName != "" {
 			return fmt.Errorf("placed on %s (%s)", s.Status.NodeName, s.Status.Message)
 		}
-		if err := k.Get(context.Background(), key, &corev1.Pod{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("a pod exists (%v)", err)
+		if err := sbxtest.PodsGone(context.Background(), k, "default", name, s.Status.PodName); err != nil {
+			return fmt.Errorf("a pod exists: %w", err)
 		}
 		return nil
 	})
@@ -223,10 +223,7 @@ func stayUnplaced(t *testing.T, k client.Client, name string, d time.Duration, w
 // waits for the VM's lock, which a snapshot holds to its end.
 func waitShimIdle(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox) {
 	t.Helper()
-	var pod corev1.Pod
-	if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &pod); err != nil {
-		t.Fatal(err)
-	}
+	pod := sbxtest.PodOf(t, k, sbx)
 	socket := node.Layout{Root: nodeNamed(sbx.Status.NodeName).SandlotRoot}.ControlSocket(string(pod.UID))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -268,13 +265,9 @@ func TestAgentKilledDuringSnapshots(t *testing.T) {
 		}
 		return nil
 	})
-	if err := c.KillAgent(node); err != nil {
-		t.Fatal(err)
-	}
+	start := sbxtest.StopAgents(t, c, node)
 	waitShimIdle(t, k, src) // the restarted agent then finds the snapshot the shim completed
-	if err := c.RestartAgent(node); err != nil {
-		t.Fatal(err)
-	}
+	start()
 	var ready []*sandlotv1.Snapshot
 	for _, s := range snaps {
 		sbxtest.WaitData(t, k, s, 3*time.Minute, "final", func(st *sandlotv1.DataStatus) error {
@@ -314,7 +307,7 @@ func TestMinIODownDuringUpload(t *testing.T) {
 	sbxtest.Template(t, k, "small")
 	src := sbxtest.Create(t, k, "small", "offline")["offline"]
 	sbxtest.EnvdRun(t, k, src, sbxtest.WriteState)
-	s3.Stop()
+	s3().Stop()
 	t.Cleanup(ensureMinIO)
 	snap := sbxtest.Snapshot(t, k, "offline-1", "offline")
 	if snap.Status.RemoteStatus != sandlotv1.RemoteInProgress {

@@ -33,7 +33,8 @@ func TestDeletedNodesSnapshotCanBeDeleted(t *testing.T) {
 	if err := c.KillKubelet(a); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.KillAgent(a); err != nil {
+	// bringBack (its cleanup) starts it again once the kubelet runs.
+	if err := c.StopAgent(a); err != nil {
 		t.Fatal(err)
 	}
 	if err := k.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a}}); err != nil {
@@ -66,8 +67,8 @@ func bringBack(t *testing.T, node string) {
 	if err := c.RestartKubelet(node); err != nil {
 		t.Errorf("restart the kubelet of %s: %v", node, err)
 	}
-	if err := c.RestartAgent(node); err != nil {
-		t.Errorf("restart the agent of %s: %v", node, err)
+	if err := c.StartAgent(node); err != nil {
+		t.Errorf("start the agent of %s again: %v", node, err)
 	}
 	k := sbxtest.Client(t, c)
 	poll.Eventually(t, 2*time.Minute, node+" back as a runtime node", func() error {

@@ -16,18 +16,28 @@ import (
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
-var (
-	c  *cluster.Cluster
-	s3 *minio.Server
-)
+var c *cluster.Cluster
 
 // uploadDeadline bounds an upload before its data is remote Failed: short,
 // so the MinIO-down test sees the bound.
 const uploadDeadline = "40s"
 
 func TestMain(m *testing.M) {
-	sbxtest.Main(m, "agent", &c, func(t crienv.T, dir string, o *cluster.Options) {
-		s3 = sbxtest.WithMinIO(t, dir, o)
-		o.AgentArgs = []string{"--s3-upload-deadline=" + uploadDeadline, "--s3-max-backoff=3s"}
+	sbxtest.Main(m, "agent", &c, func(_ crienv.T, _ string, o *cluster.Options) {
+		o.MinIO = true // the chart's s3 store on the cluster's MinIO
+		o.Values = agentValues()
 	})
+}
+
+// s3 is the cluster's MinIO (tests stop and restart it).
+func s3() *minio.Server { return c.MinIOServer }
+
+// agentValues are the suite's chart values: the agents' s3 flags, and
+// extra flags after them.
+func agentValues(extra ...string) map[string]any {
+	args := []any{"--s3-upload-deadline=" + uploadDeadline, "--s3-max-backoff=3s"}
+	for _, a := range extra {
+		args = append(args, a)
+	}
+	return map[string]any{"agent": map[string]any{"extraArgs": args}}
 }

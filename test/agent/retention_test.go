@@ -97,8 +97,10 @@ func TestCacheCapKeepsWhatSandboxesNeed(t *testing.T) {
 	for _, s := range []*sandlotv1.Snapshot{used, spare} {
 		sbxtest.WaitData(t, k, s, 3*time.Minute, "remote Ready", sbxtest.RemoteReady)
 	}
-	restartAgent(t, b, "--s3-cache-max-bytes=1")
-	t.Cleanup(func() { restartAgent(t, b) })
+	// The chart's agents on both nodes get the cap (a DaemonSet's flags
+	// are the same everywhere); what is checked is b's cache.
+	upgradeAgents(t, "--s3-cache-max-bytes=1")
+	t.Cleanup(func() { upgradeAgents(t) })
 	sbxtest.Cordon(t, k, a, true)
 	t.Cleanup(func() { sbxtest.Cordon(t, k, a, false) })
 
@@ -150,13 +152,11 @@ func dependsOnKey(t *testing.T, k client.Client, snap *sandlotv1.Snapshot) []str
 	return []string{prefix + d.UID}
 }
 
-// restartAgent restarts node's agent with extra flags (none: the suite's).
-func restartAgent(t *testing.T, node string, extra ...string) {
+// upgradeAgents upgrades the release with the suite's agent flags and
+// extra ones after them (none: the suite's own), as an operator would.
+func upgradeAgents(t *testing.T, extra ...string) {
 	t.Helper()
-	if err := c.KillAgent(node); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.RestartAgent(node, extra...); err != nil {
-		t.Fatalf("restart the agent on %s with %v: %v", node, extra, err)
+	if err := c.Upgrade(agentValues(extra...)); err != nil {
+		t.Fatalf("agents with %v: %v", extra, err)
 	}
 }

@@ -3,46 +3,117 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// APIPort is where StartAPI serves sandlot-api (plain HTTP) on the API bridge.
-const APIPort = 3000
+// apiTLSSecret is the chart's api.tls.secretName with APIDomain.
+const apiTLSSecret = "sandlot-api-tls"
 
-// StartAPI runs sandlot-api from BinDir against the cluster, listening on
-// the API bridge address, with extra flags; it returns the base URL. It
-// lives as long as the cluster.
-func (c *Cluster) StartAPI(args ...string) (string, error) {
-	addr := fmt.Sprintf("%s:%d", c.apiIP, APIPort)
-	kc, err := c.componentKubeconfig("sandlot-api")
+// APIURL is where the chart's sandlot-api answers (plain HTTP): its
+// Service, which kube-proxy routes on this host.
+func (c *Cluster) APIURL(ctx context.Context) (string, error) {
+	cs, err := c.Clientset()
 	if err != nil {
 		return "", err
 	}
-	p, err := c.start(c.t, "sandlot-api", filepath.Join(c.BinDir, "sandlot-api"),
-		append([]string{"--listen=" + addr}, args...), "KUBECONFIG="+kc)
+	svc, err := cs.CoreV1().Services(ReleaseNamespace).Get(ctx, "sandlot-api", metav1.GetOptions{})
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("the API's Service: %w", err)
 	}
-	url := "http://" + addr
-	if err := p.waitFor(60*time.Second, "health", func() error { return httpOK(url + "/health") }); err != nil {
-		return "", err
+	for _, p := range svc.Spec.Ports {
+		if p.Name == "http" {
+			return fmt.Sprintf("http://%s:%d", svc.Spec.ClusterIP, p.Port), nil
+		}
 	}
-	return url, nil
+	return "", fmt.Errorf("the API's Service %s has no http port", svc.Spec.ClusterIP)
 }
 
-// APIAddress is the address sandlot-api's listeners bind on (the API bridge).
+// APIServiceIP is the API Service's cluster IP (its https port is 443
+// with APIDomain).
+func (c *Cluster) APIServiceIP(ctx context.Context) (string, error) {
+	cs, err := c.Clientset()
+	if err != nil {
+		return "", err
+	}
+	svc, err := cs.CoreV1().Services(ReleaseNamespace).Get(ctx, "sandlot-api", metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("the API's Service: %w", err)
+	}
+	return svc.Spec.ClusterIP, nil
+}
+
+// APIAddress is the address of the API bridge (the host's side of the
+// cluster network).
 func (c *Cluster) APIAddress() string { return c.apiIP }
 
-// IssueAPIKey runs `sandlot-api issue-key` against the cluster and returns the key.
+// IssueAPIKey runs `sandlot-api issue-key` against the cluster, as an
+// admin does, and returns the key.
 func (c *Cluster) IssueAPIKey(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir, "sandlot-api"), append([]string{"issue-key"}, args...)...)
 	cmd.Env = []string{"KUBECONFIG=" + c.Kubeconfig}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("sandlot-api issue-key: %w", err)
+		return "", fmt.Errorf("sandlot-api issue-key: %w: %s", err, stderr.String())
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// preinstall makes what an admin makes before helm install: the team
+// namespaces the chart's values name (the chart binds the API's role in
+// them), and with APIDomain the release namespace holding the API's TLS
+// Secret.
+func (c *Cluster) preinstall() error {
+	cs, err := c.Clientset()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, name := range append([]string{ReleaseNamespace}, c.Teams...) {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("namespace %s: %w", name, err)
+		}
+	}
+	return c.apiTLS(ctx)
+}
+
+// apiTLS writes the API's wildcard certificate for *.APIDomain (from the
+// cluster's CA) as the chart's api.tls Secret.
+func (c *Cluster) apiTLS(ctx context.Context) error {
+	if c.APIDomain == "" {
+		return nil
+	}
+	certPath, keyPath, err := c.PKI.IssueServingCert(c.Dir, "sandbox-proxy", "*."+c.APIDomain)
+	if err != nil {
+		return err
+	}
+	cert, err := os.ReadFile(certPath)
+	if err != nil {
+		return err
+	}
+	key, err := os.ReadFile(keyPath)
+	if err != nil {
+		return err
+	}
+	cs, err := c.Clientset()
+	if err != nil {
+		return err
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: apiTLSSecret, Namespace: ReleaseNamespace},
+		Type: corev1.SecretTypeTLS, Data: map[string][]byte{corev1.TLSCertKey: cert, corev1.TLSPrivateKeyKey: key}}
+	if _, err := cs.CoreV1().Secrets(ReleaseNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("the API's TLS Secret: %w", err)
+	}
+	return nil
 }

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,20 +8,19 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/sandlot-dev/sandlot/test/crienv"
 	"github.com/sandlot-dev/sandlot/test/minio"
-	"github.com/sandlot-dev/sandlot/test/poll"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 )
 
-// The Helm release a Chart cluster installs.
+// The Helm release every cluster installs.
 const (
 	ReleaseName      = "sandlot"
 	ReleaseNamespace = "sandlot-system"
@@ -51,6 +49,9 @@ func (c *Cluster) installChart(t crienv.T) error {
 			n.CRI.ImportArchive(t, archive, imageRepository+name+":"+ch.AppVersion())
 		}
 	}
+	if err := c.preinstall(); err != nil {
+		return err
+	}
 	cfg, err := HelmConfig(c.Kubeconfig)
 	if err != nil {
 		return err
@@ -60,6 +61,27 @@ func (c *Cluster) installChart(t crienv.T) error {
 	install.Wait, install.Timeout = true, 3*time.Minute
 	if _, err := install.Run(ch, c.ChartValues()); err != nil {
 		return fmt.Errorf("helm install %s: %w", ReleaseName, err)
+	}
+	return nil
+}
+
+// Upgrade runs helm upgrade of the release with values laid over the
+// cluster's (Options.Values stay unless values override them) and waits
+// until every component runs the new settings (the agent DaemonSet rolls
+// one node at a time). Upgrade(nil) goes back to the install's values.
+func (c *Cluster) Upgrade(values map[string]any) error {
+	ch, err := LoadChart()
+	if err != nil {
+		return err
+	}
+	cfg, err := HelmConfig(c.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	up := action.NewUpgrade(cfg)
+	up.Namespace, up.Wait, up.Timeout = ReleaseNamespace, true, 5*time.Minute
+	if _, err := up.Run(ReleaseName, ch, chartutil.CoalesceTables(deepCopy(values), c.ChartValues())); err != nil {
+		return fmt.Errorf("helm upgrade %s: %w", ReleaseName, err)
 	}
 	return nil
 }
@@ -89,15 +111,40 @@ func LoadChart() (*chart.Chart, error) {
 // ChartValues are the local cluster's chart values: images imported
 // (never pulled), the runtime registered by the harness (no install
 // step), node paths under each node's directory ($(NODE_NAME)), the
-// local cluster's CPU overcommit, and the store (local, or S3).
+// agents on nodes labelled AgentLabel, the local cluster's CPU
+// overcommit, and the store (local, or S3); Options.Values over them.
 func (c *Cluster) ChartValues() map[string]any {
+	v := c.localValues()
+	if c.APIDomain != "" {
+		api := v["api"].(map[string]any)
+		api["domain"] = c.APIDomain
+		api["tls"] = map[string]any{"secretName": apiTLSSecret}
+	}
+	return chartutil.CoalesceTables(deepCopy(c.Values), v)
+}
+
+// deepCopy copies nested value maps (CoalesceTables writes into its first
+// argument).
+func deepCopy(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		if sub, ok := v.(map[string]any); ok {
+			v = deepCopy(sub)
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func (c *Cluster) localValues() map[string]any {
 	image := map[string]any{"pullPolicy": "Never"}
 	nodeDir := filepath.Join(c.Dir, "$(NODE_NAME)")
 	v := map[string]any{
 		"controller": map[string]any{"image": image, "cpuPerVCPU": "10m"},
 		"api":        map[string]any{"image": image, "defaultTemplate": "python"},
 		"agent": map[string]any{"image": image, "registerRuntime": false,
-			"install": map[string]any{"enabled": false}},
+			"install":      map[string]any{"enabled": false},
+			"nodeSelector": map[string]any{"sandlot.dev/runtime": "true", AgentLabel: "run"}},
 		"node": map[string]any{"dataDir": nodeDir, "runDir": filepath.Join(nodeDir, "sandlot"),
 			"storeDir": filepath.Join(nodeDir, "store")},
 		"storage": map[string]any{"mode": "local"},
@@ -136,15 +183,9 @@ func (c *Cluster) minio(t crienv.T) error {
 	return nil
 }
 
-// nodeDirName is a node's directory under Dir: its name when the chart
-// installs sandlot (the agent DaemonSet finds it by $(NODE_NAME)), else
-// a short n<i> (unix socket paths under test directories stay short).
-func (c *Cluster) nodeDirName(i int) string {
-	if c.Chart {
-		return NodeName(i)
-	}
-	return fmt.Sprintf("n%d", i)
-}
+// nodeDirName is a node's directory under Dir: its name (the agent
+// DaemonSet finds it by $(NODE_NAME)).
+func (c *Cluster) nodeDirName(i int) string { return NodeName(i) }
 
 // RestartContainerd kills a node's containerd and starts it again (its
 // shims and VMs keep running), as a node's runtime upgrade would. It
@@ -183,7 +224,7 @@ func (panicT) Fatal(args ...any)                   { panic(fatal{fmt.Errorf("%s"
 func (panicT) Fatalf(format string, args ...any)   { panic(fatal{fmt.Errorf(format, args...)}) }
 
 // BuildImages writes the chart's images (`make image`) from the binaries
-// in binDir (Build) into binDir/images, for a Chart cluster in a test.
+// in binDir (Build) into binDir/images, for a cluster in a test.
 func BuildImages(binDir string) error {
 	ch, err := LoadChart()
 	if err != nil {
@@ -200,38 +241,6 @@ func BuildImages(binDir string) error {
 		return fmt.Errorf("images: %w: %s", err, out)
 	}
 	return nil
-}
-
-// replaceAgentPod deletes node's sandlot-agent pod and waits until the
-// DaemonSet's replacement is Ready: an upgrade or a crash of the agent.
-func (c *Cluster) replaceAgentPod(node string) error {
-	cs, err := c.Clientset()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=sandlot-agent", FieldSelector: "spec.nodeName=" + node}
-	pods, err := cs.CoreV1().Pods(ReleaseNamespace).List(ctx, sel)
-	if err != nil || len(pods.Items) != 1 {
-		return fmt.Errorf("the agent pod on %s: %v (%d pods)", node, err, len(pods.Items))
-	}
-	old := pods.Items[0].UID
-	if err := cs.CoreV1().Pods(ReleaseNamespace).Delete(ctx, pods.Items[0].Name, metav1.DeleteOptions{}); err != nil {
-		return err
-	}
-	return poll.Every(ctx, 500*time.Millisecond, "a new agent pod Ready on "+node, func() error {
-		pods, err := cs.CoreV1().Pods(ReleaseNamespace).List(ctx, sel)
-		if err != nil {
-			return err
-		}
-		for _, p := range pods.Items {
-			if p.UID != old && p.DeletionTimestamp == nil && podReady(&p) {
-				return nil
-			}
-		}
-		return fmt.Errorf("%d pods, none new and Ready", len(pods.Items))
-	})
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -2,8 +2,9 @@
 // sandlot's end-to-end tests and `make up`: etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler and kube-proxy (iptables mode)
 // built from Go modules, and one or two nodes, each a kubelet on its own
-// containerd (test/crienv) with the sandlot runtime, plus sandlot's
-// controller. Every address is on the cluster's own bridges; service
+// containerd (test/crienv) with the sandlot runtime, and sandlot
+// installed with its Helm chart — the only way a test runs sandlot's
+// components, so what is tested is what a user installs. Every address is on the cluster's own bridges; service
 // traffic without a rule dies on the API bridge; stopping it undoes every
 // host change.
 package cluster
@@ -44,27 +45,18 @@ type Options struct {
 	// Prefix is the first two octets of every cluster address: the API
 	// bridge is <prefix>.0.1, node i's pod network <prefix>.<i>.0/24.
 	Prefix string
-	// BinDir holds sandlot-controller, sandlot-agent and
-	// containerd-shim-sandlot-v2.
+	// BinDir holds the binaries (Build) and BinDir/images the chart's
+	// images (BuildImages): sandlot is installed with its Helm chart, as
+	// on any cluster, and only so.
 	BinDir string
-	// NoController leaves sandlot's controller and node agents out (a
-	// test runs its own).
-	NoController bool
-	// S3, when set, gives every node agent the s3 store (its cache under
-	// the node's directory) instead of the local one.
-	S3 *S3Store
-	// JuiceFS, when set, gives every node agent the juicefs store on
-	// that node's JuiceFS mount (by node name; test/juicefs).
-	JuiceFS map[string]JuiceFSMount
-	Logf    func(format string, args ...any)
-	// AgentArgs are extra flags for every node agent.
-	AgentArgs []string
-	// Chart installs sandlot through charts/sandlot (images from
-	// BinDir/images, `make image`, imported into each node) instead of
-	// running its processes on the host: what `make up` runs. Node
-	// directories are then named after their nodes (the agent DaemonSet
-	// finds its node's by $(NODE_NAME)), so Dir must be short.
-	Chart bool
+	// Values are chart values laid over the local cluster's (ChartValues):
+	// a suite's own settings (agent flags, API settings, a store).
+	Values map[string]any
+	Logf   func(format string, args ...any)
+	// APIDomain, when set, is the API's sandbox domain (E2B's domain
+	// mode): a wildcard certificate for *.<APIDomain> from the cluster's
+	// CA is the chart's api.tls Secret, served on the API Service's 443.
+	APIDomain string
 	// Teams are namespaces the API serves besides default (the chart's
 	// api.teams: created, with the API's rights in them).
 	Teams []string
@@ -72,7 +64,7 @@ type Options struct {
 	// (make vm-assets builds it): the E2B tests' and `make up`'s templates.
 	Interpreter bool
 	// MinIO runs a MinIO server on the API bridge (pods reach it) as the
-	// s3 store every node shares: a chart cluster's cross-node store.
+	// s3 store every node shares (the chart's storage.mode s3).
 	MinIO bool
 	// DNS, when set, are the pods' nameservers (a resolv.conf of its own
 	// for every kubelet) instead of the host's /etc/resolv.conf; with
@@ -81,17 +73,14 @@ type Options struct {
 	// ClusterDNS runs CoreDNS behind the kube-dns Service (DNSServiceIP),
 	// the pods' nameserver: cluster names resolve (dns.go).
 	ClusterDNS bool
-	// JuiceFSCSI (with Chart and MinIO) installs the chart with the juicefs
+	// JuiceFSCSI (with MinIO) installs the chart with the juicefs
 	// store on a live JuiceFS volume (Redis on the API bridge, a bucket on
 	// the cluster's MinIO) mounted through the JuiceFS CSI driver, as
 	// docs/install.md tells a bare-metal user (juicefs.go).
 	JuiceFSCSI bool
-}
-
-// JuiceFSMount is one node's JuiceFS client: the volume's mountpoint and
-// the client's writeback staging directory and metrics endpoint.
-type JuiceFSMount struct {
-	Dir, StagingDir, MetricsURL string
+	// JuiceFSMountOptions are added to the store volume's mount options
+	// (a StorageClass's mountOptions on a real cluster).
+	JuiceFSMountOptions []string
 }
 
 // S3Store is an S3-compatible endpoint the node agents share.
@@ -108,6 +97,8 @@ type Cluster struct {
 	PKI        *PKI
 	// MinIOServer is the MinIO the MinIO option runs (tests stop it).
 	MinIOServer *minio.Server
+	// S3 is MinIOServer's bucket as the agents' store.
+	S3 *S3Store
 	// JuiceFSVolume is the JuiceFSCSI option's volume (tests restart its Redis).
 	JuiceFSVolume *juicefs.Volume
 
@@ -157,9 +148,8 @@ func Start(t crienv.T, o Options) *Cluster {
 		{"nodes", c.nodes},
 		// kube-proxy waits for its Node (it reads the node's IPs).
 		{"kube-proxy", c.proxy},
-		{"sandlot resources", c.resources},
 		{"juicefs csi driver", c.juicefsCSI},
-		{"sandlot controller and agents", c.sandlotController},
+		{"sandlot (helm install)", c.installChart},
 	}
 	for _, s := range steps {
 		start := time.Now()
@@ -218,9 +208,12 @@ func (c *Cluster) preflight(t crienv.T) error {
 			return fmt.Errorf("%s not found in %s: run `make cluster-bins`", b, c.k8sBin)
 		}
 	}
-	for _, b := range []string{"sandlot-controller", "sandlot-agent", "containerd-shim-sandlot-v2"} {
-		if _, err := os.Stat(filepath.Join(c.BinDir, b)); err != nil && !(b != "containerd-shim-sandlot-v2" && c.NoController) {
-			return fmt.Errorf("%s not found in %s: run `make build`", b, c.BinDir)
+	if _, err := os.Stat(filepath.Join(c.BinDir, "containerd-shim-sandlot-v2")); err != nil {
+		return fmt.Errorf("containerd-shim-sandlot-v2 not found in %s: run `make build`", c.BinDir)
+	}
+	for _, name := range ImageNames {
+		if _, err := os.Stat(filepath.Join(c.BinDir, "images", name+".tar")); err != nil {
+			return fmt.Errorf("%w: run `make image` (or cluster.BuildImages)", err)
 		}
 	}
 	for _, tool := range []string{"iptables-save", "iptables-restore", "ip", "kubectl"} {
@@ -228,7 +221,11 @@ func (c *Cluster) preflight(t crienv.T) error {
 			return fmt.Errorf("%s not found: install iptables, iproute2 and kubectl", tool)
 		}
 	}
-	if out, _ := exec.Command("iptables-save", "-t", "nat").Output(); strings.Contains(string(out), ":KUBE-SERVICES ") {
+	out, err := exec.Command("iptables-save", "-t", "nat").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("iptables-save -t nat: %w: %s", err, out)
+	}
+	if strings.Contains(string(out), ":KUBE-SERVICES ") {
 		return fmt.Errorf("another cluster's kube-proxy rules are on this host (KUBE-SERVICES exists): `make down` it first")
 	}
 	return c.saveBaseline(t)

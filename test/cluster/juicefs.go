@@ -73,8 +73,8 @@ func (c *Cluster) juicefsVolume(t crienv.T) error {
 	if !c.JuiceFSCSI {
 		return nil
 	}
-	if !c.Chart || c.MinIOServer == nil {
-		return errors.New("JuiceFSCSI needs Chart and MinIO")
+	if c.MinIOServer == nil {
+		return errors.New("JuiceFSCSI needs MinIO")
 	}
 	for _, f := range []string{"image.tar", "k8s.yaml"} {
 		if _, err := os.Stat(filepath.Join(juicefsCSIDir(), f)); err != nil {
@@ -201,8 +201,8 @@ func (c *Cluster) juicefsStoreVolume(ctx context.Context, cs *kubernetes.Clients
 			ClaimRef:                      &corev1.ObjectReference{Namespace: ReleaseNamespace, Name: "sandlot-store"},
 			// What docs/install.md asks of a StorageClass: writeback, a
 			// cache on the node (/var/jfsCache is each node's own here).
-			MountOptions: []string{"writeback", "upload-delay=0", "cache-dir=/var/jfsCache", "no-usage-report",
-				fmt.Sprintf("metrics=0.0.0.0:%d", JuiceFSMetricsPort)},
+			MountOptions: append([]string{"writeback", "upload-delay=0", "cache-dir=/var/jfsCache", "no-usage-report",
+				fmt.Sprintf("metrics=0.0.0.0:%d", JuiceFSMetricsPort)}, c.JuiceFSMountOptions...),
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
 				Driver: "csi.juicefs.com", VolumeHandle: JuiceFSStorePV, FSType: "juicefs",
 				NodePublishSecretRef: &corev1.SecretReference{Name: juicefsSecret, Namespace: ReleaseNamespace}}},
@@ -242,6 +242,18 @@ func (c *Cluster) waitCSINodes(ctx context.Context, cs *kubernetes.Clientset) er
 // node plugin's /var/jfsCache, the agent's --juicefs-staging-dir).
 func (c *Cluster) JuiceFSStaging(node string) string {
 	return filepath.Join(c.juicefsNodeDir(node), "jfscache", c.JuiceFSVolume.UUID, "rawstaging")
+}
+
+// JuiceFSStoreDir is node's mount of the store volume as the host sees
+// it: the sandlot-store pod's CSI volume, where the agent and the VMs
+// find the store.
+func (c *Cluster) JuiceFSStoreDir(node string) (string, error) {
+	link := filepath.Join(c.Dir, node, "sandlot", "store-volume", JuiceFSStorePV, "mount")
+	dir, err := filepath.EvalSymlinks(link)
+	if err != nil {
+		return "", fmt.Errorf("%s's store volume: %w", node, err)
+	}
+	return dir, nil
 }
 
 func (c *Cluster) juicefsNodeDir(node string) string { return filepath.Join(c.Dir, node) }

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -109,62 +108,12 @@ func (c *Cluster) startNode(t crienv.T, i int, assets vmtest.Env) (*Node, error)
 	n.kubelet, err = c.start(t, "kubelet-"+n.Name, filepath.Join(c.k8sBin, "kubelet"), []string{
 		"--config=" + kc, "--kubeconfig=" + pki.Kubeconfig, "--root-dir=" + filepath.Join(n.dir, "kubelet", "root"),
 		"--cert-dir=" + filepath.Join(n.dir, "kubelet", "pki"), "--hostname-override=" + n.Name, "--node-ip=" + n.IP,
-		"--node-labels=" + sandlotv1.LabelRuntime + "=true", "--v=1",
+		"--node-labels=" + sandlotv1.LabelRuntime + "=true," + AgentLabel + "=run", "--v=1",
 	})
 	if err != nil {
 		return nil, err
 	}
 	return n, nil
-}
-
-// startAgent runs sandlot's node agent for n (a DaemonSet in production)
-// with a local store, or the s3 store, under the node's directory, or
-// the juicefs store on the node's mount.
-func (c *Cluster) startAgent(t crienv.T, n *Node, extra ...string) error {
-	if c.NoController {
-		return nil
-	}
-	args, env := c.agentArgs(n)
-	args = append(args, extra...)
-	kc, err := c.componentKubeconfig("sandlot-agent")
-	if err != nil {
-		return err
-	}
-	env = append(env, "KUBECONFIG="+kc)
-	p, err := c.start(t, "sandlot-agent-"+n.Name, filepath.Join(c.BinDir, "sandlot-agent"), args, env...)
-	if err != nil {
-		return err
-	}
-	return p.waitFor(60*time.Second, "readyz", func() error { return httpOK("http://" + n.IP + ":8082/readyz") })
-}
-
-func (c *Cluster) agentArgs(n *Node) (args, env []string) {
-	args = []string{"--node-name=" + n.Name, "--sandlot-root=" + n.SandlotRoot,
-		"--store-dir=" + n.StoreDir(), "--health-probe-bind-address=" + n.IP + ":8082"}
-	if s := c.S3; s != nil {
-		args = append(args, "--store=s3", "--s3-endpoint="+s.Endpoint, "--s3-bucket="+s.Bucket, "--s3-insecure",
-			"--s3-region="+s.Region, "--manifest-key-file="+c.manifestKey())
-		env = append(env, "AWS_ACCESS_KEY_ID="+s.AccessKey, "AWS_SECRET_ACCESS_KEY="+s.SecretKey)
-	} else if m, ok := c.JuiceFS[n.Name]; ok {
-		args = append(args, "--store=juicefs", "--juicefs-dir="+m.Dir, "--juicefs-staging-dir="+m.StagingDir,
-			"--juicefs-metrics-url="+m.MetricsURL, "--manifest-key-file="+c.manifestKey())
-	} else {
-		args = append(args, "--store=local")
-	}
-	return append(args, c.AgentArgs...), env
-}
-
-// manifestKey is the cluster's manifest signing key (the chart's Secret
-// in an install), one file both agents read: made on first use.
-func (c *Cluster) manifestKey() string {
-	path := filepath.Join(c.Dir, "manifest.key")
-	if _, err := os.Stat(path); err == nil {
-		return path
-	}
-	if err := os.WriteFile(path, []byte(rand.Text()+rand.Text()), 0o600); err != nil {
-		c.logf("manifest key: %v", err) // the agents then refuse to start, saying why
-	}
-	return path
 }
 
 // shimConfig writes the node's sandlot shim configuration.
@@ -176,9 +125,7 @@ func (c *Cluster) shimConfig(t crienv.T, n *Node, i int, assets vmtest.Env) (str
 	t.Cleanup(func() { os.RemoveAll(mem) })
 	cfg := node.Config{Root: n.SandlotRoot, ImageDir: filepath.Join(n.dir, "images"), MemoryDir: mem, DiskDir: filepath.Join(n.dir, "vms"),
 		Kernel: assets.Assets.Kernel, Initrd: assets.Assets.Initrd, Modules: assets.Assets.Modules}
-	if !c.NoController {
-		cfg.AgentSocket = filepath.Join(n.SandlotRoot, "agent.sock")
-	}
+	cfg.AgentSocket = filepath.Join(n.SandlotRoot, "agent.sock")
 	b, _ := json.MarshalIndent(cfg, "", "  ")
 	path := filepath.Join(n.dir, "sandlot-shim.json")
 	if err := os.MkdirAll(n.dir, 0o755); err != nil {
@@ -302,56 +249,6 @@ func (c *Cluster) waitServiceAccount() error {
 	})
 }
 
-// resources installs sandlot's CRDs, RuntimeClass and the chart's RBAC.
-func (c *Cluster) resources(crienv.T) error {
-	if c.Chart {
-		return nil // the chart's
-	}
-	if err := c.installRBAC(); err != nil {
-		return fmt.Errorf("the chart's RBAC: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, k := range []string{"config/crd", "config/runtimeclass"} {
-		if _, err := c.Kubectl(ctx, "apply", "-k", filepath.Join(RepoRoot(), k)); err != nil {
-			return err
-		}
-	}
-	_, err := c.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-	return err
-}
-
-// sandlotController runs the controller from BinDir against the cluster,
-// and a node agent per node.
-func (c *Cluster) sandlotController(t crienv.T) error {
-	switch {
-	case c.NoController:
-		return nil
-	case c.Chart:
-		return c.installChart(t)
-	}
-	kc, err := c.componentKubeconfig("sandlot-controller")
-	if err != nil {
-		return err
-	}
-	p, err := c.start(t, "sandlot-controller", filepath.Join(c.BinDir, "sandlot-controller"),
-		// A TCG guest idles at ~1 % of a core: the local cluster overcommits.
-		[]string{"--metrics-bind-address=0", "--health-probe-bind-address=" + c.apiIP + ":8081", "--cpu-per-vcpu=10m"},
-		"KUBECONFIG="+kc)
-	if err != nil {
-		return err
-	}
-	if err := p.waitFor(60*time.Second, "readyz", func() error { return httpOK("http://" + c.apiIP + ":8081/readyz") }); err != nil {
-		return err
-	}
-	for _, n := range c.Nodes {
-		if err := c.startAgent(t, n); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // KillKubelet stops a node's kubelet at once (its pods keep running), as
 // a node failure would.
 func (c *Cluster) KillKubelet(node string) error {
@@ -376,34 +273,6 @@ func (c *Cluster) RestartKubelet(node string) error {
 		return err
 	}
 	return n.kubelet.waitFor(90*time.Second, "node Ready", func() error { return c.nodeReady(n.Name) })
-}
-
-// KillAgent stops a node's agent at once (SIGKILL), as a crash would.
-func (c *Cluster) KillAgent(node string) error {
-	p := c.procs["sandlot-agent-"+node]
-	if p == nil {
-		return fmt.Errorf("no agent runs on %s", node)
-	}
-	p.kill()
-	return nil
-}
-
-// RestartAgent starts a node's agent again (after KillAgent), with extra
-// flags after the cluster's own, and waits until it is ready. It lives as
-// long as the cluster. On a Chart cluster it replaces the node's agent pod
-// (no extra flags there).
-func (c *Cluster) RestartAgent(node string, extra ...string) error {
-	if c.Chart {
-		if len(extra) > 0 {
-			return fmt.Errorf("RestartAgent %s: extra flags %v on a chart cluster (set them as chart values)", node, extra)
-		}
-		return c.replaceAgentPod(node)
-	}
-	n, err := c.node(node)
-	if err != nil {
-		return err
-	}
-	return c.startAgent(c.t, n, extra...)
 }
 
 // StoreDir is the node agent's store (its cache, for s3).

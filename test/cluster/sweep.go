@@ -33,7 +33,7 @@ func Sweep(dir string) error {
 	}
 	errs = append(errs, crienv.UnmountUnder(dir), deleteLinks("slapi"+id))
 	for i := 1; i <= 2; i++ {
-		node := filepath.Join(dir, fmt.Sprintf("n%d", i))
+		node := filepath.Join(dir, NodeName(i)) // nodeDirName
 		errs = append(errs, deleteLinks(crienv.BridgeName(filepath.Join(node, "c"))),
 			crienv.RemoveCgroup(fmt.Sprintf("/sandlot-%s-%s", id, NodeName(i))),
 			crienv.RemoveCgroup(crienv.CgroupParentFor(filepath.Join(node, "c"))),

@@ -103,9 +103,12 @@ func loadBusybox() ([]byte, []string, error) {
 		if busybox.err != nil {
 			return
 		}
-		out, err := exec.Command(busyboxPath, "--list").Output()
+		cmd := exec.Command(busyboxPath, "--list")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
 		if err != nil {
-			busybox.err = fmt.Errorf("%s --list: %w", busyboxPath, err)
+			busybox.err = fmt.Errorf("%s --list: %w: %s", busyboxPath, err, strings.TrimSpace(stderr.String()))
 			return
 		}
 		busybox.applets = strings.Fields(string(out))

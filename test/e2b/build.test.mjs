@@ -61,9 +61,15 @@ test('Template.build: a file, an env, a workdir, a user, a RUN and a start comma
     assert.equal(await run(s, 'cat /app/marker'), 'marker built in\n', 'RUN ran in the WORKDIR with the ENV')
     assert.equal(await run(s, 'cat /tmp/built-as'), 'user\n', 'USER applied to the step after it')
     assert.equal(await run(s, 'echo "$GREETING"'), 'built in\n', 'the ENV is the sandbox\'s too')
+    // The start command runs on: a later tick (one a second) writes a
+    // later time. Polled until it does, for at most 30 s.
     const before = await startedAt(s)
-    await new Promise((r) => setTimeout(r, 2500))
-    assert.ok((await startedAt(s)) > before, 'the start command runs in the sandbox')
+    let later = before
+    for (const end = Date.now() + 30_000; later <= before && Date.now() < end;) {
+      await new Promise((r) => setTimeout(r, 250))
+      later = await startedAt(s)
+    }
+    assert.ok(later > before, `the start command runs in the sandbox: /tmp/started stays at ${before}`)
     let lines = []
     for (let i = 0; i < 20 && !lines.some((l) => l.message === 'start command tick'); i++) {
       const res = await fetch(`${process.env.E2B_API_URL}/v2/sandboxes/${s.sandboxId}/logs`, { headers: { 'X-API-KEY': process.env.E2B_API_KEY } })

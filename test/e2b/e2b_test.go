@@ -25,10 +25,10 @@ import (
 )
 
 // domain is the sandbox domain of the domain-mode run: the SDK reaches
-// port p of a sandbox at https://<p>-<id>.sandlot.test:8443.
+// port p of a sandbox at https://<p>-<id>.sandlot.test, the chart's API
+// Service's 443.
 const (
 	domain   = "sandlot.test"
-	tlsPort  = 8443
 	template = "default"
 )
 
@@ -41,7 +41,6 @@ func TestSDK(t *testing.T) {
 			t.Fatalf("%s not found: install Node 20 and npm (the E2B SDK runs on them)", tool)
 		}
 	}
-	dir := t.TempDir()
 	if out, err := npm("ci", "--no-audit", "--no-fund"); err != nil {
 		t.Fatalf("npm ci (installs the pinned e2b and @e2b/code-interpreter): %v\n%s", err, out)
 	}
@@ -59,13 +58,11 @@ func TestSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 	keyB := teamOfTwo(t, k)
-	cert, certKey, err := c.PKI.IssueServingCert(dir, "sandbox-proxy", "*."+domain)
+	apiURL, err := c.APIURL(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tlsAddr := fmt.Sprintf("%s:%d", c.APIAddress(), tlsPort)
-	apiURL, err := c.StartAPI("--default-template="+template, "--teams="+teamB, fmt.Sprintf("--domain=%s:%d", domain, tlsPort),
-		"--tls-listen="+tlsAddr, "--tls-cert="+cert, "--tls-key="+certKey)
+	apiIP, err := c.APIServiceIP(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +76,8 @@ func TestSDK(t *testing.T) {
 		slotClaims(t, k, since)
 	})
 	t.Run("domain", func(t *testing.T) {
-		runSDK(t, append(base, "SANDLOT_MODE=domain", fmt.Sprintf("E2B_DOMAIN=%s:%d", domain, tlsPort),
-			"NODE_EXTRA_CA_CERTS="+c.PKI.CACert, "SANDLOT_TEST_DOMAIN="+domain, "SANDLOT_TEST_IP="+c.APIAddress()),
+		runSDK(t, append(base, "SANDLOT_MODE=domain", "E2B_DOMAIN="+domain,
+			"NODE_EXTRA_CA_CERTS="+c.PKI.CACert, "SANDLOT_TEST_DOMAIN="+domain, "SANDLOT_TEST_IP="+apiIP),
 			"--import", "./resolve.mjs")
 	})
 }

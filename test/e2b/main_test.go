@@ -1,6 +1,6 @@
 // Package e2b drives sandlot-api, the E2B REST facade and sandbox proxy,
 // with the real, unmodified E2B SDKs (sdk.test.mjs) on a real two-node
-// cluster running sandlot's controller and node agents; the pods reach a
+// cluster running sandlot as its chart installs it; the pods reach a
 // test internet (test/inet), which the SDK's network rules open and close.
 package e2b
 
@@ -22,6 +22,10 @@ func TestMain(m *testing.M) {
 		o.DNS = []string{inet.IPDNS}
 		o.Interpreter = true // the default template is E2B's code interpreter, data stack included
 		o.Teams = []string{teamB}
+		// The chart's API: the SDKs' default template IDs resolve to the
+		// suite's template; sandbox hosts under domain, over TLS.
+		o.APIDomain = domain
+		o.Values = map[string]any{"api": map[string]any{"defaultTemplate": template}}
 	})
 }
 

@@ -162,7 +162,7 @@ test('setTimeout moves the end; getMetrics reads the guest', async () => {
   assert.ok(left > 540_000 && left <= 605_000, `endAt ${info.endAt.toISOString()} is ${left} ms away`)
   const metrics = await sbx.getMetrics()
   assert.ok(metrics.length >= 1)
-  assert.ok(metrics[0].memTotal > 0 && metrics[0].memUsed > 0 && metrics[0].cpuCount >= 1, JSON.stringify(metrics[0]))
+  plausible(metrics[0])
 })
 
 test('logs and metrics over time: the start command\'s output, a series of samples, several sandboxes', async () => {
@@ -201,7 +201,7 @@ test('logs and metrics over time: the start command\'s output, a series of sampl
   }
   assert.ok(series.length >= 3, `${series.length} samples`)
   assert.ok(series.every((m, i) => i === 0 || m.timestamp >= series[i - 1].timestamp), 'samples out of order')
-  assert.ok(series.every((m) => m.memTotal > 0 && m.cpuCount >= 1 && m.diskTotal > 0), JSON.stringify(series[0]))
+  series.forEach(plausible)
   const last = series[series.length - 1].timestamp
   const tail = await sbx.getMetrics({ start: last, end: new Date(last.getTime() + 60_000) })
   assert.ok(tail.length >= 1 && tail.length < series.length, `start=${last.toISOString()} gave ${tail.length} of ${series.length}`)
@@ -210,7 +210,8 @@ test('logs and metrics over time: the start command\'s output, a series of sampl
   const both = await api('GET', `/sandboxes/metrics?sandbox_ids=${id},${other.sandboxId}`)
   assert.equal(both.status, 200, JSON.stringify(both.json))
   assert.deepEqual(Object.keys(both.json.sandboxes).sort(), [id, other.sandboxId].sort())
-  assert.ok(both.json.sandboxes[other.sandboxId].memTotal > 0)
+  plausible(both.json.sandboxes[id])
+  plausible(both.json.sandboxes[other.sandboxId])
   assert.equal((await api('GET', '/sandboxes/metrics')).status, 400)
   assert.equal(await other.kill(), true)
 })
@@ -325,11 +326,27 @@ const net = {
   domain: process.env.SANDLOT_NET_DOMAIN, domainBody: process.env.SANDLOT_NET_DOMAIN_BODY,
 }
 
+// plausible fails unless a metrics sample's values are possible for one
+// running guest: present, non-negative, used no more than the total.
+function plausible(m) {
+  const at = JSON.stringify(m)
+  assert.ok(m.cpuCount >= 1 && m.cpuUsedPct >= 0 && m.cpuUsedPct <= 100 * m.cpuCount, `cpu: ${at}`)
+  assert.ok(m.memTotal > 0 && m.memUsed > 0 && m.memUsed <= m.memTotal, `memory: ${at}`)
+  assert.ok(m.diskTotal > 0 && m.diskUsed >= 0 && m.diskUsed <= m.diskTotal, `disk: ${at}`)
+}
+
 // fetchIn fetches http://<host>/ from inside a sandbox: its body, or
-// REFUSED when the sandbox may not open the connection.
+// REFUSED when the sandbox may not open the connection (a network error;
+// any other failure, python's own, fails the command and the test).
 async function fetchIn(s, host) {
-  const py = `import urllib.request; print(urllib.request.urlopen("http://${host}/", timeout=3).read().decode())`
-  const r = await s.commands.run(`python3 -c '${py}' 2>/dev/null || echo REFUSED`)
+  const py = [
+    'import urllib.request',
+    'try:',
+    `    print(urllib.request.urlopen("http://${host}/", timeout=3).read().decode())`,
+    'except OSError:',
+    '    print("REFUSED")',
+  ].join('\n')
+  const r = await s.commands.run(`python3 -c '${py}'`)
   return r.stdout.trim()
 }
 

@@ -101,8 +101,8 @@ func nodeOf(t *testing.T, name string) *cluster.Node {
 
 // vmGone checks no QEMU, pod directory, netns or guest RAM is left of a pod.
 func vmGone(n *cluster.Node, podUID string) error {
-	if out, _ := exec.Command("pgrep", "-f", "qemu-system.*pod-"+podUID).Output(); len(out) > 0 {
-		return fmt.Errorf("QEMU still runs: %s", out)
+	if pid, _, ok := sbxtest.FindQEMU(podUID); ok {
+		return fmt.Errorf("QEMU still runs: pid %d", pid)
 	}
 	if _, err := os.Stat(filepath.Join(n.SandlotRoot, "pods", podUID)); err == nil {
 		return fmt.Errorf("pod directory still there")
@@ -261,8 +261,10 @@ func TestPauseResume(t *testing.T) {
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &s); err != nil {
 			return err
 		}
-		if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &corev1.Pod{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("pod still there (%v)", err)
+		// Its pod by the name its status gave (a start slot it claimed is
+		// not named after it).
+		if err := sbxtest.PodsGone(context.Background(), k, sbx.Namespace, sbx.Name, sbx.Status.PodName); err != nil {
+			return err
 		}
 		if s.Status.Phase != sandlotv1.SandboxPaused {
 			return fmt.Errorf("phase %s (%s)", s.Status.Phase, s.Status.Message)

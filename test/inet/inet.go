@@ -248,9 +248,9 @@ func alive(pid int) bool {
 // ruleTables are the tables of the host's policy rules that are a test
 // internet's (one entry per rule).
 func ruleTables() ([]int, error) {
-	out, err := exec.Command("ip", "rule", "show").Output()
+	out, err := output("ip", "rule", "show")
 	if err != nil {
-		return nil, fmt.Errorf("ip rule show: %w", err)
+		return nil, err
 	}
 	var tables []int
 	for _, l := range strings.Split(string(out), "\n") {
@@ -267,9 +267,9 @@ func ruleTables() ([]int, error) {
 // deleteIptables deletes the filter table's rules whose comment match
 // accepts (iptables-save's rule, -A turned into -D).
 func deleteIptables(match func(comment string) bool) error {
-	out, err := exec.Command("iptables-save", "-t", "filter").Output()
+	out, err := output("iptables-save", "-t", "filter")
 	if err != nil {
-		return fmt.Errorf("iptables-save: %w", err)
+		return err
 	}
 	var errs []error
 	for _, l := range strings.Split(string(out), "\n") {
@@ -288,6 +288,19 @@ func deleteIptables(match func(comment string) bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// output runs a command and returns its stdout; a failure is an error
+// naming the command, with its exit status and stderr.
+func output(name string, args ...string) ([]byte, error) {
+	cmd := exec.Command(name, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
 }
 
 func run(name string, args ...string) error {

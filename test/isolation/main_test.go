@@ -11,17 +11,13 @@ import (
 
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/crienv"
-	"github.com/sandlot-dev/sandlot/test/minio"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
-var (
-	c  *cluster.Cluster
-	s3 *minio.Server
-)
+var c *cluster.Cluster
 
 func TestMain(m *testing.M) {
-	sbxtest.Main(m, "isolation", &c, func(t crienv.T, dir string, o *cluster.Options) {
-		s3 = sbxtest.WithMinIO(t, dir, o)
+	sbxtest.Main(m, "isolation", &c, func(_ crienv.T, _ string, o *cluster.Options) {
+		o.MinIO = true // the chart's s3 store on the cluster's MinIO
 	})
 }

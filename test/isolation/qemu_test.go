@@ -2,6 +2,7 @@ package isolation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -85,12 +86,48 @@ func parseQEMU(pid int, args []string) qemu {
 	return q
 }
 
+// jailed is how a command run as a QEMU ended.
+type jailed struct {
+	out, stderr string
+	code        int
+}
+
 // asQEMU runs argv in q's mount namespace with q's uid and gid: what code
-// that escaped into that QEMU could do.
-func asQEMU(q qemu, argv ...string) ([]byte, error) {
+// that escaped into that QEMU could do. A non-zero exit is in the result;
+// the error says nsenter could not be started at all.
+func asQEMU(q qemu, argv ...string) (jailed, error) {
 	id := strconv.Itoa(q.uid)
-	return exec.Command("nsenter", append([]string{"--target", strconv.Itoa(q.pid), "--mount",
-		"--setuid", id, "--setgid", id, "--"}, argv...)...).CombinedOutput()
+	cmd := exec.Command("nsenter", append([]string{"--target", strconv.Itoa(q.pid), "--mount",
+		"--setuid", id, "--setgid", id, "--"}, argv...)...)
+	var out, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	err := cmd.Run()
+	r := jailed{out: out.String(), stderr: stderr.String()}
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		r.code, err = exit.ExitCode(), nil
+	}
+	if err != nil {
+		return r, fmt.Errorf("nsenter into QEMU %d: %w", q.pid, err)
+	}
+	return r, nil
+}
+
+// refused is nil when tool itself ran in the jail and failed to open its
+// file for one of whys: not when nsenter failed to get there, nor when
+// the tool opened the file and failed on something else.
+func (r jailed) refused(tool string, whys ...string) error {
+	if r.code == 0 {
+		return fmt.Errorf("exit 0: read %q", r.out)
+	}
+	if strings.HasPrefix(r.stderr, tool+": ") {
+		for _, why := range whys {
+			if strings.Contains(r.stderr, why) {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("exit %d, stderr %q: not %s refused the file (%s)", r.code, strings.TrimSpace(r.stderr), tool, strings.Join(whys, ", "))
 }
 
 // plainPod is a pod of the runtime class without any sandlot.dev key (a
@@ -157,42 +194,76 @@ func TestJailedQEMUs(t *testing.T) {
 
 func checkConfined(t *testing.T, q qemu, podUID string, other qemu) {
 	t.Helper()
-	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", q.pid))
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", q.pid))
+	if err != nil {
+		t.Fatalf("QEMU %d: %v", q.pid, err)
+	}
 	for _, want := range []string{"CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1"} {
 		if !strings.Contains(string(status), want) {
 			t.Errorf("QEMU %d: no %q in its status", q.pid, want)
 		}
 	}
-	host, _ := os.Readlink("/proc/self/ns/mnt")
-	if ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", q.pid)); ns == host {
-		t.Errorf("QEMU %d runs in the host's mount namespace", q.pid)
+	host, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
 	}
-	cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", q.pid))
-	for _, line := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
-		_, path, isMem := strings.Cut(line, ":memory:")
-		if !isMem {
-			continue
-		}
-		if !strings.Contains(path, "pod"+podUID) {
-			t.Errorf("QEMU %d's memory cgroup is not its pod's: %s", q.pid, line)
-		}
-		// What the VM costs its pod: the RuntimeClass overhead is sized on it.
-		peak, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", path, "memory.max_usage_in_bytes"))
-		t.Logf("QEMU %d: its cgroup's peak memory %s bytes", q.pid, strings.TrimSpace(string(peak)))
+	if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", q.pid)); err != nil || ns == host {
+		t.Errorf("QEMU %d runs in the host's mount namespace (%s, %v)", q.pid, ns, err)
 	}
-	if out, err := asQEMU(q, "cat", "/proc/self/status"); err == nil || !strings.Contains(string(out), "No such file") {
-		// Its jail has no /proc: it cannot look at other processes either.
-		t.Errorf("QEMU %d's jail has a /proc: %s %v", q.pid, out, err)
-	}
-	for _, f := range append(other.files, "/etc/shadow", "/etc/passwd", filepath.Dir(other.layer)) {
-		if out, err := asQEMU(q, "head", "-c", "1", f); err == nil {
-			t.Errorf("QEMU %d (uid %d) opened %s from its jail: %q", q.pid, q.uid, f, out)
-		}
+	checkCgroup(t, q, podUID)
+	// Its jail has no /proc: it cannot look at other processes either.
+	if r, err := asQEMU(q, "cat", "/proc/self/status"); err != nil {
+		t.Fatal(err)
+	} else if err := r.refused("cat", "No such file"); err != nil {
+		t.Errorf("QEMU %d's jail has a /proc: %v", q.pid, err)
 	}
 	if len(q.files) == 0 {
 		t.Fatalf("QEMU %d: no files found on its command line", q.pid)
 	}
-	if out, err := asQEMU(q, "head", "-c", "1", q.layer); err != nil {
-		t.Errorf("QEMU %d cannot read its own layer %s: %s %v (the check above would prove nothing)", q.pid, q.layer, out, err)
+	// Its own layer first: a jail in which head cannot run at all would
+	// refuse every file below and prove nothing.
+	if r, err := asQEMU(q, "head", "-c", "1", q.layer); err != nil || r.code != 0 {
+		t.Fatalf("QEMU %d cannot read its own layer %s: %+v %v (the checks below would prove nothing)", q.pid, q.layer, r, err)
 	}
+	for _, f := range append(other.files, "/etc/shadow", "/etc/passwd", filepath.Dir(other.layer)) {
+		r, err := asQEMU(q, "head", "-c", "1", f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Refused, or absent from its jail: a directory it may open fails
+		// with "Is a directory", which is no refusal.
+		if err := r.refused("head", "Permission denied", "No such file or directory"); err != nil {
+			t.Errorf("QEMU %d (uid %d) opened %s from its jail: %v", q.pid, q.uid, f, err)
+		}
+	}
+}
+
+// checkCgroup: the QEMU's memory cgroup is its pod's (cgroup v1's memory
+// hierarchy; on a host with cgroup v2 only, its one hierarchy), where its
+// memory is charged.
+func checkCgroup(t *testing.T, q qemu, podUID string) {
+	t.Helper()
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", q.pid))
+	if err != nil {
+		t.Fatalf("QEMU %d: %v", q.pid, err)
+	}
+	path, found := "", false
+	for _, line := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
+		if _, p, ok := strings.Cut(line, ":memory:"); ok {
+			path, found = p, true
+			break
+		}
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			path, found = p, true // v2's, unless a v1 memory line follows
+		}
+	}
+	if !found {
+		t.Fatalf("QEMU %d: no memory cgroup in %q", q.pid, cg)
+	}
+	if !strings.Contains(path, "pod"+podUID) {
+		t.Errorf("QEMU %d's memory cgroup is not its pod's: %s", q.pid, path)
+	}
+	// What the VM costs its pod: the RuntimeClass overhead is sized on it.
+	peak, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", path, "memory.max_usage_in_bytes"))
+	t.Logf("QEMU %d: its cgroup's peak memory %s bytes", q.pid, strings.TrimSpace(string(peak)))
 }

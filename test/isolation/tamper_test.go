@@ -75,6 +75,7 @@ func TestTamperedBucket(t *testing.T) {
 func flipByte(t *testing.T, prefix string) {
 	t.Helper()
 	ctx := context.Background()
+	s3 := c.MinIOServer
 	mc := s3.Client()
 	var name string
 	for _, o := range s3.Objects(t, s3.Bucket, prefix) {

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -177,10 +176,7 @@ func heldBytes(t *testing.T, k client.Client, m mount, ps *sandlotv1.PausedSandb
 // the node's JuiceFS mount, not from a copy.
 func checkMemoryOnMount(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox, m mount) {
 	t.Helper()
-	var pod corev1.Pod
-	if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &pod); err != nil {
-		t.Fatal(err)
-	}
+	pod := sbxtest.PodOf(t, k, sbx)
 	_, args, ok := sbxtest.FindQEMU(string(pod.UID))
 	if !ok {
 		t.Fatalf("no QEMU for pod %s", pod.UID)
@@ -216,7 +212,7 @@ func TestRedisAndAgentsRestart(t *testing.T) {
 	}
 	c.JuiceFSVolume.RestartRedis()
 	for _, n := range c.Nodes {
-		if err := c.RestartAgent(n.Name); err != nil {
+		if err := c.ReplaceAgentPod(n.Name); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -241,10 +237,7 @@ func TestRedisAndAgentsRestart(t *testing.T) {
 
 func qemuPID(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox) int {
 	t.Helper()
-	var pod corev1.Pod
-	if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), &pod); err != nil {
-		t.Fatal(err)
-	}
+	pod := sbxtest.PodOf(t, k, sbx)
 	pid, _, ok := sbxtest.FindQEMU(string(pod.UID))
 	if !ok {
 		t.Fatalf("no QEMU for %s", sbx.Name)

@@ -15,7 +15,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 
@@ -41,10 +40,7 @@ func TestMain(m *testing.M) {
 		if err := enoughFreeSpace(short); err != nil {
 			t.Fatal(err)
 		}
-		if err := cluster.BuildImages(o.BinDir); err != nil {
-			t.Fatal(err)
-		}
-		o.Dir, o.Chart, o.MinIO, o.JuiceFSCSI, o.ClusterDNS = short, true, true, true, true
+		o.Dir, o.MinIO, o.JuiceFSCSI, o.ClusterDNS = short, true, true, true
 	})
 }
 
@@ -58,10 +54,9 @@ type mount struct {
 
 func mountOf(t *testing.T, node string) mount {
 	t.Helper()
-	link := filepath.Join(c.Dir, node, "sandlot", "store-volume", cluster.JuiceFSStorePV, "mount")
-	dir, err := filepath.EvalSymlinks(link)
+	dir, err := c.JuiceFSStoreDir(node)
 	if err != nil {
-		t.Fatalf("%s's store volume: %v", node, err)
+		t.Fatal(err)
 	}
 	cs, err := c.Clientset()
 	if err != nil {

@@ -65,29 +65,11 @@ func TestSlotsThroughFailures(t *testing.T) {
 	}
 }
 
-// withAgentsDown kills every node agent (claims wait) and returns what
+// withAgentsDown stops every node agent (claims wait) and returns what
 // starts them again, which also runs when the test ends.
 func withAgentsDown(t *testing.T) func() {
 	t.Helper()
-	for _, n := range c.Nodes {
-		if err := c.KillAgent(n.Name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	done := false
-	restart := func() {
-		if done {
-			return
-		}
-		done = true
-		for _, n := range c.Nodes {
-			if err := c.RestartAgent(n.Name); err != nil {
-				t.Errorf("restart the agent of %s: %v", n.Name, err)
-			}
-		}
-	}
-	t.Cleanup(restart)
-	return restart
+	return sbxtest.StopAgents(t, c, sbxtest.NodeNames(c)...)
 }
 
 // claimedSlot creates a sandbox of the slotfail template and returns the

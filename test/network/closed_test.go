@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,13 +33,13 @@ func TestClosedByDefault(t *testing.T) {
 	a, b := sbxs["net-a"], sbxs["net-b"]
 	startWebServer(t, k, b)
 	here, other := nodeIPs(t, a.Status.NodeName)
-	// The harness runs its agents with metrics off (--metrics-bind-address
-	// defaults to 0): their health probe port is the agent's listener.
-	private := []string{
+	// The chart's node agent on a's node: a pod whose address the shims
+	// admit into the sandboxes (builds), never the other way.
+	private := append([]string{
 		net.JoinHostPort(b.Status.PodIP, "8000"), net.JoinHostPort(b.Status.PodIP, "49983"),
 		kubernetesService(t, k), strings.TrimPrefix(c.APIServer, "https://"),
-		net.JoinHostPort(here, "10250"), net.JoinHostPort(here, "8082"), net.JoinHostPort(other, "10250"),
-	}
+		net.JoinHostPort(here, "10250"), net.JoinHostPort(other, "10250"),
+	}, agentListeners(t, a.Status.NodeName)...)
 	hostReaches(t, private...)
 	var wants []want
 	for _, addr := range private {
@@ -53,6 +54,26 @@ func TestClosedByDefault(t *testing.T) {
 	if code := envdHealth(t, a); code != http.StatusNoContent {
 		t.Fatalf("the host's GET /health of %s's envd: %d, want 204", a.Name, code)
 	}
+}
+
+// agentListeners are the addresses the chart's agent pod on node serves
+// (its probes and metrics).
+func agentListeners(t *testing.T, node string) []string {
+	t.Helper()
+	pod, err := c.AgentPod(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ctr := range pod.Spec.Containers {
+		for _, p := range ctr.Ports {
+			out = append(out, net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(p.ContainerPort))))
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("the agent pod %s serves no port", pod.Name)
+	}
+	return out
 }
 
 // startWebServer starts `python3 -m http.server 8000` in sbx and waits

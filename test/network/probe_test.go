@@ -1,6 +1,7 @@
 package network
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -82,8 +83,14 @@ func expect(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox, wants ...want
 	t.Helper()
 	got, raw := probe(t, k, sbx, wants)
 	if err := mismatches(got, wants); err != nil {
-		// What the guest's resolver is, for a failing name.
-		resolv := sbxtest.EnvdRun(t, k, sbx, "cat /etc/resolv.conf 2>&1")
+		// What the guest's resolver is, for a failing name (or why it
+		// cannot be read: the mismatches are reported either way).
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		resolv, rerr := sbxtest.Exec(ctx, k, sbx, "cat /etc/resolv.conf")
+		if rerr != nil {
+			resolv = rerr.Error()
+		}
 		t.Fatalf("from sandbox %s (%s): %v\nits output:\n%s\nits /etc/resolv.conf:\n%s", sbx.Name, sbx.Status.PodIP, err, raw, resolv)
 	}
 }

@@ -2,6 +2,7 @@ package network
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -19,7 +20,8 @@ import (
 // defaults deny: the refusals of TestClosedByDefault are the filter's),
 // a domain or a wildcard's subdomain once the VM resolved it, and no
 // other name however resolved. Live edits then open and close addresses
-// for new connections within a second of NetworkApplied.
+// for new connections by the time NetworkApplied turns True: the loop's
+// next attempts after it (not a wall-clock bound) follow the edit.
 func TestAllowOutRules(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	sbxtest.Template(t, k, tpl)
@@ -55,27 +57,46 @@ while time.time() < end:
     time.sleep(0.05)
 `
 
+// lateTurns is how many turns of the loop a connection's arrival may be
+// recorded after the next one's: the two hosts' listeners record them
+// from goroutines of their own, which a loaded host may run late.
+const lateTurns = 3
+
 func startLoop(t *testing.T, k client.Client, s *sandlotv1.Sandbox) {
 	t.Helper()
 	sbxtest.EnvdRun(t, k, s, "nohup python3 -c "+shq(loopScript)+" >/dev/null 2>&1 & echo started")
-	loopAlive(t, s.Status.PodIP, time.Now())
+	loopAlive(t, s.Status.PodIP, time.Now(), 1)
 }
 
-// loopAlive waits for a loop connection at the metadata-like host after
-// `after`.
-func loopAlive(t *testing.T, pod string, after time.Time) {
+// loopAlive waits for n loop connections at the metadata-like host after
+// `after` and returns when they arrived: each is one turn of the loop,
+// whose attempt at 203.0.113.5 follows it.
+func loopAlive(t *testing.T, pod string, after time.Time, n int) []time.Time {
 	t.Helper()
-	poll.Eventually(t, 30*time.Second, "the loop in the VM connecting to "+inet.IPMeta, func() error {
-		if a := tnet.Arrivals(inet.IPMeta, pod); len(a) > 0 && a[len(a)-1].After(after) {
-			return nil
+	var since []time.Time
+	poll.Eventually(t, 30*time.Second, fmt.Sprintf("the loop in the VM connecting to %s %d times", inet.IPMeta, n), func() error {
+		since = since[:0]
+		for _, a := range tnet.Arrivals(inet.IPMeta, pod) {
+			if a.After(after) {
+				since = append(since, a)
+			}
 		}
-		return errors.New("no connection since " + after.Format(time.StampMilli))
+		if len(since) < n {
+			return fmt.Errorf("%d connections since %s", len(since), after.Format(time.StampMilli))
+		}
+		return nil
 	})
+	return since
 }
 
 // openLive: the internet on again (allowInternetAccess unset) with
-// 198.51.100.0/24 denied: 203.0.113.5 opens for new connections within a
-// second of NetworkApplied; 198.51.100.10 stays refused.
+// 198.51.100.0/24 denied: 203.0.113.5 is open to the loop's attempts that
+// follow NetworkApplied; 198.51.100.10 stays refused.
+//
+// Order, not time (here and in closeLive): a turn of the loop whose
+// connection to the metadata-like host arrived after NetworkApplied was
+// seen True tries 203.0.113.5 under the edit. A bound in seconds would
+// measure this machine's load, not the filter.
 func openLive(t *testing.T, k client.Client, s *sandlotv1.Sandbox) {
 	t.Helper()
 	pod := s.Status.PodIP
@@ -94,34 +115,35 @@ func openLive(t *testing.T, k client.Client, s *sandlotv1.Sandbox) {
 		}
 		return errors.New("none yet")
 	})
+	turns := loopAlive(t, pod, applied, lateTurns+2)
 	t.Logf("internet on: NetworkApplied %v after the update; the first new connection through %v after it (%v after NetworkApplied)",
 		applied.Sub(sent), first.Sub(sent), first.Sub(applied))
 	if first.Before(sent) {
 		t.Fatalf("a connection reached %s before the update, with the internet off", inet.IPRange)
 	}
-	if d := first.Sub(applied); d > time.Second {
-		t.Fatalf("new connections to %s passed only %v after NetworkApplied turned True: want at most 1 s", inet.IPRange, d)
+	if first.After(turns[lateTurns+1]) {
+		t.Fatalf("new connections to %s passed only %v after NetworkApplied turned True, after the loop's turns at %v: not open when applied",
+			inet.IPRange, first.Sub(applied), turns)
 	}
 	expect(t, k, s, refused(inet.IPPublic+":80"), reached(inet.IPRange), reached(inet.IPMeta))
 }
 
 // closeLive: 203.0.113.0/24 added to denyOut: no new connection to
-// 203.0.113.5 passes later than a second after NetworkApplied, while the
-// loop still runs.
+// 203.0.113.5 passes in the loop's turns after NetworkApplied (watched
+// while it runs a few more).
 func closeLive(t *testing.T, k client.Client, s *sandlotv1.Sandbox) {
 	t.Helper()
 	pod := s.Status.PodIP
 	gen, sent := editNetwork(t, k, s.Name, func(n *sandlotv1.SandboxNetwork) { n.DenyOut = append(n.DenyOut, inet.RangeNet) })
 	_, applied := waitApplied(t, k, s.Name, gen, fast)
-	// The loop still running 2 s after: its attempts from 1 s to 2 s after
-	// NetworkApplied (and before) are all in.
-	loopAlive(t, pod, applied.Add(2*time.Second))
+	turns := loopAlive(t, pod, applied, lateTurns+3)
 	a := tnet.Arrivals(inet.IPRange, pod)
 	last := a[len(a)-1] // openLive saw at least one
 	t.Logf("%s denied: NetworkApplied %v after the update; the last new connection through %v after it (%v after NetworkApplied)",
 		inet.RangeNet, applied.Sub(sent), last.Sub(sent), last.Sub(applied))
-	if d := last.Sub(applied); d > time.Second {
-		t.Fatalf("new connections to %s still passed %v after NetworkApplied turned True: want at most 1 s", inet.IPRange, d)
+	if last.After(turns[lateTurns]) {
+		t.Fatalf("new connections to %s still passed %v after NetworkApplied turned True, after the loop's turns at %v: not closed when applied",
+			inet.IPRange, last.Sub(applied), turns)
 	}
 	expect(t, k, s, refused(inet.IPRange+":80"), reached(inet.IPMeta))
 }

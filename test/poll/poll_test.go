@@ -116,3 +116,45 @@ func TestEventuallyAndConsistently(t *testing.T) {
 		t.Errorf("Consistently failed with %q after %d calls", msg, n)
 	}
 }
+
+func TestHolds(t *testing.T) {
+	var at []time.Time
+	start := time.Now()
+	err := Holds(context.Background(), 20*time.Millisecond, 100*time.Millisecond, "holds", func() error {
+		at = append(at, time.Now())
+		return nil
+	})
+	if err != nil || len(at) < 2 {
+		t.Fatalf("Holds of a true condition = %v after %d calls", err, len(at))
+	}
+	// It ends with a call at the end of its 100 ms, not before it.
+	if last := at[len(at)-1].Sub(start); last < 100*time.Millisecond {
+		t.Fatalf("last call %v after the start, before the 100 ms were over", last)
+	}
+	for i := 1; i < len(at); i++ {
+		if d := at[i].Sub(at[i-1]); d < 20*time.Millisecond && i < len(at)-1 {
+			t.Fatalf("calls %d and %d %v apart, want the 20 ms interval", i-1, i, d)
+		}
+	}
+}
+
+func TestHoldsBreaks(t *testing.T) {
+	broke := errors.New("counted twice")
+	n := 0
+	err := Holds(context.Background(), time.Millisecond, 5*time.Second, "once", func() error {
+		if n++; n == 3 {
+			return broke
+		}
+		return nil
+	})
+	if !errors.Is(err, broke) || n != 3 || !strings.HasPrefix(err.Error(), "once: counted twice (after ") {
+		t.Fatalf("Holds = %v after %d calls, want f's error after 3", err, n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n = 0
+	err = Holds(ctx, time.Millisecond, 5*time.Second, "cut short", func() error { n++; return nil })
+	if !errors.Is(err, context.Canceled) || n != 1 {
+		t.Fatalf("Holds on a canceled context = %v after %d calls, want the context's error after 1", err, n)
+	}
+}

@@ -11,21 +11,23 @@ import (
 
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/crienv"
-	"github.com/sandlot-dev/sandlot/test/minio"
 	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // Main runs a test binary's tests on a two-node cluster of its own
 // (tests kill and restart kubelets and agents, so never a `make up`
-// cluster): sandlot built for this run, the cluster taken down after it
-// and the host checked clean. SANDLOT_E2E_KEEP=1 keeps its directory.
+// cluster): sandlot built for this run and installed with its Helm chart
+// (its images, DaemonSet, Deployments, accounts and policies; a suite
+// differs only in values), the cluster taken down after it and the host
+// checked clean. SANDLOT_E2E_KEEP=1 keeps its directory.
 // configure may shape the options (a store, agent flags) and start what
 // the cluster needs first; *c is set before the tests run. Main exits.
 func Main(m *testing.M, name string, c **cluster.Cluster, configure func(t crienv.T, dir string, o *cluster.Options)) {
 	code := 1
 	err := crienv.Run(name, func(t crienv.T) {
 		before := cluster.SnapshotHost()
-		dir, err := os.MkdirTemp("/var/tmp", "sl-"+name+"-")
+		// Short: node directories hold the shims' unix sockets.
+		dir, err := os.MkdirTemp("/var/tmp", "s-")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,6 +41,9 @@ func Main(m *testing.M, name string, c **cluster.Cluster, configure func(t crien
 		})
 		bin := filepath.Join(dir, "bin")
 		if err := cluster.Build(bin); err != nil {
+			t.Fatal(err)
+		}
+		if err := cluster.BuildImages(bin); err != nil {
 			t.Fatal(err)
 		}
 		o := cluster.Options{Dir: filepath.Join(dir, "c"), Nodes: 2, BinDir: bin, Logf: Logf}
@@ -74,13 +79,4 @@ func checkClean(t crienv.T, before cluster.HostState) {
 	if err != nil {
 		t.Errorf("%v", err)
 	}
-}
-
-// WithMinIO starts a MinIO server under dir and gives the cluster's
-// agents its bucket as their shared s3 store.
-func WithMinIO(t crienv.T, dir string, o *cluster.Options) *minio.Server {
-	s3 := minio.StartIn(t, filepath.Join(dir, "minio"))
-	o.S3 = &cluster.S3Store{Endpoint: s3.Endpoint, Bucket: s3.Bucket, AccessKey: minio.AccessKey,
-		SecretKey: minio.SecretKey, Region: minio.Region}
-	return s3
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -20,15 +18,21 @@ import (
 // package Ready on its node; it returns the PausedSandbox.
 func Pause(t *testing.T, k client.Client, name string) *sandlotv1.PausedSandbox {
 	t.Helper()
-	SetPaused(t, k, name, true)
 	key := client.ObjectKey{Namespace: "default", Name: name}
+	// Its pod by the name its status gives: a pool pod or start slot it
+	// claimed is not named after it.
+	var s sandlotv1.Sandbox
+	if err := k.Get(context.Background(), key, &s); err != nil {
+		t.Fatal(err)
+	}
+	pod := s.Status.PodName
+	SetPaused(t, k, name, true)
 	poll.Eventually(t, 2*time.Minute, name+" Paused, pod gone", func() error {
-		var s sandlotv1.Sandbox
 		if err := k.Get(context.Background(), key, &s); err != nil {
 			return err
 		}
-		if err := k.Get(context.Background(), key, &corev1.Pod{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("pod still there (%v)", err)
+		if err := PodsGone(context.Background(), k, key.Namespace, name, pod); err != nil {
+			return err
 		}
 		if s.Status.Phase != sandlotv1.SandboxPaused {
 			return fmt.Errorf("phase %s (%s)", s.Status.Phase, s.Status.Message)

@@ -6,15 +6,12 @@ package sbxtest
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
-	"connectrpc.com/connect"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,8 +24,6 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
-	"github.com/sandlot-dev/sandlot/guest/envdpb/processpb"
-	"github.com/sandlot-dev/sandlot/guest/envdpb/processpb/processpbconnect"
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/poll"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
@@ -176,10 +171,12 @@ func WaitVMReady(t *testing.T, k client.Client, name string) *sandlotv1.Sandbox 
 func Delete(t *testing.T, k client.Client, name string) {
 	t.Helper()
 	sbx := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
-	// Its pod: named after it, or a pool pod or start slot it claimed.
-	pod := types.NamespacedName{Namespace: "default", Name: name}
-	if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), sbx); err == nil && sbx.Status.PodName != "" {
-		pod.Name = sbx.Status.PodName
+	// Its pod: the one its status names (a pool pod or start slot it
+	// claimed is named otherwise), and any pod labelled as its own (one
+	// created before the status named it).
+	var pod string
+	if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), sbx); err == nil {
+		pod = sbx.Status.PodName
 	}
 	if err := k.Delete(context.Background(), sbx); err != nil && !apierrors.IsNotFound(err) {
 		t.Errorf("delete sandbox %s: %v", name, err)
@@ -188,51 +185,26 @@ func Delete(t *testing.T, k client.Client, name string) {
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(sbx), sbx); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("sandbox still there (%v)", err)
 		}
-		if err := k.Get(context.Background(), pod, &corev1.Pod{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("pod %s still there (%v)", pod.Name, err)
-		}
-		return nil
+		return PodsGone(context.Background(), k, "default", name, pod)
 	})
 }
 
-// EnvdRun runs a command in a sandbox through its envd API on the pod IP
-// (Exec with a 30 s bound), failing t on an error.
-func EnvdRun(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox, cmd string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := Exec(ctx, k, sbx, cmd)
-	if err != nil {
-		t.Fatal(err)
+// PodsGone is nil once the pod named pod (if any) and every pod labelled
+// as sandbox's are gone from ns.
+func PodsGone(ctx context.Context, k client.Client, ns, sandbox, pod string) error {
+	if pod != "" {
+		if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: pod}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod %s still there (%v)", pod, err)
+		}
 	}
-	return out
-}
-
-// Exec runs a shell command in a sandbox through its envd API on the pod
-// IP, with the sandbox's token, and returns its stdout.
-func Exec(ctx context.Context, k client.Client, sbx *sandlotv1.Sandbox, cmd string) (string, error) {
-	var secret corev1.Secret
-	if err := k.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: sandlotv1.TokenSecretName(sbx.Name)}, &secret); err != nil {
-		return "", fmt.Errorf("token of %s: %w", sbx.Name, err)
+	pods := &corev1.PodList{}
+	if err := k.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{sandlotv1.LabelSandbox: sandbox}); err != nil {
+		return fmt.Errorf("pods of sandbox %s: %w", sandbox, err)
 	}
-	// A connection per call: one kept alive across a rollback would carry
-	// the guest's TCP state from before it and hang.
-	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	pc := processpbconnect.NewProcessClient(hc, "http://"+sbx.Status.PodIP+":49983", connect.WithProtoJSON())
-	req := connect.NewRequest(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", cmd}}})
-	req.Header().Set("X-Access-Token", string(secret.Data[sandlotv1.TokenSecretKey]))
-	stream, err := pc.Start(ctx, req)
-	if err != nil {
-		return "", fmt.Errorf("envd at %s: %w", sbx.Status.PodIP, err)
+	if len(pods.Items) > 0 {
+		return fmt.Errorf("pod %s of sandbox %s still there", pods.Items[0].Name, sandbox)
 	}
-	var out strings.Builder
-	for stream.Receive() {
-		out.Write(stream.Msg().GetEvent().GetData().GetStdout())
-	}
-	if err := stream.Err(); err != nil && err != io.EOF {
-		return out.String(), fmt.Errorf("envd %q: %w", cmd, err)
-	}
-	return out.String(), nil
+	return nil
 }
 
 func SetPaused(t *testing.T, k client.Client, name string, paused bool) {

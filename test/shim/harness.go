@@ -5,11 +5,13 @@ package shimtest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,10 +110,50 @@ func RestoreAnnotations(dir string) map[string]string {
 // pod directories (control sockets, VM run dirs), guest RAM files.
 func (e *Env) vmLeftovers() []string {
 	var out []string
-	if b, err := exec.Command("pgrep", "-af", "qemu-system.*pod-").Output(); err == nil && len(b) > 0 {
-		out = append(out, "qemu: "+strings.TrimSpace(string(b)))
+	// A pgrep that fails cannot say the host is clean: its error is listed.
+	procs, err := pgrep("qemu-system.*pod-")
+	if err != nil {
+		out = append(out, err.Error())
+	}
+	for _, p := range procs {
+		out = append(out, "qemu: "+p)
 	}
 	return append(out, globs(filepath.Join(e.Config.Root, "pods", "*"), filepath.Join(e.Config.MemoryDir, "*"))...)
+}
+
+// pgrep lists the processes whose command line matches pattern, each as
+// "<pid> <command line>". None is an empty list (pgrep's exit 1); pgrep
+// failing otherwise is an error with its exit code and stderr.
+func pgrep(pattern string) ([]string, error) {
+	cmd := exec.Command("pgrep", "-af", pattern)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 1 && stderr.Len() == 0 {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgrep -af %q: %w: %s", pattern, err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.Split(strings.TrimSpace(string(out)), "\n"), nil
+}
+
+// pgrepOne is the pid of the one process whose command line matches
+// pattern.
+func pgrepOne(pattern string) (int, error) {
+	procs, err := pgrep(pattern)
+	if err != nil {
+		return 0, err
+	}
+	if len(procs) != 1 {
+		return 0, fmt.Errorf("%d processes match %q, want one: %q", len(procs), pattern, procs)
+	}
+	pid, err := strconv.Atoi(strings.Fields(procs[0])[0])
+	if err != nil {
+		return 0, fmt.Errorf("pgrep -af %q printed %q: %w", pattern, procs[0], err)
+	}
+	return pid, nil
 }
 
 // leftovers adds what a removed pod must not leave: mounts under the

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -49,8 +47,7 @@ func TestPodIsAVM(t *testing.T) {
 	if code != 3 || out != "hi\nvm1\n" || errOut != "oops\n" {
 		t.Fatalf("exec: code %d stdout %q stderr %q", code, out, errOut)
 	}
-	out, _, _ = e.ExecSync(t, ctr, "ip", "-4", "-o", "addr", "show", "eth0")
-	if !strings.Contains(out, ip+"/") {
+	if out := e.sh(t, ctr, "ip -4 -o addr show eth0"); !strings.Contains(out, ip+"/") {
 		t.Fatalf("the guest's eth0 does not have the pod IP %s: %s", ip, out)
 	}
 	waitLog(t, crienv.ContainerLogPath(cfg, "sandbox"), "app-started")
@@ -220,8 +217,8 @@ func TestKilledShim(t *testing.T) {
 		t.Fatalf("a container whose shim was killed exited 0: %+v", st.Status)
 	}
 	t.Logf("container status after the shim died: exit %d reason %q message %q", st.Status.ExitCode, st.Status.Reason, st.Status.Message)
-	if b, _ := exec.Command("pgrep", "-f", "qemu-system.*pod-"+mustPodUID(t, e, pod)).Output(); len(b) > 0 {
-		t.Fatalf("QEMU outlived its shim: %s", b)
+	if procs, err := pgrep("qemu-system.*pod-" + mustPodUID(t, e, pod)); err != nil || len(procs) > 0 {
+		t.Fatalf("QEMU outlived its shim: %q %v", procs, err)
 	}
 	e.RemovePod(t, pod)
 	e.WaitNoLeftovers(t)
@@ -229,11 +226,10 @@ func TestKilledShim(t *testing.T) {
 	// QEMU dying under a live shim: the app container exits as killed and
 	// the shim cleans up the VM's files.
 	pod, ctr, _, cfg := e.running(t, "crashing", img, nil)
-	out, err := exec.Command("pgrep", "-f", "qemu-system.*pod-"+cfg.Metadata.Uid).Output()
+	qemu, err := pgrepOne("qemu-system.*pod-" + cfg.Metadata.Uid)
 	if err != nil {
-		t.Fatalf("no QEMU for pod %s: %v", cfg.Metadata.Uid, err)
+		t.Fatalf("the QEMU of pod %s: %v", cfg.Metadata.Uid, err)
 	}
-	qemu, _ := strconv.Atoi(strings.Fields(string(out))[0])
 	if err := syscall.Kill(qemu, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -261,13 +257,9 @@ func (e *Env) waitExited(t *testing.T, ctr string) {
 // sandbox ID: the pause container starts it).
 func (e *Env) shimOf(t *testing.T, pod string) int {
 	t.Helper()
-	out, err := exec.Command("pgrep", "-f", "containerd-shim-sandlot-v2 .*-id "+pod).Output()
+	pid, err := pgrepOne("containerd-shim-sandlot-v2 .*-id " + pod)
 	if err != nil {
-		t.Fatalf("no shim for pod %s: %v", pod, err)
-	}
-	pid, err := strconv.Atoi(strings.Fields(string(out))[0])
-	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the shim of pod %s: %v", pod, err)
 	}
 	return pid
 }

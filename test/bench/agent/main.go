@@ -28,7 +28,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -110,7 +109,7 @@ func main() {
 func report(table *stats.Table, kind string) {
 	store := map[string]string{"local": "local (each node's disk)",
 		"s3":      "s3 + MinIO " + minio.Version + " (one for both nodes)",
-		"juicefs": "juicefs: JuiceFS " + juicefs.Version + " (Redis metadata, MinIO " + minio.Version + " objects, a client per node, --writeback, --prefetch=" + strconv.Itoa(*prefetch) + ")"}[kind]
+		"juicefs": "juicefs: JuiceFS " + juicefs.Version + " through its CSI driver (Redis metadata, MinIO " + minio.Version + " objects, a client per node, --writeback, --prefetch=" + strconv.Itoa(*prefetch) + ")"}[kind]
 	accel, _ := vm.DetectAccel()
 	table.Print(os.Stdout, fmt.Sprintf("sandlot snapshot store: store %s, accel %s, Kubernetes %s, containerd %s, 2 nodes, "+
 		"VM 1 vCPU 256 MiB (templates restore their base snapshot), %s",
@@ -141,7 +140,7 @@ type bench struct {
 	k            client.WithWatch
 	shared       bool // s3 or juicefs: the rows across nodes
 	objectStore  *minio.Server
-	mounts       map[string]*juicefs.Mount // juicefs: each node's client
+	mounts       map[string]string // juicefs: each node's store volume
 	nodeA, nodeB string
 
 	mu      sync.Mutex
@@ -161,26 +160,23 @@ func newBench(t crienv.T, kind string) *bench {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var objectStore *minio.Server
-	mounts := map[string]*juicefs.Mount{}
-	c, k := sbxbench.StartCluster(t, 2, func(dir string, o *cluster.Options) {
-		if kind == "local" {
-			return
-		}
-		srv := minio.StartIn(t, filepath.Join(dir, "minio"))
-		if kind == "s3" {
-			o.S3 = &cluster.S3Store{Endpoint: srv.Endpoint, Bucket: srv.Bucket, AccessKey: minio.AccessKey,
-				SecretKey: minio.SecretKey, Region: minio.Region}
-			return
-		}
-		vol := juicefs.Start(t, filepath.Join(dir, "jfs"), srv)
-		o.JuiceFS, objectStore = map[string]cluster.JuiceFSMount{}, srv
-		for i := 1; i <= o.Nodes; i++ {
-			m := vol.Mount(cluster.NodeName(i), "--prefetch="+strconv.Itoa(*prefetch))
-			mounts[cluster.NodeName(i)] = m
-			o.JuiceFS[cluster.NodeName(i)] = cluster.JuiceFSMount{Dir: m.Dir, StagingDir: m.StagingDir, MetricsURL: m.MetricsURL}
-		}
+	// The chart's store modes: s3 on the cluster's MinIO, juicefs on a
+	// live volume through the JuiceFS CSI driver.
+	c, k := sbxbench.StartCluster(t, 2, func(_ string, o *cluster.Options) {
+		o.MinIO = kind != "local"
+		o.JuiceFSCSI = kind == "juicefs"
+		o.ClusterDNS = kind == "juicefs"
+		o.JuiceFSMountOptions = []string{"prefetch=" + strconv.Itoa(*prefetch)}
 	})
+	mounts := map[string]string{}
+	for i := 1; kind == "juicefs" && i <= 2; i++ {
+		dir, err := c.JuiceFSStoreDir(cluster.NodeName(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mounts[cluster.NodeName(i)] = dir
+	}
+	objectStore := c.MinIOServer
 	b := &bench{t: t, k: k, shared: kind != "local", objectStore: objectStore, mounts: mounts, nodeA: c.Nodes[0].Name, nodeB: c.Nodes[1].Name,
 		samples: map[string][]float64{}, placed: map[string][2]int{}, floor: floor}
 	b.template()
@@ -269,7 +265,7 @@ func (b *bench) snapshots(c int, srcs []string) (names, nodes []string) {
 			if b.shared {
 				b.add(mSnapRemote, c, stats.MS(remote))
 			}
-			if c == 1 && b.mounts[snap.Status.NodeName] != nil {
+			if c == 1 && b.mounts[snap.Status.NodeName] != "" {
 				b.add(mSnapPut, c, stats.MS(b.putFloor(ctx, snap)))
 			}
 		}

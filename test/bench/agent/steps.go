@@ -87,6 +87,10 @@ func (b *bench) pause(ctx context.Context, name string) (pauseTimes, error) {
 	if b.shared {
 		go func() { at, err := b.packageRemoteReady(ctx, name); pkg <- seen{at, err} }()
 	}
+	pod, err := b.podOf(ctx, name)
+	if err != nil {
+		return pauseTimes{}, err
+	}
 	var d pauseTimes
 	began := time.Now()
 	if err := b.setPaused(ctx, name, true); err != nil {
@@ -97,7 +101,7 @@ func (b *bench) pause(ctx context.Context, name string) (pauseTimes, error) {
 	}
 	pausedAt := time.Now()
 	d.paused = pausedAt.Sub(began)
-	if err := sbxbench.Gone(ctx, b.k, &corev1.Pod{ObjectMeta: sbxbench.Meta(name)}); err != nil {
+	if err := sbxbench.Gone(ctx, b.k, pod); err != nil {
 		return d, err
 	}
 	d.gone = time.Since(began)
@@ -166,14 +170,17 @@ func (b *bench) remove(objs ...client.Object) {
 	defer cancel()
 	var wait []client.Object
 	for _, o := range objs {
+		if _, ok := o.(*sandlotv1.Sandbox); ok {
+			// Its pod, read before the delete (a paused one has none).
+			if pod, err := b.podOf(ctx, o.GetName()); err == nil {
+				wait = append(wait, pod)
+			}
+			wait = append(wait, &sandlotv1.PausedSandbox{ObjectMeta: sbxbench.Meta(o.GetName())})
+		}
 		if err := b.k.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
 			b.t.Fatalf("cleanup: delete %s: %v", o.GetName(), err)
 		}
 		wait = append(wait, o)
-		if _, ok := o.(*sandlotv1.Sandbox); ok {
-			wait = append(wait, &corev1.Pod{ObjectMeta: sbxbench.Meta(o.GetName())},
-				&sandlotv1.PausedSandbox{ObjectMeta: sbxbench.Meta(o.GetName())})
-		}
 	}
 	for _, o := range wait {
 		if err := sbxbench.Gone(ctx, b.k, o); err != nil {
@@ -182,13 +189,26 @@ func (b *bench) remove(objs ...client.Object) {
 	}
 }
 
+// podOf is the pod a sandbox runs in, by the name its status gives: a
+// pool pod or start slot it claimed is not named after it.
+func (b *bench) podOf(ctx context.Context, sandbox string) (*corev1.Pod, error) {
+	s := &sandlotv1.Sandbox{}
+	if err := b.k.Get(ctx, client.ObjectKey{Namespace: "default", Name: sandbox}, s); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", sandbox, err)
+	}
+	if s.Status.PodName == "" {
+		return nil, fmt.Errorf("sandbox %s names no pod (phase %s)", sandbox, s.Status.Phase)
+	}
+	return &corev1.Pod{ObjectMeta: sbxbench.Meta(s.Status.PodName)}, nil
+}
+
 // putFloor (juicefs, c = 1) puts as many bytes as the snapshot's objects
 // hold into MinIO in one PUT and returns how long it took: the upload
 // time of its bytes at the object store's throughput, in the same run.
 func (b *bench) putFloor(ctx context.Context, snap *sandlotv1.Snapshot) time.Duration {
-	m := b.mounts[snap.Status.NodeName]
+	dir := b.mounts[snap.Status.NodeName]
 	var n int64
-	err := filepath.WalkDir(filepath.Join(m.Dir, "snapshots", string(snap.UID)), func(p string, d os.DirEntry, err error) error {
+	err := filepath.WalkDir(filepath.Join(dir, "snapshots", string(snap.UID)), func(p string, d os.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err
 		}

@@ -161,7 +161,12 @@ func (b *bench) throughputRatio(w io.Writer, bt stats.Batch) {
 // setup starts a one-node cluster, the default template (its base
 // snapshot built) and sandlot-api with a key.
 func (b *bench) setup() {
-	c, k := sbxbench.StartCluster(b.t, 1, nil)
+	// The chart's API: the default template is the bench's, and no create
+	// rate limit (the benchmark measures creates, not the limit).
+	c, k := sbxbench.StartCluster(b.t, 1, func(_ string, o *cluster.Options) {
+		o.Values = map[string]any{"api": map[string]any{"defaultTemplate": tplName,
+			"createRateLimit": map[string]any{"perSecond": 0}}}
+	})
 	b.k, b.node = k, c.Nodes[0].Name
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
@@ -187,8 +192,7 @@ func (b *bench) setup() {
 	if b.key, err = c.IssueAPIKey(ctx); err != nil {
 		b.t.Fatal(err)
 	}
-	// No create rate limit: the benchmark measures creates, not the limit.
-	if b.api, err = c.StartAPI("--default-template="+tplName, "--create-rate=0"); err != nil {
+	if b.api, err = c.APIURL(ctx); err != nil {
 		b.t.Fatal(err)
 	}
 }

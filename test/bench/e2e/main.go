@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"reflect"
 	"sync"
 	"time"
@@ -19,13 +18,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/bench/host"
+	"github.com/sandlot-dev/sandlot/test/bench/sbxbench"
 	"github.com/sandlot-dev/sandlot/test/bench/stats"
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/crienv"
@@ -74,28 +73,7 @@ type bench struct {
 }
 
 func newBench(t crienv.T, table *stats.Table) (*bench, error) {
-	dir, err := os.MkdirTemp("/var/tmp", "sl-bench-")
-	if err != nil {
-		return nil, err
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	bin := filepath.Join(dir, "bin")
-	if err := cluster.Build(bin); err != nil {
-		return nil, err
-	}
-	c := cluster.Start(t, cluster.Options{Dir: filepath.Join(dir, "c"), Nodes: 1, BinDir: bin,
-		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
-	cfg, err := c.RESTConfig()
-	if err != nil {
-		return nil, err
-	}
-	scheme := runtime.NewScheme()
-	_ = corev1.AddToScheme(scheme)
-	_ = sandlotv1.AddToScheme(scheme)
-	k, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, err
-	}
+	_, k := sbxbench.StartCluster(t, 1, nil)
 	env, err := vmtest.LoadEnv()
 	if err != nil {
 		return nil, err

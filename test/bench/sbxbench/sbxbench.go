@@ -40,7 +40,8 @@ const rewatch = 50 * time.Millisecond
 // cluster and a client for it.
 func StartCluster(t crienv.T, nodes int, configure func(dir string, o *cluster.Options)) (*cluster.Cluster, client.WithWatch) {
 	ctrllog.SetLogger(logr.Discard())
-	dir, err := os.MkdirTemp("/var/tmp", "sl-bench-")
+	// Short: node directories hold the shims' unix sockets.
+	dir, err := os.MkdirTemp("/var/tmp", "sb-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +55,9 @@ func StartCluster(t crienv.T, nodes int, configure func(dir string, o *cluster.O
 	o := cluster.Options{Dir: filepath.Join(dir, "c"), Nodes: nodes, BinDir: filepath.Join(dir, "bin"),
 		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }}
 	if err := cluster.Build(o.BinDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.BuildImages(o.BinDir); err != nil {
 		t.Fatal(err)
 	}
 	if configure != nil {
