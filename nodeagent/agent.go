@@ -40,14 +40,22 @@ import (
 // FieldManager is the agent's server-side-apply identity.
 const FieldManager = "sandlot-agent"
 
-// CacheOptions keep only this node's objects: Snapshots the controller
-// labelled for it, pods scheduled to it.
+// CacheOptions keep only this node's objects: Snapshots and
+// PausedSandboxes the controller labelled for it, Sandboxes whose status
+// places them on it (status.nodeName, a selectable field of the CRD: at a
+// thousand nodes a Sandbox write would otherwise go to a thousand agents),
+// pods scheduled to it. A Sandbox enters the cache with the status write
+// that names its node and pod, and leaves it when that is cleared (paused,
+// sent back to placement): the agent reads past the cache a Sandbox it
+// has to find (stageguard.go, data.go).
 // api is sandlot-api's Service: its EndpointSlices only. Cached objects
 // drop their managedFields (never read; server-side apply needs none).
 func CacheOptions(node string, api types.NamespacedName) cache.Options {
+	onNode := labels.SelectorFromSet(labels.Set{sandlotv1.LabelNode: node})
 	return cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
-		&sandlotv1.Snapshot{}:      {Label: labels.SelectorFromSet(labels.Set{sandlotv1.LabelNode: node})},
-		&sandlotv1.PausedSandbox{}: {Label: labels.SelectorFromSet(labels.Set{sandlotv1.LabelNode: node})},
+		&sandlotv1.Snapshot{}:      {Label: onNode},
+		&sandlotv1.PausedSandbox{}: {Label: onNode},
+		&sandlotv1.Sandbox{}:       {Field: fields.OneTermEqualSelector("status.nodeName", node)},
 		&corev1.Pod{}:              {Field: fields.OneTermEqualSelector("spec.nodeName", node)},
 		&discoveryv1.EndpointSlice{}: {Namespaces: map[string]cache.Config{api.Namespace: {}},
 			Label: labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: api.Name})},
@@ -73,12 +81,12 @@ func Setup(mgr ctrl.Manager, n Node) error {
 	// serializes those of one VM).
 	opts := controller.Options{MaxConcurrentReconciles: dataWorkers}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("snapshot").For(&sandlotv1.Snapshot{}).WithOptions(opts).
-		Complete(&DataReconciler{Client: c, Recorder: rec, Node: n, layout: l,
+		Complete(&DataReconciler{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n, layout: l,
 			New: func() dataObject { return snapshotObject{&sandlotv1.Snapshot{}} }}); err != nil {
 		return fmt.Errorf("snapshot reconciler: %w", err)
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("pausedsandbox").For(&sandlotv1.PausedSandbox{}).WithOptions(opts).
-		Complete(&DataReconciler{Client: c, Recorder: rec, Node: n, layout: l,
+		Complete(&DataReconciler{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n, layout: l,
 			New: func() dataObject { return pausedObject{&sandlotv1.PausedSandbox{}} }}); err != nil {
 		return fmt.Errorf("pausedsandbox reconciler: %w", err)
 	}
@@ -175,7 +183,7 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	sbx := &sandlotv1.Sandbox{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: name}, sbx); apierrors.IsNotFound(err) {
-		return ctrl.Result{RequeueAfter: vmReadyPoll}, nil // the cache may not hold a new sandbox yet
+		return ctrl.Result{RequeueAfter: vmReadyPoll}, nil // its status does not place it here (yet): its arrival wakes the pod
 	} else if err != nil {
 		return ctrl.Result{}, fmt.Errorf("sandbox %s of pod %s: %w", name, pod.Name, err)
 	}
@@ -251,7 +259,10 @@ func (r *VMReadyReconciler) carryOut(ctx context.Context, pod *corev1.Pod, state
 
 // podOfSandbox is a Sandbox's pod on this node: VMReady is confirmed for
 // each new generation of its Sandbox, which no pod event may follow (a
-// pause undone before its package was taken leaves the same VM running).
+// pause undone before its package was taken leaves the same VM running),
+// and when the Sandbox enters the cache (a create event: its status write
+// naming this node and the pod, which follows the pod's creation or
+// claim): a pod probed before then did not find it.
 func (r *VMReadyReconciler) podOfSandbox(_ context.Context, o client.Object) []reconcile.Request {
 	sbx, ok := o.(*sandlotv1.Sandbox)
 	if !ok || sbx.Status.NodeName != r.Name || sbx.Status.PodName == "" {

@@ -36,7 +36,9 @@ func (a *agent) claimedPod(sbx *sandlotv1.Sandbox, kind string, ann sandlotv1.VM
 		Spec: corev1.PodSpec{NodeName: a.node, Containers: []corev1.Container{{Name: sandlotv1.ContainerName, Image: "sandbox"}}}}
 	a.create(pod)
 	vm := a.shims.vm(pod.UID, vmState)
-	a.setStatus(sbx, func() { sbx.Status.PodName = pod.Name }) // as the claim's status write names it
+	// As the claim's status write names the pod and its node: the
+	// agent's cache holds the sandbox from then on.
+	a.setStatus(sbx, func() { sbx.Status.NodeName, sbx.Status.PodName = a.node, pod.Name })
 	a.setStatus(pod, func() { pod.Status.Phase = corev1.PodRunning })
 	return pod, vm
 }

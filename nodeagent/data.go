@@ -33,6 +33,9 @@ import (
 // remote status until it is final. It owns the data finalizer.
 type DataReconciler struct {
 	client.Client
+	// Reader reads past the cache a sandbox the cache does not hold, one
+	// its status does not place on this node (nil: the cache only).
+	Reader client.Reader
 	Node
 	layout *layout
 	// Recorder tells each object's story (ready, failed, remote status);
@@ -303,9 +306,21 @@ func (r *DataReconciler) discard(ctx context.Context, snap dataObject) error {
 }
 
 // sandboxPod is the running pod of the snapshot's sandbox, on this node.
+// The sandbox is read from the cache, which holds it while its status
+// places it here (the controller assigns a Snapshot to that node), and
+// past it when the cache does not: its status write not seen yet, or
+// since cleared (a pause package's sandbox once Paused, which recover and
+// resumeHalted may still ask about). "Not found" there fails the
+// snapshot, and tells recover that no shim writes one: the cache's word
+// alone is not enough for either.
 func (r *DataReconciler) sandboxPod(ctx context.Context, snap dataObject) (*corev1.Pod, error) {
 	sbx := &sandlotv1.Sandbox{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: snap.GetNamespace(), Name: snap.Source()}, sbx); err != nil {
+	key := client.ObjectKey{Namespace: snap.GetNamespace(), Name: snap.Source()}
+	err := r.Get(ctx, key, sbx)
+	if apierrors.IsNotFound(err) && r.Reader != nil {
+		err = r.Reader.Get(ctx, key, sbx)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", snap.Source(), err)
 	}
 	pod := &corev1.Pod{}

@@ -18,6 +18,12 @@ import (
 // and the next restore on this node name those files by path — and not
 // while this node's Snapshot or pause package of it waits for its remote
 // status, which reads what it builds on from its manifest.
+//
+// It reads no Sandbox: a restore holds data through its pod (the pods of
+// this node, in the cache by spec.nodeName, whatever their Sandbox's
+// status says), and this is the local copy of one node. That no data is
+// deleted while a Sandbox anywhere restores from it is the controller's
+// hold (the in-use finalizer, from its cache of every Sandbox), not this.
 type restoreHolds struct {
 	cache  client.Reader // the agent's cache: this node's pods and data only
 	layout *layout

@@ -4,16 +4,19 @@ package nodeagent
 // (charts/sandlot/files/agent/role.yaml) by `make manifests`: what
 // package nodeagent's reconcilers read and write, each verb for a reason
 // (below), none broader than the code uses. Its Snapshots,
-// PausedSandboxes and pods are its node's only (label and field
-// selectors), but RBAC cannot say so; the chart's admission policy limits
-// what its pod patches may touch to sandlot.dev/claim-activated.
+// PausedSandboxes, Sandboxes and pods are its node's only (label and
+// field selectors), but RBAC cannot say so; the chart's admission policy
+// limits what its pod patches may touch to sandlot.dev/claim-activated.
 //
 //   - snapshots, pausedsandboxes: get/list/watch its node's data; update
 //     to add and remove its finalizer (data.go). Status: patch only, the
 //     phase, remote status and size (data.go).
-//   - sandboxes: get/list/watch, to tell whose data a stage request is for
-//     (stageguard.go) and to roll back; sandboxes/status: patch only, the
-//     RolledBack condition (rollback.go, server-side apply).
+//   - sandboxes: list/watch those whose status.nodeName is its node
+//     (VMReady, rollbacks, builds), get past the cache, to tell whose data
+//     a stage request is for (stageguard.go) or whose VM a snapshot is
+//     taken of (data.go) when the cache does not hold it;
+//     sandboxes/status: patch only, the VMReady, RolledBack and Built
+//     conditions (server-side apply).
 //   - templates: get, to check a stage request for a template's base
 //     snapshot against the template (stageguard.go).
 //   - pods: get/list/watch its node's sandbox pods (VM ready, claims,

@@ -38,9 +38,13 @@ type stageRequest = stageapi.StageRequest
 // a Template) of the data's namespace that the controller pointed at
 // that very data. Pods and data are read past the cache (api): a pod
 // created a moment ago, a Snapshot of another node (the cache holds this
-// node's only). Sandboxes are read from the cache, which holds them all,
-// and past it when it does not know one yet: the data's namespace, which
-// keeps another tenant out, never comes from the cache.
+// node's only). Sandboxes are read from the cache, and past it when it
+// does not hold one: the cache holds the Sandboxes whose status places
+// them on this node, which a pod's restore may come before (the status
+// write naming the node follows the pod's creation or claim, and reaches
+// the cache later still). A copy the cache holds has its UID checked
+// against the pod's owner. The data's namespace, which keeps another
+// tenant out, never comes from the cache.
 type stageGuard struct {
 	api, cache client.Reader
 	node       string
@@ -237,7 +241,7 @@ func (c *stageCheck) sandboxDenial(ctx context.Context, ns string, owner *metav1
 	key := types.NamespacedName{Namespace: ns, Name: owner.Name}
 	err := c.cache.Get(ctx, key, sbx)
 	if apierrors.IsNotFound(err) || (err == nil && sbx.UID != owner.UID) {
-		err = c.api.Get(ctx, key, sbx) // a sandbox the cache has not seen yet
+		err = c.api.Get(ctx, key, sbx) // a sandbox the cache has not seen (yet), or not placed on this node by its status
 	}
 	switch {
 	case apierrors.IsNotFound(err):

@@ -179,15 +179,22 @@ func (a *agent) setStatus(obj client.Object, mutate func()) {
 }
 
 // sandbox creates a Sandbox the controller placed on the agent's node
-// (status Running, its pod named after it) and returns it.
+// (status Running, its pod named after it) and returns it. Its status
+// places it on the node: the agent's cache holds it from then on.
 func (a *agent) sandbox(name, id string) *sandlotv1.Sandbox {
+	a.t.Helper()
+	return a.sandboxOn(name, id, a.node)
+}
+
+// sandboxOn is sandbox placed on node.
+func (a *agent) sandboxOn(name, id, node string) *sandlotv1.Sandbox {
 	a.t.Helper()
 	sbx := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Template: "python"}}}
 	a.create(sbx)
 	a.setStatus(sbx, func() {
 		sbx.Status.Phase, sbx.Status.SandboxID = sandlotv1.SandboxRunning, id
-		sbx.Status.NodeName, sbx.Status.PodName = a.node, name
+		sbx.Status.NodeName, sbx.Status.PodName = node, name
 	})
 	return sbx
 }

@@ -176,6 +176,10 @@ type SandboxStatus struct {
 	// Resources are the VM's, resolved from the spec and its source.
 	// +optional
 	Resources *Resources `json:"resources,omitempty"`
+	// nodeName is a selectable field of the CRD (the type's marker): each
+	// node agent watches its node's Sandboxes only, by
+	// fieldSelector status.nodeName=<node>.
+
 	// +optional
 	NodeName string `json:"nodeName,omitempty"`
 	// +optional
@@ -228,6 +232,7 @@ type SandboxStatus struct {
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.status.podIP`,priority=1
 // +kubebuilder:printcolumn:name="Expires",type=string,format=date-time,JSONPath=`.status.expiresAt`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:selectablefield:JSONPath=`.status.nodeName`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label: at most 63 lowercase letters, digits and '-'"
 type Sandbox struct {
 	metav1.TypeMeta   `json:",inline"`
