@@ -40,6 +40,11 @@ func hostKernel(t *testing.T) string {
 func TestQuickstart(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	ctx := context.Background()
+	// The netns of the pods the chart runs (agent, controller, API) stay.
+	before := map[string]map[string]bool{}
+	for _, n := range c.Nodes {
+		before[n.Name] = netnsOf(n)
+	}
 	if _, err := c.Kubectl(ctx, "apply", "-f", filepath.Join(cluster.RepoRoot(), "config", "samples", "quickstart.yaml")); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +83,7 @@ func TestQuickstart(t *testing.T) {
 		t.Fatal(err)
 	}
 	node := nodeOf(t, sbx.Status.NodeName)
-	poll.Eventually(t, time.Minute, "VM, netns and files gone", func() error { return vmGone(node, uid) })
+	poll.Eventually(t, time.Minute, "VM, netns and files gone", func() error { return vmGone(node, uid, before[node.Name]) })
 }
 
 func podUID(t *testing.T, k client.Client, name string) string {
@@ -99,16 +104,33 @@ func nodeOf(t *testing.T, name string) *cluster.Node {
 	return nil
 }
 
-// vmGone checks no QEMU, pod directory, netns or guest RAM is left of a pod.
-func vmGone(n *cluster.Node, podUID string) error {
+// netnsOf are the network namespaces containerd holds on n.
+func netnsOf(n *cluster.Node) map[string]bool {
+	m, _ := filepath.Glob(filepath.Join(n.CRI.Dir, "state", "io.containerd.grpc.v1.cri", "netns", "*"))
+	set := map[string]bool{}
+	for _, p := range m {
+		set[p] = true
+	}
+	return set
+}
+
+// vmGone checks no QEMU, pod directory, netns (besides those in before)
+// or guest RAM is left of a pod.
+func vmGone(n *cluster.Node, podUID string, before map[string]bool) error {
 	if pid, _, ok := sbxtest.FindQEMU(podUID); ok {
 		return fmt.Errorf("QEMU still runs: pid %d", pid)
 	}
 	if _, err := os.Stat(filepath.Join(n.SandlotRoot, "pods", podUID)); err == nil {
 		return fmt.Errorf("pod directory still there")
 	}
-	if m, _ := filepath.Glob(filepath.Join(n.CRI.Dir, "state", "io.containerd.grpc.v1.cri", "netns", "*")); len(m) > 0 {
-		return fmt.Errorf("netns left: %v", m)
+	var left []string
+	for p := range netnsOf(n) {
+		if !before[p] {
+			left = append(left, p)
+		}
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("netns left: %v", left)
 	}
 	return nil
 }
