@@ -86,7 +86,13 @@ func (c *Cluster) KillAgent(node string) error {
 	if err != nil {
 		return err
 	}
-	if err := killCgroup(cg); err != nil {
+	// The agent container's cgroup only: the pod's sandbox (its pause
+	// process, its network) stays, as when the agent crashes.
+	id, err := agentContainerID(pod)
+	if err != nil {
+		return err
+	}
+	if err := killCgroup(filepath.Join(cg, id)); err != nil {
 		return err
 	}
 	return c.waitAgentPod(node, "the agent on "+node+" restarted and Ready", func(p *corev1.Pod) bool {
@@ -184,6 +190,17 @@ func (c *Cluster) labelNode(node string, v *string) error {
 		return fmt.Errorf("label %s %s=%s: %w", node, AgentLabel, value, err)
 	}
 	return nil
+}
+
+// agentContainerID is the runtime's ID of pod's agent container.
+func agentContainerID(p *corev1.Pod) (string, error) {
+	for _, s := range p.Status.ContainerStatuses {
+		if s.Name == "agent" && s.ContainerID != "" {
+			_, id, _ := strings.Cut(s.ContainerID, "://")
+			return id, nil
+		}
+	}
+	return "", fmt.Errorf("pod %s shows no agent container", p.Name)
 }
 
 func agentRestarts(p *corev1.Pod) int32 {

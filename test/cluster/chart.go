@@ -109,8 +109,9 @@ func LoadChart() (*chart.Chart, error) {
 }
 
 // ChartValues are the local cluster's chart values: images imported
-// (never pulled), the runtime registered by the harness (no install
-// step), node paths under each node's directory ($(NODE_NAME)), the
+// (never pulled), the chart's installer writing into each node's
+// directory (the runtime registered by the harness), node paths under
+// each node's directory ($(NODE_NAME)), the
 // agents on nodes labelled AgentLabel, the local cluster's CPU
 // overcommit, and the store (local, or S3); Options.Values over them.
 func (c *Cluster) ChartValues() map[string]any {
@@ -142,12 +143,21 @@ func (c *Cluster) localValues() map[string]any {
 	v := map[string]any{
 		"controller": map[string]any{"image": image, "cpuPerVCPU": "10m"},
 		"api":        map[string]any{"image": image, "defaultTemplate": "python"},
+		// The installer puts the shim, guest assets and shim config into the
+		// node's directory; the harness's containerd already names them
+		// (no runtime registration, no containerd restart).
 		"agent": map[string]any{"image": image, "registerRuntime": false,
-			"install":      map[string]any{"enabled": false},
+			"install":      map[string]any{"enabled": true},
 			"nodeSelector": map[string]any{"sandlot.dev/runtime": "true", AgentLabel: "run"}},
 		"node": map[string]any{"dataDir": nodeDir, "runDir": filepath.Join(nodeDir, "sandlot"),
-			"storeDir": filepath.Join(nodeDir, "store")},
+			"storeDir":       filepath.Join(nodeDir, "store"),
+			"shimPath":       filepath.Join(nodeDir, "bin", "containerd-shim-sandlot-v2"),
+			"shimConfigPath": filepath.Join(nodeDir, shimConfigName),
+			"memoryDir":      c.memoryDir("$(NODE_NAME)")},
 		"storage": map[string]any{"mode": "local"},
+	}
+	if c.guestModules != "" { // the initramfs `make vm-assets` built loads these
+		v["agent"].(map[string]any)["install"].(map[string]any)["guestModules"] = c.guestModules
 	}
 	if len(c.Teams) > 0 {
 		teams := make([]any, len(c.Teams)) // the chart's schema takes JSON arrays, not []string

@@ -104,10 +104,13 @@ type Cluster struct {
 
 	apiIP     string
 	apiBridge string
-	k8sBin    string
-	procs     map[string]*proc
-	clientset *kubernetes.Clientset
-	t         crienv.T // the cluster's lifetime: what it starts stops with it
+	// guestModules are the guest's modules in the initramfs make vm-assets
+	// built (the chart's agent.install.guestModules).
+	guestModules string
+	k8sBin       string
+	procs        map[string]*proc
+	clientset    *kubernetes.Clientset
+	t            crienv.T // the cluster's lifetime: what it starts stops with it
 }
 
 // Node is one kubelet and its containerd.

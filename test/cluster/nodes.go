@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,8 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/sandlot-dev/sandlot/api/node"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +57,7 @@ func (c *Cluster) nodes(t crienv.T) error {
 	if err != nil {
 		return err
 	}
+	c.guestModules = assets.Assets.Modules
 	for i := 1; i <= c.Options.Nodes; i++ {
 		n, err := c.startNode(t, i, assets)
 		if err != nil {
@@ -81,11 +79,14 @@ func (c *Cluster) startNode(t crienv.T, i int, assets vmtest.Env) (*Node, error)
 		return nil, err
 	}
 	n.SandlotRoot = filepath.Join(n.dir, "sandlot")
-	cfgPath, err := c.shimConfig(t, n, i, assets)
-	if err != nil {
+	if err := c.shimPlaces(t, n); err != nil {
 		return nil, err
 	}
-	n.CRI = crienv.Start(t, crienv.Options{Dir: filepath.Join(n.dir, "c"), ShimDir: c.BinDir, SandlotConfig: cfgPath,
+	// The chart's installer (the agent pod's init container) puts the shim
+	// and its config there, as on any node; containerd looks for them at
+	// the first sandlot pod.
+	n.CRI = crienv.Start(t, crienv.Options{Dir: filepath.Join(n.dir, "c"), ShimDir: filepath.Join(n.dir, "bin"),
+		SandlotConfig: filepath.Join(n.dir, shimConfigName), ShimInstalledLater: true,
 		Subnet: fmt.Sprintf("%s.%d.0/24", c.Prefix, i), Bridge: true})
 	if assets.Image != "" {
 		n.CRI.ImportArchive(t, assets.Image, assets.ImageRef)
@@ -116,22 +117,24 @@ func (c *Cluster) startNode(t crienv.T, i int, assets vmtest.Env) (*Node, error)
 	return n, nil
 }
 
-// shimConfig writes the node's sandlot shim configuration.
-func (c *Cluster) shimConfig(t crienv.T, n *Node, i int, assets vmtest.Env) (string, error) {
-	mem := fmt.Sprintf("/dev/shm/sandlot-%s-n%d", shortHash(c.Dir), i)
+// shimConfigName is the shim's config file in a node's directory (the
+// chart's node.shimConfigPath; the runtime's ConfigPath).
+const shimConfigName = "sandlot-shim.json"
+
+// shimPlaces makes the directories the chart's installer writes into on
+// n, and n's guest RAM directory (tmpfs, the chart's node.memoryDir).
+func (c *Cluster) shimPlaces(t crienv.T, n *Node) error {
+	mem := c.memoryDir(n.Name)
 	if err := os.MkdirAll(mem, 0o700); err != nil {
-		return "", err
+		return err
 	}
 	t.Cleanup(func() { os.RemoveAll(mem) })
-	cfg := node.Config{Root: n.SandlotRoot, ImageDir: filepath.Join(n.dir, "images"), MemoryDir: mem, DiskDir: filepath.Join(n.dir, "vms"),
-		Kernel: assets.Assets.Kernel, Initrd: assets.Assets.Initrd, Modules: assets.Assets.Modules}
-	cfg.AgentSocket = filepath.Join(n.SandlotRoot, "agent.sock")
-	b, _ := json.MarshalIndent(cfg, "", "  ")
-	path := filepath.Join(n.dir, "sandlot-shim.json")
-	if err := os.MkdirAll(n.dir, 0o755); err != nil {
-		return "", err
-	}
-	return path, os.WriteFile(path, b, 0o644)
+	return os.MkdirAll(filepath.Join(n.dir, "bin"), 0o755)
+}
+
+// memoryDir is a node's guest RAM directory on the host's tmpfs.
+func (c *Cluster) memoryDir(node string) string {
+	return fmt.Sprintf("/dev/shm/sandlot-%s-%s", shortHash(c.Dir), node)
 }
 
 // kubeletConfig writes the node's KubeletConfiguration: its own address,

@@ -37,7 +37,7 @@ func Sweep(dir string) error {
 		errs = append(errs, deleteLinks(crienv.BridgeName(filepath.Join(node, "c"))),
 			crienv.RemoveCgroup(fmt.Sprintf("/sandlot-%s-%s", id, NodeName(i))),
 			crienv.RemoveCgroup(crienv.CgroupParentFor(filepath.Join(node, "c"))),
-			os.RemoveAll(fmt.Sprintf("/dev/shm/sandlot-%s-n%d", id, i)))
+			os.RemoveAll(fmt.Sprintf("/dev/shm/sandlot-%s-%s", id, NodeName(i)))) // memoryDir
 	}
 	return errors.Join(errs...)
 }

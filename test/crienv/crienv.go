@@ -63,6 +63,10 @@ type Options struct {
 	// SandlotConfig is the sandlot shim's config file. When set, the
 	// runtime handler "sandlot" is registered with it as ConfigPath.
 	SandlotConfig string
+	// ShimInstalledLater: the shim (in ShimDir) and SandlotConfig are put
+	// there after containerd starts (a node agent's installer does), so
+	// their absence at the start is no error.
+	ShimInstalledLater bool
 	// Subnet is the CNI bridge subnet, DefaultSubnet when "".
 	Subnet string
 	// Bridge creates the CNI bridge with its gateway address up front

@@ -62,7 +62,7 @@ func (e *Env) checkSandlot(t T) {
 		}
 		*p = abs
 	}
-	if e.opts.SandlotConfig == "" {
+	if e.opts.SandlotConfig == "" || e.opts.ShimInstalledLater {
 		return
 	}
 	if _, err := os.Stat(e.opts.SandlotConfig); err != nil {
