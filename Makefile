@@ -190,7 +190,7 @@ test-e2b: cluster-bins vm-assets ## sandlot-api (the E2B REST facade and sandbox
 	go test -count=1 -v -timeout 30m ./test/e2b/
 
 .PHONY: bench-e2b
-bench-e2b: cluster-bins vm-assets ## cube-bench's shape through sandlot-api: create-only and create-delete at c = 1, 10, 20, 50, without and with a warm pool, with the raw QEMU restore floor (BENCH_ARGS=-json).
+bench-e2b: cluster-bins vm-assets ## cube-bench's shape through sandlot-api: create-only and create-delete at c = 1, 10, 20, 50, without a pod, into start slots and with a warm pool, timing create → 201 and create → the first command answered through the proxy, beside a bare-QEMU restore + the same command measured in the same run (BENCH_ARGS=-json).
 	go run ./test/bench/e2b $(BENCH_ARGS)
 
 .PHONY: bench-lifecycle

@@ -43,11 +43,11 @@ func (t *Table) AddBatch(name string, samples []float64, n, failed int, wall tim
 
 // PrintBatches writes batches as a table.
 func PrintBatches(w io.Writer, bs []Batch) {
-	fmt.Fprintf(w, "%-48s %6s %6s %10s %10s %10s %10s %10s %10s %10s\n", "batch", "n", "failed", "avg", "min", "p95", "max",
+	fmt.Fprintf(w, "%-56s %6s %6s %10s %10s %10s %10s %10s %10s %10s\n", "batch", "n", "failed", "avg", "min", "p95", "max",
 		"wall", "amortised", "per s")
 	ms := func(v float64) string { return fmt.Sprintf("%.1fms", v) }
 	for _, x := range bs {
-		fmt.Fprintf(w, "%-48s %6d %6d %10s %10s %10s %10s %10s %10s %10.2f\n", x.Name, x.N, x.Failed, ms(x.AvgMS), ms(x.MinMS),
+		fmt.Fprintf(w, "%-56s %6d %6d %10s %10s %10s %10s %10s %10s %10.2f\n", x.Name, x.N, x.Failed, ms(x.AvgMS), ms(x.MinMS),
 			ms(x.P95MS), ms(x.MaxMS), ms(x.WallMS), ms(x.AmortisedMS), x.PerSecond)
 	}
 }

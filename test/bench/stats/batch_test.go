@@ -22,3 +22,20 @@ func TestAddBatch(t *testing.T) {
 		t.Fatalf("all failed: %+v, table %d rows", e, len(tb.Results))
 	}
 }
+
+// TestMedian: the table's median, of any count.
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 3}} {
+		if got := Median(c.in); got != c.want {
+			t.Errorf("Median(%v) = %v, want %v", c.in, got, c.want)
+		}
+		var tb Table
+		tb.Add("x", "ms", c.in, "")
+		if len(c.in) > 0 && tb.Median("x") != c.want {
+			t.Errorf("table median of %v = %v, want %v", c.in, tb.Median("x"), c.want)
+		}
+	}
+}

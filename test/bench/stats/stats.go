@@ -33,11 +33,27 @@ func (t *Table) Add(name, unit string, samples []float64, note string) {
 	if len(samples) == 0 {
 		return
 	}
+	s := sorted(samples)
+	t.Results = append(t.Results, Result{Name: name, Unit: unit, Samples: samples, Min: s[0], Median: pick(s, 0.5),
+		P95: pick(s, 0.95), Max: s[len(s)-1], Note: note})
+}
+
+func sorted(samples []float64) []float64 {
 	s := append([]float64(nil), samples...)
 	sort.Float64s(s)
-	pick := func(p float64) float64 { return s[int(p*float64(len(s)-1)+0.5)] }
-	t.Results = append(t.Results, Result{Name: name, Unit: unit, Samples: samples, Min: s[0], Median: pick(0.5),
-		P95: pick(0.95), Max: s[len(s)-1], Note: note})
+	return s
+}
+
+// pick is the p quantile of sorted samples, as the table reports it (the
+// nearest rank; of an even count, the upper middle for the median).
+func pick(s []float64, p float64) float64 { return s[int(p*float64(len(s)-1)+0.5)] }
+
+// Median of samples as the table reports it, 0 for none.
+func Median(samples []float64) float64 {
+	if len(samples) == 0 {
+		return 0
+	}
+	return pick(sorted(samples), 0.5)
 }
 
 // Median of a measure, 0 if absent.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/test/bench/bare"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 	"github.com/sandlot-dev/sandlot/vm"
 )
@@ -52,10 +53,10 @@ func (b *bench) density(ctx context.Context, snap string, _ vmtest.Guest) error 
 func (b *bench) bareDensity(ctx context.Context, n int) error {
 	time.Sleep(time.Second)
 	before := memAvailableMiB()
-	var clones []*bare
+	var clones []*bare.Clone
 	defer func() {
 		for _, c := range clones {
-			c.stop()
+			c.Stop()
 		}
 	}()
 	for i := range n {
@@ -74,7 +75,7 @@ func (b *bench) bareDensity(ctx context.Context, n int) error {
 	time.Sleep(3 * time.Second)
 	var pss []float64
 	for _, c := range clones {
-		pss = append(pss, pssMiB(c.cmd.Process.Pid))
+		pss = append(pss, pssMiB(c.PID()))
 	}
 	drop := (before - memAvailableMiB()) / float64(n)
 	b.add("idle clone PSS (floor: bare QEMU clone)", "MiB", pss, "")

@@ -141,7 +141,7 @@ func (b *bench) restores(ctx context.Context, snap string, _ vmtest.Guest) error
 		if err != nil {
 			return err
 		}
-		f.stop()
+		f.Stop()
 		if i > 0 {
 			sandlot, floor = append(sandlot, ms(d)), append(floor, ms(fd))
 		}
