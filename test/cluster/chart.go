@@ -108,12 +108,12 @@ func LoadChart() (*chart.Chart, error) {
 	return ch, nil
 }
 
-// ChartValues are the local cluster's chart values: images imported
-// (never pulled), the chart's installer writing into each node's
-// directory (the runtime registered by the harness), node paths under
-// each node's directory ($(NODE_NAME)), the
-// agents on nodes labelled AgentLabel, the local cluster's CPU
-// overcommit, and the store (local, or S3); Options.Values over them.
+// ChartValues are the local cluster's chart values — images imported
+// (never pulled), node paths under each node's directory ($(NODE_NAME))
+// where the chart's installer puts the shim and its config (the runtime
+// registered by the harness), agents on nodes labelled AgentLabel, the
+// local cluster's CPU overcommit, the store (local or s3) — with
+// Options.Values over them.
 func (c *Cluster) ChartValues() map[string]any {
 	v := c.localValues()
 	if c.APIDomain != "" {
