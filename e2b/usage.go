@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -118,8 +119,24 @@ func (s *Server) envdGet(ctx context.Context, sbx *sandlotv1.Sandbox, path strin
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("envd answered %s", resp.Status)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("decode envd's %s: %w", path, err)
+	return decodeBounded(resp.Body, maxEnvdJSON, path, out)
+}
+
+// maxEnvdJSON bounds what sandlot-api reads of a guest's JSON answer: the
+// guest may lie, and an endless body would grow the API (every team's)
+// until it is OOM-killed. A real /metrics/history of a day's samples is
+// well under it.
+const maxEnvdJSON = 4 << 20
+
+// decodeBounded decodes one JSON value of at most limit bytes from r into
+// out; a longer answer is an error naming what, not read further.
+func decodeBounded(r io.Reader, limit int64, what string, out any) error {
+	lr := &io.LimitedReader{R: r, N: limit + 1}
+	if err := json.NewDecoder(lr).Decode(out); err != nil {
+		if lr.N <= 0 {
+			return fmt.Errorf("envd's %s answered more than %d bytes", what, limit)
+		}
+		return fmt.Errorf("decode envd's %s: %w", what, err)
 	}
 	return nil
 }

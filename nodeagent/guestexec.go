@@ -35,6 +35,12 @@ func newGuestExec(podIP, token string) *guestExec {
 	return &guestExec{base: "http://" + net.JoinHostPort(podIP, strconv.Itoa(sandlotv1.EnvdPort)), token: token, hc: hc}
 }
 
+// maxGuestMessage bounds one message of a builder guest's process stream
+// (envd sends output in chunks of tens of KiB): the guest may lie, and
+// one endless message would grow the agent, which every VM on the node
+// depends on. Over it the stream fails (connect's resource_exhausted).
+const maxGuestMessage = 1 << 20
+
 // execRequest is one command: run by sh -c as user ("" = the guest's
 // default) in cwd ("" = the user's home) with env added.
 type execRequest struct {
@@ -47,7 +53,7 @@ type execRequest struct {
 // run runs req and calls out with each chunk of its output (stdout and
 // stderr interleaved as they come); it returns the exit code.
 func (g *guestExec) run(ctx context.Context, req execRequest, out func([]byte)) (int, error) {
-	pc := processpbconnect.NewProcessClient(g.hc, g.base, connect.WithProtoJSON())
+	pc := processpbconnect.NewProcessClient(g.hc, g.base, connect.WithProtoJSON(), connect.WithReadMaxBytes(maxGuestMessage))
 	cfg := &processpb.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", req.Cmd}, Envs: req.Env}
 	if req.Cwd != "" {
 		cfg.Cwd = &req.Cwd
