@@ -112,6 +112,12 @@ func (s *Server) startSandbox(ctx context.Context, sbx *sandlotv1.Sandbox) (*san
 // the default Template (the team's, or a public one) for the SDKs'
 // default IDs.
 func (s *Server) resolveTemplate(ctx context.Context, id string) (sandlotv1.SandboxSource, *apiError) {
+	// The SDKs' default IDs are the platform's default template before any
+	// public template: another team publishing a template named "base"
+	// must not answer every other team's Sandbox.create().
+	if defaultTemplateIDs[id] {
+		return s.resolveDefault(ctx, id)
+	}
 	if name, ok, err := s.ownTemplate(ctx, id); err != nil || ok {
 		return sandlotv1.SandboxSource{Template: name}, err
 	}
@@ -121,18 +127,39 @@ func (s *Server) resolveTemplate(ctx context.Context, id string) (sandlotv1.Sand
 	if name, ok, err := s.publicCopy(ctx, id); err != nil || ok {
 		return sandlotv1.SandboxSource{Template: name}, err
 	}
-	if defaultTemplateIDs[id] {
-		def := s.cfg.DefaultTemplate
-		for _, find := range []func(context.Context, string) (string, bool, *apiError){s.ownTemplate, s.publicCopy} {
-			if name, ok, err := find(ctx, def); err != nil || ok {
-				return sandlotv1.SandboxSource{Template: name}, err
-			}
-		}
-		return sandlotv1.SandboxSource{}, errorf(http.StatusNotFound, "template %q resolves to the default template %q, "+
-			"which does not exist in namespace %s and is not public in another", id, def, teamOf(ctx))
-	}
 	return sandlotv1.SandboxSource{}, errorf(http.StatusNotFound, "template %q not found: no Template or Snapshot of that name "+
 		"in namespace %s, and no public template of that name", id, teamOf(ctx))
+}
+
+// resolveDefault resolves a default template ID onto the team's own
+// template of that name (not a copy of another team's: an earlier create
+// may have made one), else the team's default template, else the API's
+// own namespace's when it publishes it — never another team's.
+func (s *Server) resolveDefault(ctx context.Context, id string) (sandlotv1.SandboxSource, *apiError) {
+	own := &sandlotv1.Template{}
+	if s.kube.Get(ctx, client.ObjectKey{Namespace: teamOf(ctx), Name: id}, own) == nil &&
+		own.Annotations[AnnotationPublicSource] == "" {
+		return sandlotv1.SandboxSource{Template: id}, nil
+	}
+	def := s.cfg.DefaultTemplate
+	mine := &sandlotv1.Template{}
+	err := s.kube.Get(ctx, client.ObjectKey{Namespace: teamOf(ctx), Name: def}, mine)
+	// A copy of another team's public template named like the default
+	// (made by an earlier version's fallback) is replaced by the API
+	// namespace's default below.
+	if src := mine.Annotations[AnnotationPublicSource]; err == nil &&
+		(src == "" || strings.HasPrefix(src, s.cfg.Namespace+"/")) {
+		if name, ok, err := s.ownTemplate(ctx, def); err != nil || ok {
+			return sandlotv1.SandboxSource{Template: name}, err
+		}
+	}
+	if teamOf(ctx) != s.cfg.Namespace {
+		if name, ok, err := s.publicCopy(ctx, s.cfg.Namespace+"/"+def); err != nil || ok {
+			return sandlotv1.SandboxSource{Template: name}, err
+		}
+	}
+	return sandlotv1.SandboxSource{}, errorf(http.StatusNotFound, "template %q resolves to the default template %q, "+
+		"which does not exist in namespace %s and is not public in the API's namespace %s", id, def, teamOf(ctx), s.cfg.Namespace)
 }
 
 func envList(m map[string]string) []sandlotv1.EnvVar {
