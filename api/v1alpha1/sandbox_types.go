@@ -176,10 +176,6 @@ type SandboxStatus struct {
 	// Resources are the VM's, resolved from the spec and its source.
 	// +optional
 	Resources *Resources `json:"resources,omitempty"`
-	// nodeName is a selectable field of the CRD (the type's marker): each
-	// node agent watches its node's Sandboxes only, by
-	// fieldSelector status.nodeName=<node>.
-
 	// +optional
 	NodeName string `json:"nodeName,omitempty"`
 	// +optional

@@ -20,13 +20,9 @@ const apiTLSSecret = "sandlot-api-tls"
 // APIURL is where the chart's sandlot-api answers (plain HTTP): its
 // Service, which kube-proxy routes on this host.
 func (c *Cluster) APIURL(ctx context.Context) (string, error) {
-	cs, err := c.Clientset()
+	svc, err := c.apiService(ctx)
 	if err != nil {
 		return "", err
-	}
-	svc, err := cs.CoreV1().Services(ReleaseNamespace).Get(ctx, "sandlot-api", metav1.GetOptions{})
-	if err != nil {
-		return "", fmt.Errorf("the API's Service: %w", err)
 	}
 	for _, p := range svc.Spec.Ports {
 		if p.Name == "http" {
@@ -39,15 +35,23 @@ func (c *Cluster) APIURL(ctx context.Context) (string, error) {
 // APIServiceIP is the API Service's cluster IP (its https port is 443
 // with APIDomain).
 func (c *Cluster) APIServiceIP(ctx context.Context) (string, error) {
-	cs, err := c.Clientset()
+	svc, err := c.apiService(ctx)
 	if err != nil {
 		return "", err
 	}
+	return svc.Spec.ClusterIP, nil
+}
+
+func (c *Cluster) apiService(ctx context.Context) (*corev1.Service, error) {
+	cs, err := c.Clientset()
+	if err != nil {
+		return nil, err
+	}
 	svc, err := cs.CoreV1().Services(ReleaseNamespace).Get(ctx, "sandlot-api", metav1.GetOptions{})
 	if err != nil {
-		return "", fmt.Errorf("the API's Service: %w", err)
+		return nil, fmt.Errorf("the API's Service: %w", err)
 	}
-	return svc.Spec.ClusterIP, nil
+	return svc, nil
 }
 
 // APIAddress is the address of the API bridge (the host's side of the

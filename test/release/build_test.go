@@ -1,15 +1,11 @@
 package release
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"testing"
-
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
@@ -26,15 +22,7 @@ func e2bBuild(t *testing.T) {
 	if err != nil || env.ImageRef == "" {
 		t.Fatalf("no default sandbox image (make vm-assets): %v", err)
 	}
-	url := serviceURL(t, cluster.ReleaseNamespace, "sandlot-api")
-	keys := &corev1.Secret{}
-	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "sandlot-api-keys"}, keys); err != nil {
-		t.Fatal(err)
-	}
-	var key string
-	for _, v := range keys.Data {
-		key = string(v)
-	}
+	url, key := chartAPI(t)
 	cmd := exec.Command("node", "--test", "--test-reporter=spec", "--test-name-pattern=^Template.build: a file",
 		"build.test.mjs")
 	cmd.Dir = filepath.Join(cluster.RepoRoot(), "test", "e2b")

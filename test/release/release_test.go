@@ -135,15 +135,7 @@ func rollback(t *testing.T) {
 // e2bSmoke runs test/e2b/smoke.mjs with the unchanged SDK against the
 // chart's API Service, with the key the chart generated.
 func e2bSmoke(t *testing.T) {
-	url := serviceURL(t, cluster.ReleaseNamespace, "sandlot-api")
-	keys := &corev1.Secret{}
-	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "sandlot-api-keys"}, keys); err != nil {
-		t.Fatal(err)
-	}
-	var key string
-	for _, v := range keys.Data {
-		key = string(v)
-	}
+	url, key := chartAPI(t)
 	cmd := exec.Command("node", "smoke.mjs")
 	cmd.Dir = filepath.Join(cluster.RepoRoot(), "test", "e2b")
 	cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY="+key)
@@ -155,6 +147,19 @@ func e2bSmoke(t *testing.T) {
 	}
 	t.Logf("%s", out)
 	creates["template"]++
+}
+
+// chartAPI is the chart's API Service URL and the key the chart generated.
+func chartAPI(t *testing.T) (url, key string) {
+	t.Helper()
+	keys := &corev1.Secret{}
+	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "sandlot-api-keys"}, keys); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range keys.Data {
+		key = string(v)
+	}
+	return serviceURL(t, cluster.ReleaseNamespace, "sandlot-api"), key
 }
 
 // dumpAPI logs what the API, the sandboxes and their events say, so a
