@@ -2,8 +2,8 @@
 // condition nothing signals: call a function until it returns nil, with a
 // deadline, and fail naming what was awaited and the last reason it was
 // not so. Tests use Eventually and Consistently; harness code that returns
-// errors uses Until, Within or Every, and Holds for what must stay so. It
-// imports nothing of sandlot, so every test package and harness may use it.
+// errors uses Until, Within or Every. It imports nothing of sandlot, so
+// every test package and harness may use it.
 package poll
 
 import (
@@ -44,39 +44,17 @@ func Eventually(t TB, timeout time.Duration, what string, f func() error) {
 // system has every chance to do it.
 func Consistently(t TB, d time.Duration, what string, f func() error) {
 	t.Helper()
-	if err := hold(context.Background(), what, d, backoff(), f); err != nil {
-		t.Fatalf("%v", err)
-	}
-}
-
-// Holds is Consistently for harness code, polling at a fixed interval:
-// it calls f every interval for d and returns nil if f never failed,
-// else an error naming what, when it broke and f's error (ctx ending
-// before d is an error too: the condition was not seen to hold for d).
-func Holds(ctx context.Context, interval, d time.Duration, what string, f func() error) error {
-	return hold(ctx, what, d, func() time.Duration { return interval }, f)
-}
-
-// hold calls f until d has passed (after a last call at its end), f
-// fails or ctx ends.
-func hold(ctx context.Context, what string, d time.Duration, next func() time.Duration, f func() error) error {
 	start := time.Now()
 	end := start.Add(d)
-	for {
+	for next := backoff(); ; {
 		if err := f(); err != nil {
-			return fmt.Errorf("%s: %w (after %v of %v)", what, err, time.Since(start).Round(time.Millisecond), d)
+			t.Fatalf("%s: %v (after %v of %v)", what, err, time.Since(start).Round(time.Millisecond), d)
 		}
 		left := time.Until(end)
 		if left <= 0 {
-			return nil
+			return
 		}
-		timer := time.NewTimer(min(next(), left))
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return fmt.Errorf("%s: %w after %v of %v", what, ctx.Err(), time.Since(start).Round(time.Millisecond), d)
-		case <-timer.C:
-		}
+		time.Sleep(min(next(), left))
 	}
 }
 
