@@ -305,7 +305,10 @@ func (d daemon) down() error {
 			return err
 		}
 		_ = os.Remove(d.readyFile())
-		return os.RemoveAll(filepath.Join(d.dir, "baseline"))
+		if err := os.RemoveAll(filepath.Join(d.dir, "baseline")); err != nil {
+			return err
+		}
+		return d.removeData()
 	}
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return err
@@ -325,6 +328,31 @@ func (d daemon) down() error {
 	}
 	if !strings.Contains(string(b), "cluster: stopped") || strings.Contains(string(b), "cluster: cluster:") {
 		return errors.New("the teardown reported errors (above)")
+	}
+	return d.removeData()
+}
+
+// clusterData is what a cluster keeps in its directory besides its logs.
+var clusterData = []string{"etcd", "minio", "jfs", "kcm", "pki", "Corefile", "kube-proxy.yaml", "api-key", "api-url",
+	"sandlot-node-*"}
+
+// removeData deletes a stopped cluster's state (etcd, MinIO's bucket, each
+// node's containerd root and store: ~20 GiB after make e2e) and keeps its
+// logs. The next up starts a new cluster and reads none of it, and a
+// machine that runs make test after make down needs the space (JuiceFS
+// stages writes only above 10% free). Only the names a cluster makes go:
+// the directory may be one a user chose (SANDLOT_CLUSTER_DIR).
+func (d daemon) removeData() error {
+	for _, pattern := range clusterData {
+		paths, err := filepath.Glob(filepath.Join(d.dir, pattern))
+		if err != nil {
+			return err
+		}
+		for _, p := range paths {
+			if err := os.RemoveAll(p); err != nil {
+				return fmt.Errorf("remove the stopped cluster's %s: %w", p, err)
+			}
+		}
 	}
 	return nil
 }

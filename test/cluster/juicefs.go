@@ -201,7 +201,10 @@ func (c *Cluster) juicefsStoreVolume(ctx context.Context, cs *kubernetes.Clients
 			ClaimRef:                      &corev1.ObjectReference{Namespace: ReleaseNamespace, Name: "sandlot-store"},
 			// What docs/install.md asks of a StorageClass: writeback, a
 			// cache on the node (/var/jfsCache is each node's own here).
-			MountOptions: append([]string{"writeback", "upload-delay=0", "cache-dir=/var/jfsCache", "no-usage-report",
+			// free-space-ratio: the nodes share the test machine's disk,
+			// which other work fills; JuiceFS stops staging writes below
+			// it (default 10% free).
+			MountOptions: append([]string{"writeback", "upload-delay=0", "cache-dir=/var/jfsCache", "free-space-ratio=0.03", "no-usage-report",
 				fmt.Sprintf("metrics=0.0.0.0:%d", JuiceFSMetricsPort)}, c.JuiceFSMountOptions...),
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
 				Driver: "csi.juicefs.com", VolumeHandle: JuiceFSStorePV, FSType: "juicefs",
