@@ -111,6 +111,21 @@ func specNetwork(prefix string, allowOut, denyOut []string, allowInternet *bool)
 	return n, nil
 }
 
+// platformRefusal refuses rules that ask to open what the platform
+// denies to every sandbox (the chart's network.denyOut): the node would
+// keep it closed, and a rule that silently does nothing is worse than a
+// 400 that says why.
+func (s *Server) platformRefusal(prefix string, n *sandlotv1.SandboxNetwork) *apiError {
+	rules, err := sandlotv1.ParseNetwork(n)
+	if err != nil { // specNetwork checked it
+		return errorf(http.StatusBadRequest, "field %q: %v", prefix+"allowOut", err)
+	}
+	if err := s.cfg.Egress.Refusal(rules.AllowCIDRs); err != nil {
+		return errorf(http.StatusBadRequest, "field %q: %v", prefix+"allowOut", err)
+	}
+	return nil
+}
+
 // network is the create's spec.network and whether its traffic is
 // private (allowPublicTraffic false), or why the request is refused.
 func (n *newSandbox) network() (*sandlotv1.SandboxNetwork, bool, *apiError) {
@@ -167,6 +182,9 @@ func (s *Server) updateNetwork(_ http.ResponseWriter, r *http.Request) (int, any
 	}
 	next, err := specNetwork("", body.AllowOut, body.DenyOut, body.AllowInternet)
 	if err != nil {
+		return 0, nil, err
+	}
+	if err := s.platformRefusal("", next); err != nil {
 		return 0, nil, err
 	}
 	sbx, err := s.sandbox(r.Context(), r.PathValue("id"), false)

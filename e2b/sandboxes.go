@@ -65,6 +65,9 @@ func (s *Server) newSandboxObject(ns string, req *newSandbox, source sandlotv1.S
 	if err != nil {
 		return nil, err
 	}
+	if err := s.platformRefusal("network.", network); err != nil {
+		return nil, err
+	}
 	sbx := &sandlotv1.Sandbox{
 		// The controller's finalizer comes with the create: its own
 		// update adding it would be one more write on each start's path.

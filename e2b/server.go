@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/sandlot-dev/sandlot/api/node"
 )
 
 // DefaultEnvdVersion is the envd API version sandlot-guest implements
@@ -51,7 +53,11 @@ type Config struct {
 	// up). 0 (or less): no limit.
 	CreateRate  float64
 	CreateBurst int
-	Log         *slog.Logger
+	// Egress is the platform's outbound policy the nodes enforce (the
+	// chart's network values): a sandbox's allowOut inside its denials
+	// is refused (zero: nothing is refused here; the nodes still hold).
+	Egress node.Egress
+	Log    *slog.Logger
 }
 
 func (c *Config) setDefaults() {

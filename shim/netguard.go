@@ -101,10 +101,15 @@ func startGuard(netns string, g guardSpec) (*guard, error) {
 	return gd, nil
 }
 
-// basePolicy: the node's denials, its own addresses blocked; the node,
-// the pod's gateway and the configured ranges admitted.
+// basePolicy: the platform's denials and what of them allowOut may
+// open, the node's own addresses blocked; the node, the pod's gateway and
+// the configured ranges admitted.
 func basePolicy(g guardSpec) (podnet.Policy, error) {
-	deny, ingress, err := g.Defaults.Prefixes()
+	_, ingress, err := g.Defaults.Prefixes()
+	if err != nil {
+		return podnet.Policy{}, err
+	}
+	egress, err := g.Defaults.Egress()
 	if err != nil {
 		return podnet.Policy{}, err
 	}
@@ -117,8 +122,8 @@ func basePolicy(g guardSpec) (podnet.Policy, error) {
 	}
 	// The node's own addresses (kubelet, agent, the pod's gateway) are
 	// blocked, not only denied: no sandbox's allowOut opens them.
-	return podnet.Policy{Blocked: local, DenyOut: deny, IngressFrom: append(ingress, local...),
-		Ingress: g.Defaults.IngressOpen}, nil
+	return podnet.Policy{Blocked: local, Platform: egress.Deny, Openable: egress.Open,
+		IngressFrom: append(ingress, local...), Ingress: g.Defaults.IngressOpen}, nil
 }
 
 // nodeAddrs are the node's IPv4 addresses (the shim runs in its netns).
@@ -147,10 +152,12 @@ func (g *guard) Apply(n *sandlotv1.SandboxNetwork, ingress []netip.Prefix) error
 	p := g.base
 	p.IngressFrom = append(append([]netip.Prefix{}, p.IngressFrom...), ingress...)
 	p.AllowOut = rules.AllowCIDRs
-	p.DenyOut = append(append([]netip.Prefix{}, p.DenyOut...), rules.DenyCIDRs...)
+	p.DenyOut = rules.DenyCIDRs
 	p.Ingress = p.Ingress || rules.Ingress
 	if g.fwd != nil {
-		g.fwd.SetMatcher(rules.MatchDomain)
+		// With egress closed, names allowOut does not match are not
+		// even asked upstream: a query is a message out (a DNS tunnel).
+		g.fwd.SetMatcher(rules.MatchDomain, rules.EgressClosed())
 	}
 	return g.filter.Update(p)
 }

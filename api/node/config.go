@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // Config is the node's shim configuration: a JSON file named by the
@@ -52,10 +53,14 @@ type Config struct {
 
 // NetworkConfig is the node's default sandbox traffic policy.
 type NetworkConfig struct {
-	// DenyOut are the CIDRs no sandbox may open connections to unless its
-	// allowOut names them (nil: DefaultDenyOut). The node's own
-	// addresses are always denied.
+	// DenyOut are the platform's denials: CIDRs no sandbox may open
+	// connections to, whatever its rules or its resolver's answers say
+	// (nil: DefaultDenyOut). The node's own addresses are always denied.
 	DenyOut []string `json:"denyOut,omitempty"`
+	// OpenOut are ranges inside DenyOut a sandbox's allowOut (a CIDR, or
+	// a domain's answer) may open: an internal service the operator lets
+	// sandboxes reach.
+	OpenOut []string `json:"openOut,omitempty"`
 	// IngressFrom are the CIDRs that may open connections to any sandbox,
 	// besides the node itself (where sandlot-api's proxy runs).
 	IngressFrom []string `json:"ingressFrom,omitempty"`
@@ -151,7 +156,10 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("shim config: vmmGroup %d: want > 0 and outside vmUIDs", g))
 	}
 	if _, _, err := c.Network.Prefixes(); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, fmt.Errorf("shim config: %w", err))
+	}
+	if _, err := c.Network.Egress(); err != nil {
+		errs = append(errs, fmt.Errorf("shim config: %w", err))
 	}
 	if c.Accel != "" && c.Accel != "kvm" && c.Accel != "tcg" {
 		errs = append(errs, fmt.Errorf("shim config: accel %q: want kvm, tcg or empty (detect)", c.Accel))
@@ -161,27 +169,42 @@ func (c Config) Validate() error {
 
 // Prefixes parses DenyOut and IngressFrom (IPv4 CIDRs or addresses).
 func (n NetworkConfig) Prefixes() (deny, ingress []netip.Prefix, err error) {
-	parse := func(field string, in []string) ([]netip.Prefix, error) {
-		var out []netip.Prefix
-		for _, s := range in {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				a, aerr := netip.ParseAddr(s)
-				if aerr != nil {
-					return nil, fmt.Errorf("shim config: network.%s %q: want an IPv4 CIDR or address", field, s)
-				}
-				p = netip.PrefixFrom(a, a.BitLen())
-			}
-			if !p.Addr().Is4() || p.Masked() != p {
-				return nil, fmt.Errorf("shim config: network.%s %q: want an IPv4 CIDR without host bits", field, s)
-			}
-			out = append(out, p)
-		}
-		return out, nil
-	}
-	if deny, err = parse("denyOut", n.DenyOut); err != nil {
+	if deny, err = ParsePrefixes("network.denyOut", n.DenyOut); err != nil {
 		return nil, nil, err
 	}
-	ingress, err = parse("ingressFrom", n.IngressFrom)
+	ingress, err = ParsePrefixes("network.ingressFrom", n.IngressFrom)
 	return deny, ingress, err
+}
+
+// ParsePrefixes parses IPv4 CIDRs without host bits or addresses; an
+// error names field and the entry.
+func ParsePrefixes(field string, in []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range in {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("%s %q: want an IPv4 CIDR or address", field, s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if !p.Addr().Is4() || p.Masked() != p {
+			return nil, fmt.Errorf("%s %q: want an IPv4 CIDR without host bits", field, s)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// SplitList is a comma-separated flag value's entries, trimmed (empty:
+// none, not nil: a flag given empty means "no entries", not "default").
+func SplitList(v string) []string {
+	out := []string{}
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -150,3 +150,15 @@ func DecodeNetwork(v string) (*SandboxNetwork, NetworkRules, error) {
 	}
 	return n, r, nil
 }
+
+// EgressClosed reports whether the rules deny every destination
+// allowOut does not name (allowInternetAccess false, or a denyOut of
+// 0.0.0.0/0).
+func (r NetworkRules) EgressClosed() bool {
+	for _, p := range r.DenyCIDRs {
+		if p.Bits() == 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -55,12 +55,16 @@ func (f *installFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&c.DefaultMemoryMiB, "default-memory-mib", 0, "shim config: memory of a VM whose pod does not say (0: the shim's default)")
 	fs.IntVar(&c.DefaultVCPU, "default-vcpu", 0, "shim config: vCPUs of a VM whose pod does not say (0: the shim's default)")
 	fs.IntVar(&c.LayerMiB, "layer-mib", 0, "shim config: a cold-booted VM's writable layer (0: the shim's default)")
-	fs.Func("deny-out", "shim config: comma-separated CIDRs no sandbox may connect to (default: link-local, private, shared, loopback, multicast, reserved)", func(v string) error {
-		c.Network.DenyOut = splitList(v)
+	fs.Func("deny-out", "shim config: comma-separated CIDRs no sandbox may connect to, whatever its rules (default: link-local, private, shared, loopback, multicast, reserved)", func(v string) error {
+		c.Network.DenyOut = node.SplitList(v)
+		return nil
+	})
+	fs.Func("open-out", "shim config: comma-separated ranges inside --deny-out a sandbox's allowOut may open", func(v string) error {
+		c.Network.OpenOut = node.SplitList(v)
 		return nil
 	})
 	fs.Func("ingress-from", "shim config: comma-separated CIDRs that may open connections to every sandbox, besides the node and sandlot-api", func(v string) error {
-		c.Network.IngressFrom = splitList(v)
+		c.Network.IngressFrom = node.SplitList(v)
 		return nil
 	})
 	fs.BoolVar(&c.Network.IngressOpen, "ingress-open", false, "shim config: anyone may open connections to every sandbox")
@@ -219,15 +223,4 @@ func resolveGlob(pattern string) (string, error) {
 		return "", fmt.Errorf("%q matches %d paths %v, want one", pattern, len(matches), matches)
 	}
 	return matches[0], nil
-}
-
-// splitList splits a comma-separated flag value, empty items dropped.
-func splitList(v string) []string {
-	out := []string{}
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
 }

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/sandlot-dev/sandlot/api/node"
 	"github.com/sandlot-dev/sandlot/e2b"
 )
 
@@ -73,7 +74,21 @@ func serve(ctx context.Context, args []string) error {
 	fs.Float64Var(&cfg.CreateRate, "create-rate", defaultCreateRate,
 		"sandboxes an API key may create a second on average (creates and each of a fork's); 0: no limit")
 	fs.IntVar(&cfg.CreateBurst, "create-burst", defaultCreateBurst, "sandboxes an API key may create at once (with --create-rate > 0)")
+	var netCfg node.NetworkConfig
+	fs.Func("deny-out", "the platform's denials the nodes enforce (the chart's network.denyOut), comma-separated: an allowOut inside them is refused (default: the nodes' default)", func(v string) error {
+		netCfg.DenyOut = node.SplitList(v)
+		return nil
+	})
+	fs.Func("open-out", "ranges inside --deny-out an allowOut may open (the chart's network.openOut), comma-separated", func(v string) error {
+		netCfg.OpenOut = node.SplitList(v)
+		return nil
+	})
 	_ = fs.Parse(args)
+	egress, err := netCfg.Egress()
+	if err != nil {
+		return err
+	}
+	cfg.Egress = egress
 	if err := checkFlags(lf, &cfg); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,7 +59,7 @@ type Forwarder struct {
 	learner        Learner
 	timeout        time.Duration
 	minTTL, maxTTL time.Duration
-	matcher        atomic.Pointer[Matcher]
+	names          atomic.Pointer[names]
 	inflight       chan struct{} // semaphore of queries being handled
 	conns          chan struct{} // semaphore of open TCP client connections
 
@@ -118,14 +119,27 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
-// SetMatcher sets which names are learned from now on (nil: none). It
-// is safe to call while serving, as the sandbox's rules change.
-func (f *Forwarder) SetMatcher(m Matcher) {
-	if m == nil {
-		f.matcher.Store(nil)
-		return
-	}
-	f.matcher.Store(&m)
+// names is which names are learned, and whether the others are answered
+// at all.
+type names struct {
+	match Matcher
+	// only: other names get NXDOMAIN without asking upstream (the
+	// sandbox's egress is closed, and a query is itself a message out).
+	only bool
+}
+
+// SetMatcher sets which names are learned from now on (nil: none) and,
+// with onlyMatched, that no other name is resolved. It is safe to call
+// while serving, as the sandbox's rules change.
+func (f *Forwarder) SetMatcher(m Matcher, onlyMatched bool) {
+	f.names.Store(&names{match: m, only: onlyMatched})
+}
+
+// allowed reports whether name is one the sandbox's rules open.
+func (n *names) allowed(name string) bool {
+	// A backslash escapes a dot or odd byte inside a label: no allowOut
+	// domain has one, and the matcher compares text, so never match it.
+	return n != nil && n.match != nil && !strings.ContainsRune(name, '\\') && n.match(name)
 }
 
 // track registers c to be closed by Close and counts its user in wg;

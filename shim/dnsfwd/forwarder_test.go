@@ -58,7 +58,7 @@ func TestLearnAllowed(t *testing.T) {
 	rec := &recorder{}
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec})
 	rules := sandlotv1.NetworkRules{AllowDomains: []string{"a.example.com", "short.example.com", "long.example.com", "www.example.org", "v6.example.com"}}
-	h.f.SetMatcher(rules.MatchDomain)
+	h.f.SetMatcher(rules.MatchDomain, false)
 
 	q := new(dns.Msg).SetQuestion("A.Example.COM.", dns.TypeA)
 	q.Id = 0x1234
@@ -92,7 +92,7 @@ func TestLearnBeforeReply(t *testing.T) {
 	up := startUpstream(t)
 	rec := &recorder{hold: make(chan learned), release: make(chan struct{})}
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec})
-	h.f.SetMatcher(matchAll)
+	h.f.SetMatcher(matchAll, false)
 	done := make(chan *dns.Msg)
 	go func() {
 		r, _ := h.exchange("udp", new(dns.Msg).SetQuestion("a.example.com.", dns.TypeA))
@@ -116,7 +116,7 @@ func TestDisallowedAnsweredNotLearned(t *testing.T) {
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec})
 	r := h.query(t, "udp", "other.example.net.", dns.TypeA) // no matcher yet
 	rules := sandlotv1.NetworkRules{AllowDomains: []string{"a.example.com"}}
-	h.f.SetMatcher(rules.MatchDomain)
+	h.f.SetMatcher(rules.MatchDomain, false)
 	r2 := h.query(t, "udp", "other.example.net.", dns.TypeA)
 	for _, r := range []*dns.Msg{r, r2} {
 		if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != "203.0.113.9" {
@@ -134,7 +134,7 @@ func TestWildcardMatchDomain(t *testing.T) {
 	rec := &recorder{}
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec})
 	rules := sandlotv1.NetworkRules{AllowDomains: []string{"*.wild.test"}}
-	h.f.SetMatcher(rules.MatchDomain)
+	h.f.SetMatcher(rules.MatchDomain, false)
 	h.query(t, "udp", "wild.test.", dns.TypeA) // *. is subdomains only
 	h.query(t, "udp", "sub.wild.test.", dns.TypeA)
 	wantLearned(t, rec, learned{addrs("203.0.113.21"), 300 * time.Second})
@@ -144,7 +144,7 @@ func TestEscapedNameNotLearned(t *testing.T) {
 	up := startUpstream(t)
 	rec := &recorder{}
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec})
-	h.f.SetMatcher(matchAll)
+	h.f.SetMatcher(matchAll, false)
 	if r := h.query(t, "udp", `evil\.x.echo.test.`, dns.TypeA); len(r.Answer) != 1 {
 		t.Fatalf("reply = %v", r)
 	}
@@ -156,13 +156,13 @@ func TestMatcherSwappedLive(t *testing.T) {
 	up := startUpstream(t)
 	rec := &recorder{}
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec, MinTTL: time.Second, MaxTTL: 2 * time.Minute})
-	h.f.SetMatcher(sandlotv1.NetworkRules{AllowDomains: []string{"a.example.com"}}.MatchDomain)
+	h.f.SetMatcher(sandlotv1.NetworkRules{AllowDomains: []string{"a.example.com"}}.MatchDomain, false)
 	h.query(t, "udp", "a.example.com.", dns.TypeA)
 	h.query(t, "udp", "other.example.net.", dns.TypeA)
-	h.f.SetMatcher(sandlotv1.NetworkRules{AllowDomains: []string{"other.example.net"}}.MatchDomain)
+	h.f.SetMatcher(sandlotv1.NetworkRules{AllowDomains: []string{"other.example.net"}}.MatchDomain, false)
 	h.query(t, "udp", "a.example.com.", dns.TypeA)
 	h.query(t, "udp", "other.example.net.", dns.TypeA)
-	h.f.SetMatcher(nil)
+	h.f.SetMatcher(nil, false)
 	h.query(t, "udp", "other.example.net.", dns.TypeA)
 	wantLearned(t, rec,
 		learned{addrs("192.0.2.1", "192.0.2.2"), 60 * time.Second},
@@ -174,7 +174,7 @@ func TestTruncatedRetriedOverTCP(t *testing.T) {
 	up := startUpstream(t)
 	rec := &recorder{}
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec})
-	h.f.SetMatcher(matchAll)
+	h.f.SetMatcher(matchAll, false)
 	var all []netip.Addr
 	for i := range bigCount {
 		all = append(all, bigAddr(i))
@@ -199,7 +199,7 @@ func TestTCPClient(t *testing.T) {
 	up := startUpstream(t)
 	rec := &recorder{}
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec})
-	h.f.SetMatcher(matchAll)
+	h.f.SetMatcher(matchAll, false)
 	if r := h.query(t, "tcp", "big.example.com.", dns.TypeA); r.Truncated || len(r.Answer) != bigCount {
 		t.Fatalf("TCP reply: TC=%v, %d answers", r.Truncated, len(r.Answer))
 	}
@@ -232,7 +232,7 @@ func TestUpstreamFailover(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			rec := &recorder{}
 			h := startForwarder(t, Config{Upstreams: []string{first, up.addr}, Learner: rec, Timeout: 200 * time.Millisecond})
-			h.f.SetMatcher(matchAll)
+			h.f.SetMatcher(matchAll, false)
 			for _, network := range []string{"udp", "tcp"} {
 				if r := h.query(t, network, "a.example.com.", dns.TypeA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 2 {
 					t.Fatalf("%s reply = %v", network, r)
@@ -249,7 +249,7 @@ func TestAllUpstreamsDead(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	rec := &recorder{}
 	h := startForwarder(t, Config{Upstreams: []string{deadAddr(t), blackhole(t)}, Learner: rec, Timeout: timeout})
-	h.f.SetMatcher(matchAll)
+	h.f.SetMatcher(matchAll, false)
 	for _, network := range []string{"udp", "tcp"} {
 		start := time.Now()
 		r := h.query(t, network, "a.example.com.", dns.TypeA)
@@ -267,7 +267,7 @@ func TestBusyServfail(t *testing.T) {
 	up := startUpstream(t)
 	rec := &recorder{hold: make(chan learned), release: make(chan struct{})}
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec, MaxInflight: 1})
-	h.f.SetMatcher(matchAll)
+	h.f.SetMatcher(matchAll, false)
 	first := make(chan *dns.Msg)
 	go func() {
 		r, _ := h.exchange("udp", new(dns.Msg).SetQuestion("a.example.com.", dns.TypeA))
@@ -319,4 +319,35 @@ func TestCloseStopsServing(t *testing.T) {
 	if err := h.f.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
+}
+
+// TestEgressClosedNoTunnel: with the sandbox's egress closed, a name
+// allowOut does not match gets NXDOMAIN from the forwarder itself — the
+// upstream never sees it, so encoding data in names leaks nothing —
+// while an allowed name resolves and is learned; opening egress again
+// resolves every name.
+func TestEgressClosedNoTunnel(t *testing.T) {
+	up := startUpstream(t)
+	rec := &recorder{}
+	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec})
+	rules := sandlotv1.NetworkRules{AllowDomains: []string{"a.example.com"}}
+	h.f.SetMatcher(rules.MatchDomain, true)
+	for _, name := range []string{"c2VjcmV0.other.example.net.", `a\.example.com.x.example.net.`, "a.example.com.svc.cluster.local."} {
+		for _, network := range []string{"udp", "tcp"} {
+			if r := h.query(t, network, name, dns.TypeTXT); r.Rcode != dns.RcodeNameError || len(r.Answer) != 0 {
+				t.Fatalf("%s over %s with egress closed: %v, want NXDOMAIN", name, network, r)
+			}
+		}
+	}
+	if r := h.query(t, "udp", "a.example.com.", dns.TypeA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 2 {
+		t.Fatalf("an allowed name with egress closed: %v", r)
+	}
+	h.f.SetMatcher(rules.MatchDomain, false)
+	if r := h.query(t, "udp", "other.example.net.", dns.TypeA); r.Rcode != dns.RcodeSuccess {
+		t.Fatalf("with egress open again: %v", r)
+	}
+	if got, want := up.asked(), []string{"udp a.example.com.", "udp other.example.net."}; !slices.Equal(got, want) {
+		t.Fatalf("upstream asked %q, want only %q", got, want)
+	}
+	wantLearned(t, rec, learned{addrs("192.0.2.1", "192.0.2.2"), 60 * time.Second})
 }

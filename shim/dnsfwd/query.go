@@ -6,7 +6,6 @@ import (
 	"math"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/miekg/dns"
@@ -24,6 +23,9 @@ func (f *Forwarder) handle(ctx context.Context, raw []byte, tcp bool) []byte {
 	q, refusal := parseQuery(raw)
 	if q == nil {
 		return refusal
+	}
+	if n := f.names.Load(); n != nil && n.only && !n.allowed(q.Question[0].Name) {
+		return reply(q, dns.RcodeNameError) // NXDOMAIN: a search list goes on to the next name
 	}
 	r, out, err := f.resolve(ctx, q, tcp)
 	if err != nil {
@@ -117,10 +119,7 @@ func (f *Forwarder) learn(name string, r *dns.Msg) time.Duration {
 	if r.Rcode != dns.RcodeSuccess {
 		return 0
 	}
-	// A backslash escapes a dot or odd byte inside a label: no allowOut
-	// domain has one, and the matcher compares text, so never learn it.
-	m := f.matcher.Load()
-	if m == nil || strings.ContainsRune(name, '\\') || !(*m)(name) {
+	if !f.names.Load().allowed(name) {
 		return 0
 	}
 	var addrs []netip.Addr

@@ -25,12 +25,14 @@ const (
 	chainVMOut  = "vm_out"
 	chainVMIn   = "vm_in"
 
-	setBlocked = "blocked" // the node's own addresses: no rule opens them
-	setAllow   = "allow"   // allowOut CIDRs: beat the deny set
-	setDeny    = "deny"    // the node's default denials + denyOut
-	setLearned = "learned" // addresses of allowed domains, for their TTL
-	setIngress = "ingress" // who may open connections to the VM
-	setFlows   = "flows"
+	setBlocked  = "blocked"  // the node's own addresses: no rule opens them
+	setPlatform = "platform" // the operator's denials: only inside openable
+	setOpenable = "openable" // ranges of platform an allow or learned address opens
+	setAllow    = "allow"    // allowOut CIDRs: beat the deny set
+	setDeny     = "deny"     // the sandbox's denyOut
+	setLearned  = "learned"  // addresses of allowed domains, for their TTL
+	setIngress  = "ingress"  // who may open connections to the VM
+	setFlows    = "flows"
 
 	// Idle timeouts of tracked flows, and the table's bound on them
 	// (a VM that opens more only fails its own new connections).
@@ -47,6 +49,8 @@ const DNSPort = 53
 // flows its VM opened: set live by Update.
 type Policy struct {
 	Blocked     []netip.Prefix // never opened (the node itself)
+	Platform    []netip.Prefix // opened only inside Openable, by AllowOut or a learned address
+	Openable    []netip.Prefix
 	AllowOut    []netip.Prefix // beats DenyOut
 	DenyOut     []netip.Prefix
 	IngressFrom []netip.Prefix // may open connections to the VM
@@ -76,7 +80,7 @@ func OpenFilter(nsPath string) (*Filter, error) {
 	}
 	f := &Filter{conn: conn, ns: h, sets: map[string]*nftables.Set{}}
 	t := &nftables.Table{Name: tableName, Family: nftables.TableFamilyNetdev}
-	for _, name := range []string{setBlocked, setAllow, setDeny, setLearned, setIngress, setFlows} {
+	for _, name := range []string{setBlocked, setPlatform, setOpenable, setAllow, setDeny, setLearned, setIngress, setFlows} {
 		s, err := conn.GetSetByName(t, name)
 		if err != nil {
 			f.Close()
@@ -103,7 +107,8 @@ func (f *Filter) Update(p Policy) error {
 	if p.Ingress {
 		ingress = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
 	}
-	for name, prefixes := range map[string][]netip.Prefix{setBlocked: p.Blocked, setAllow: p.AllowOut, setDeny: p.DenyOut, setIngress: ingress} {
+	for name, prefixes := range map[string][]netip.Prefix{setBlocked: p.Blocked, setPlatform: p.Platform,
+		setOpenable: p.Openable, setAllow: p.AllowOut, setDeny: p.DenyOut, setIngress: ingress} {
 		s := f.sets[name]
 		f.conn.FlushSet(s)
 		if els := intervalElements(prefixes); len(els) > 0 {

@@ -39,6 +39,8 @@ func newLayout(conn *nftables.Conn, e ends) (*layout, error) {
 	flowKey := nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeInetService)
 	for _, s := range []*nftables.Set{
 		{Name: setBlocked, KeyType: nftables.TypeIPAddr, Interval: true},
+		{Name: setPlatform, KeyType: nftables.TypeIPAddr, Interval: true},
+		{Name: setOpenable, KeyType: nftables.TypeIPAddr, Interval: true},
 		{Name: setAllow, KeyType: nftables.TypeIPAddr, Interval: true},
 		{Name: setDeny, KeyType: nftables.TypeIPAddr, Interval: true},
 		{Name: setIngress, KeyType: nftables.TypeIPAddr, Interval: true},
@@ -107,9 +109,11 @@ func (l *layout) addToVM(conn *nftables.Conn, e ends) {
 // addFromVM opens the gate: frames from the VM leave only with its own
 // MAC and IP; DNS to the resolver goes to this netns's forwarder; a
 // tracked flow passes; a new connection is refused to the node itself
-// (whatever the rules say), passes to what allowOut or a learned domain
-// names, is refused to what the deny set holds, and passes otherwise
-// (opening a flow).
+// and to the platform's denials (whatever the sandbox's rules or its
+// resolver's answers say) unless allowOut or a learned domain names an
+// address of a range the operator made openable; it passes to what
+// allowOut or a learned domain names, is refused to what the sandbox's
+// deny set holds, and passes otherwise (opening a flow).
 func (l *layout) addFromVM(conn *nftables.Conn, e ends) {
 	fwd := forward(e.pod)
 	flows := l.sets[setFlows]
@@ -130,6 +134,10 @@ func (l *layout) addFromVM(conn *nftables.Conn, e ends) {
 		cat(l4proto(unix.IPPROTO_UDP), flowKey(true), one(lookupFlow(flows), updateFlow(flows, udpFlowIdle)), fwd),
 		cat(inSet(ipDst, l.sets[setBlocked]), l4proto(unix.IPPROTO_TCP), one(rejectTCP())),
 		cat(inSet(ipDst, l.sets[setBlocked]), one(rejectOther())),
+		cat(inSet(ipDst, l.sets[setOpenable]), inSet(ipDst, l.sets[setAllow]), one(goTo(chainVMOut))),
+		cat(inSet(ipDst, l.sets[setOpenable]), inSet(ipDst, l.sets[setLearned]), one(goTo(chainVMOut))),
+		cat(inSet(ipDst, l.sets[setPlatform]), l4proto(unix.IPPROTO_TCP), one(rejectTCP())),
+		cat(inSet(ipDst, l.sets[setPlatform]), one(rejectOther())),
 		cat(inSet(ipDst, l.sets[setAllow]), one(goTo(chainVMOut))),
 		cat(inSet(ipDst, l.sets[setLearned]), one(goTo(chainVMOut))),
 		cat(inSet(ipDst, l.sets[setDeny]), l4proto(unix.IPPROTO_TCP), one(rejectTCP())),
@@ -184,7 +192,7 @@ func (n *podNS) openGate(e ends) error {
 		return nil
 	}
 	l := &layout{t: filterTable(), sets: map[string]*nftables.Set{}}
-	for _, name := range []string{setBlocked, setAllow, setDeny, setLearned, setFlows} {
+	for _, name := range []string{setBlocked, setPlatform, setOpenable, setAllow, setDeny, setLearned, setFlows} {
 		if l.sets[name], err = conn.GetSetByName(l.t, name); err != nil {
 			return n.errorf(err, "find set %s", name)
 		}

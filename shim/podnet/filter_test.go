@@ -139,16 +139,22 @@ func (e *env) arpAnswered(t *testing.T, tapFile *os.File, sha net.HardwareAddr, 
 // TestEgressRules: a denied destination is refused (the VM gets an ICMP
 // admin-prohibited at once), allowOut beats the deny, a learned address
 // passes for its TTL only.
-func TestEgressRules(t *testing.T) {
-	e, tapFile := attached(t)
+// sender sends a UDP datagram from the VM to the host, a new flow each
+// time (an open one outlives a rule change), and reports whether it
+// arrived.
+func sender(t *testing.T, e *env, tapFile *os.File, sport int) func(tag string) bool {
 	ln, port := listenGW(t, e)
-	gw := netip.PrefixFrom(e.gwAddr(), 32)
-	sport := 41000
-	send := func(tag string) bool { // a new flow each time: an open one outlives a rule change
+	return func(tag string) bool {
 		sport++
 		payload := []byte(fmt.Sprintf("%s %d %s", tag, sport, e.nsName)) // unique: a late copy of an earlier one is not it
 		return e.reachesHost(t, tapFile, ln, udpFrame(e.br.Attrs().HardwareAddr, e.podMAC, e.podIP, e.gw, sport, port, payload), payload)
 	}
+}
+
+func TestEgressRules(t *testing.T) {
+	e, tapFile := attached(t)
+	gw := netip.PrefixFrom(e.gwAddr(), 32)
+	send := sender(t, e, tapFile, 41000)
 	if !send("open") {
 		t.Fatal("with no rules, the host (a non-denied address) was not reached")
 	}
@@ -186,6 +192,41 @@ func TestEgressRules(t *testing.T) {
 	}
 	if send("expired") {
 		t.Error("a learned address still passed 5 s after a 2 s TTL")
+	}
+}
+
+// TestPlatformDenials: the operator's denials hold against the sandbox's
+// allowOut and its learned addresses, except inside an openable range.
+func TestPlatformDenials(t *testing.T) {
+	e, tapFile := attached(t)
+	gw := netip.PrefixFrom(e.gwAddr(), 32)
+	wide := netip.MustParsePrefix("0.0.0.0/0")
+	send := sender(t, e, tapFile, 43000)
+	e.update(t, Policy{Platform: []netip.Prefix{gw}, AllowOut: []netip.Prefix{gw, wide}})
+	if send("allowed") {
+		t.Error("allowOut opened a platform denial")
+	}
+	f, err := OpenFilter(e.ns)
+	must(t, "OpenFilter", err)
+	defer f.Close()
+	must(t, "Learn", f.Learn([]netip.Addr{e.gwAddr()}, time.Minute))
+	e.update(t, Policy{Platform: []netip.Prefix{gw}, DenyOut: []netip.Prefix{wide}})
+	if send("learned") {
+		t.Error("a learned address (a DNS answer) opened a platform denial")
+	}
+	e.update(t, Policy{Platform: []netip.Prefix{gw}, Openable: []netip.Prefix{gw}, DenyOut: []netip.Prefix{wide}})
+	if !send("learned-openable") {
+		t.Error("a learned address inside an openable range did not pass")
+	}
+	must(t, "Update", f.Update(Policy{Platform: []netip.Prefix{gw}, Openable: []netip.Prefix{gw}}))
+	f.conn.FlushSet(f.sets[setLearned])
+	must(t, "flush the learned set", f.conn.Flush())
+	if send("openable-not-allowed") {
+		t.Error("an openable range passed without an allowOut naming it")
+	}
+	e.update(t, Policy{Platform: []netip.Prefix{gw}, Openable: []netip.Prefix{gw}, AllowOut: []netip.Prefix{gw}})
+	if !send("openable-allowed") {
+		t.Error("allowOut did not open an openable range")
 	}
 }
 

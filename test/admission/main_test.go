@@ -42,6 +42,8 @@ const (
 	policy = "sandlot-pod-keys"
 	// configMapPolicy limits the agent's ConfigMap writes to build logs.
 	configMapPolicy = "sandlot-agent-configmaps"
+	// networkPolicy refuses an allowOut inside the platform's denials.
+	networkPolicy = "sandlot-sandbox-network"
 	// plainRefusal is its word with admission.allowPlainRuntimeClassPods false.
 	plainRefusal = "runtimeClassName sandlot: only sandlot's controller"
 	// enforced bounds how long the API server takes to enforce a policy
@@ -127,12 +129,12 @@ func applyPolicy(ctx context.Context, c client.Client, vals map[string]any) erro
 	if err != nil {
 		return err
 	}
-	if len(objs) != 4 {
-		return fmt.Errorf("the chart renders %d admission objects, want two policies and their bindings", len(objs))
+	if len(objs) != 6 {
+		return fmt.Errorf("the chart renders %d admission objects, want three policies and their bindings", len(objs))
 	}
 	for _, o := range objs {
-		if o.GetName() != policy && o.GetName() != configMapPolicy {
-			return fmt.Errorf("%s %s: want %s or %s", o.GetKind(), o.GetName(), policy, configMapPolicy)
+		if o.GetName() != policy && o.GetName() != configMapPolicy && o.GetName() != networkPolicy {
+			return fmt.Errorf("%s %s: want %s, %s or %s", o.GetKind(), o.GetName(), policy, configMapPolicy, networkPolicy)
 		}
 		cur := &unstructured.Unstructured{}
 		cur.SetGroupVersionKind(o.GroupVersionKind())

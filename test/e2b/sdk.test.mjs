@@ -360,6 +360,14 @@ test('network: allowInternetAccess false with allowOut, updateNetwork, shown in 
   const info = await api('GET', `/sandboxes/${s.sandboxId}`)
   assert.deepEqual(info.json.network?.allowOut, [net.domain, net.range], JSON.stringify(info.json.network))
 
+  // The platform's denials (the chart's network.denyOut) are not a
+  // tenant's to open: asked for, refused with the reason, rules kept.
+  await assert.rejects(s.updateNetwork({ allowOut: [net.domain, '10.0.0.1'] }),
+    (e) => /10\.0\.0\.1 is inside 10\.0\.0\.0\/8, which the platform denies/.test(e.message) || assert.fail(e.message))
+  await assert.rejects(Sandbox.create({ metadata: { run }, network: { allowOut: ['169.254.169.254'] } }),
+    (e) => /169\.254\.169\.254 is inside 169\.254\.0\.0\/16/.test(e.message) || assert.fail(e.message))
+  assert.deepEqual((await api('GET', `/sandboxes/${s.sandboxId}`)).json.network?.allowOut, [net.domain, net.range])
+
   // Live: the update answers once the node enforces it.
   await s.updateNetwork({ allowOut: [net.domain], denyOut: ['0.0.0.0/0'] })
   assert.equal(await fetchIn(s, net.range), 'REFUSED', 'no longer allowed after updateNetwork')

@@ -35,6 +35,10 @@ const (
 	IPDNS     = "198.51.100.53"
 	IPRange   = "203.0.113.5" // denied.test, in TEST-NET-3
 	IPMeta    = "169.254.169.254"
+	// IPPrivate is what private.allowed.test answers: the test cluster's
+	// kubernetes Service (cluster.ServiceCIDR's first address), inside
+	// the platform's denials.
+	IPPrivate = "10.0.0.1"
 	RangeNet  = "203.0.113.0/24"
 	PodPrefix = "10.246" // cluster.Options.Prefix: pods are 10.246.<node>.x
 	UDPPort   = 9999
@@ -55,6 +59,7 @@ type Internet struct {
 	mu     sync.Mutex
 	conns  []arrival
 	frames []Datagram
+	asked  map[string]bool // names the DNS server was asked, lower-case
 }
 
 // arrival is a TCP connection a test internet server accepted.

@@ -30,6 +30,8 @@ var Zone = map[string]string{
 	"api.allowed.test.": IPAllowed,
 	"x.wild.test.":      IPWild,
 	"denied.test.":      IPRange,
+	// A name an allowOut domain matches whose answer is a denied address.
+	"private.allowed.test.": IPPrivate,
 }
 
 // SinkPort: every address of the test internet accepts TCP connections
@@ -88,7 +90,7 @@ func (x *Internet) serve() error {
 	x.serveWeb(web)
 	go serveSink(sink)
 	for _, srv := range []*dns.Server{{PacketConn: dnsUDP}, {Listener: dnsTCP}} {
-		srv.Handler = dns.HandlerFunc(answerDNS)
+		srv.Handler = dns.HandlerFunc(x.answerDNS)
 		go func() { _ = srv.ActivateAndServe() }()
 		x.closers = append(x.closers, func() error { _ = srv.Shutdown(); return nil })
 	}
@@ -160,7 +162,7 @@ func hostOf(a net.Addr) string {
 	return h
 }
 
-func answerDNS(w dns.ResponseWriter, q *dns.Msg) {
+func (x *Internet) answerDNS(w dns.ResponseWriter, q *dns.Msg) {
 	m := new(dns.Msg)
 	m.SetReply(q)
 	m.Authoritative = true
@@ -170,6 +172,12 @@ func answerDNS(w dns.ResponseWriter, q *dns.Msg) {
 		return
 	}
 	qq := q.Question[0]
+	x.mu.Lock()
+	if x.asked == nil {
+		x.asked = map[string]bool{}
+	}
+	x.asked[strings.ToLower(qq.Name)] = true
+	x.mu.Unlock()
 	ip, ok := Zone[strings.ToLower(qq.Name)]
 	switch {
 	case !ok:
@@ -207,6 +215,14 @@ func (x *Internet) Arrivals(local, remote string) []time.Time {
 		}
 	}
 	return out
+}
+
+// Asked reports whether the DNS server was asked name (fully qualified,
+// any case).
+func (x *Internet) Asked(name string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.asked[strings.ToLower(dns.Fqdn(name))]
 }
 
 // datagrams are the counter's datagrams whose payload starts with tag.

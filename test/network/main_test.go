@@ -33,5 +33,9 @@ func TestMain(m *testing.M) {
 		o.Prefix = inet.PodPrefix
 		o.DNS = []string{inet.IPDNS} // CoreDNS's upstream
 		o.ClusterDNS = true
+		// The operator lets an allowOut open the metadata-like host (a
+		// platform denial otherwise): TestAllowOutRules opens it, and
+		// TestClosedByDefault finds it closed without one.
+		o.Values = map[string]any{"network": map[string]any{"openOut": []any{inet.IPMeta + "/32"}}}
 	})
 }

@@ -77,6 +77,9 @@ func refusedHTTP(addr string) want { return want{"http " + addr, "REFUSED"} }
 func reached(ip string) want        { return want{"http " + ip + ":80", "OK 200 " + inet.Bodies[ip]} }
 func resolves(name, ip string) want { return want{"dns " + name, ip} }
 
+// unresolved: the VM's resolver answers no address for name.
+func unresolved(name string) want { return want{"dns " + name, "ERR *"} }
+
 // expect runs wants' checks in the sandbox, in order, and fails on any
 // result that differs, listing them all.
 func expect(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox, wants ...want) {

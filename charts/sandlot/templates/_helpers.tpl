@@ -97,6 +97,9 @@ uninstall removes what install wrote), restart command excluded.
 - {{ printf "--memory-dir=%v" ($n.memoryDir) | quote }}
 - {{ printf "--modules=%v" ($a.install.guestModules) | quote }}
 - {{ printf "--deny-out=%v" (join "," .Values.network.denyOut) | quote }}
+{{- with .Values.network.openOut }}
+- {{ printf "--open-out=%v" (join "," .) | quote }}
+{{- end }}
 {{- with .Values.network.ingressFrom }}
 - {{ printf "--ingress-from=%v" (join "," .) | quote }}
 {{- end }}
