@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -27,7 +28,9 @@ import (
 // PUTs a (gzipped) tar there. The link is this API's own, signed with the
 // asking key (HMAC), so the PUT needs no key of its own and only that
 // team can write; the tar is kept in a ConfigMap of the team's namespace,
-// which the node agent copies into the builder VM.
+// which the node agent copies into the builder VM. Uploads are for a
+// build the team requested (buildrequest.go), bounded per team
+// (buildquota.go), and collected once no build needs them (buildsweep.go).
 
 // uploadPrefix is the upload links' path; they are served before the key
 // check (the signature is their key).
@@ -41,20 +44,33 @@ const uploadLinkTTL = time.Hour
 
 var filesHash = regexp.MustCompile(`^[a-f0-9]{16,64}$`)
 
-// fileUploadLink answers GET /templates/{id}/files/{hash}.
-func (s *Server) fileUploadLink(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+// fileUploadLink answers GET /templates/{id}/files/{hash}: only for a
+// build the team awaits files for (buildrequest.go), within its bounds
+// (buildquota.go).
+func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request) (int, any, *apiError) {
 	tpl, hash := r.PathValue("id"), r.PathValue("hash")
 	if !templateName.MatchString(tpl) || !filesHash.MatchString(hash) {
 		return 0, nil, errorf(http.StatusBadRequest, "template %q or files hash %q is malformed", tpl, hash)
 	}
 	ns := teamOf(r.Context())
-	cm := &corev1.ConfigMap{}
-	err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: ns, Name: sandlotv1.BuildFilesName(hash)}, cm)
-	switch {
-	case err == nil && cm.Annotations[sandlotv1.AnnotationFilesHash] == hash:
-		return http.StatusCreated, map[string]any{"present": true}, nil
-	case err != nil && !apierrors.IsNotFound(err):
+	if aerr := s.allowUpload(w, ns); aerr != nil {
+		return 0, nil, aerr
+	}
+	buildID, aerr := s.awaitedBuild(r.Context(), ns, tpl)
+	if aerr != nil {
+		return 0, nil, aerr
+	}
+	// Files are named by their hash: the SDK skips the upload of files
+	// that are there, and they are kept for this build from now on.
+	present, err := s.keepFiles(r.Context(), ns, hash, tpl, buildID)
+	if err != nil {
 		return 0, nil, kubeError("look up files "+hash, err)
+	}
+	if present {
+		return http.StatusCreated, map[string]any{"present": true}, nil
+	}
+	if aerr := s.checkFilesRoom(r.Context(), ns, sandlotv1.BuildFilesName(hash), 0); aerr != nil {
+		return 0, nil, aerr
 	}
 	exp := strconv.FormatInt(s.now().Add(uploadLinkTTL).Unix(), 10)
 	q := url.Values{"team": {ns}, "exp": {exp}, "sig": {uploadSignature(r.Header.Get("X-API-KEY"), ns, tpl, hash, exp)}}
@@ -80,7 +96,7 @@ func uploadSignature(key, team, tpl, hash, exp string) string {
 // serveUpload stores the files PUT to an upload link.
 func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	code, err := s.upload(r)
+	code, err := s.upload(w, r)
 	if err != nil {
 		writeError(w, err)
 		code = err.Code
@@ -90,7 +106,7 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request) {
 	observeRequest(r, code, time.Since(start))
 }
 
-func (s *Server) upload(r *http.Request) (int, *apiError) {
+func (s *Server) upload(w http.ResponseWriter, r *http.Request) (int, *apiError) {
 	if r.Method != http.MethodPut {
 		return 0, errorf(http.StatusMethodNotAllowed, "upload links take PUT")
 	}
@@ -98,6 +114,15 @@ func (s *Server) upload(r *http.Request) (int, *apiError) {
 	q := r.URL.Query()
 	team, exp := q.Get("team"), q.Get("exp")
 	if aerr := s.checkUploadLink(r, team, tpl, hash, exp, q.Get("sig")); aerr != nil {
+		return 0, aerr
+	}
+	// Charged once the signature holds: a stranger cannot spend a team's.
+	if aerr := s.allowUpload(w, team); aerr != nil {
+		return 0, aerr
+	}
+	// Again: the link may outlive the build it was asked for.
+	buildID, aerr := s.awaitedBuild(r.Context(), team, tpl)
+	if aerr != nil {
 		return 0, aerr
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxFilesBytes))
@@ -108,24 +133,42 @@ func (s *Server) upload(r *http.Request) (int, *apiError) {
 	} else if err != nil {
 		return 0, errorf(http.StatusBadRequest, "read the upload: %v", err)
 	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: sandlotv1.BuildFilesName(hash), Namespace: team,
-		Labels:      map[string]string{sandlotv1.LabelBuildFiles: tpl},
-		Annotations: map[string]string{sandlotv1.AnnotationFilesHash: hash}},
-		BinaryData: map[string][]byte{sandlotv1.BuildFilesKey: data}}
-	if err := s.kube.Create(r.Context(), cm); apierrors.IsAlreadyExists(err) {
-		old := &corev1.ConfigMap{}
-		if err := s.kube.Get(r.Context(), client.ObjectKeyFromObject(cm), old); err != nil {
-			return 0, kubeError("read files "+hash, err)
-		}
-		old.Labels, old.Annotations, old.BinaryData, old.Data = cm.Labels, cm.Annotations, cm.BinaryData, nil
-		err = s.kube.Update(r.Context(), old)
-		if err != nil {
-			return 0, kubeError("store files "+hash, err)
-		}
-	} else if err != nil {
-		return 0, kubeError("store files "+hash, err)
+	if aerr := s.storeFiles(r.Context(), team, tpl, hash, buildID, data); aerr != nil {
+		return 0, aerr
 	}
 	return http.StatusOK, nil
+}
+
+// storeFiles keeps data, the files of hash uploaded for build buildID of
+// template tpl, in a ConfigMap of team's namespace, within the team's
+// bounds; the files of that hash there already are replaced.
+func (s *Server) storeFiles(ctx context.Context, team, tpl, hash, buildID string, data []byte) *apiError {
+	mu := s.locks.of(team)
+	mu.Lock()
+	defer mu.Unlock()
+	name := sandlotv1.BuildFilesName(hash)
+	if aerr := s.checkFilesRoom(ctx, team, name, int64(len(data))); aerr != nil {
+		return aerr
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: team,
+		Labels: map[string]string{sandlotv1.LabelBuildFiles: tpl},
+		Annotations: map[string]string{sandlotv1.AnnotationFilesHash: hash, AnnotationBuildID: buildID,
+			AnnotationExpires: expiryStamp(s.now().Add(buildFilesTTL)), AnnotationFilesBytes: strconv.Itoa(len(data))}},
+		BinaryData: map[string][]byte{sandlotv1.BuildFilesKey: data}}
+	err := s.kube.Create(ctx, cm)
+	if apierrors.IsAlreadyExists(err) {
+		old := &corev1.ConfigMap{}
+		if err := s.kube.Get(ctx, client.ObjectKeyFromObject(cm), old); err != nil {
+			return kubeError("read files "+hash, err)
+		}
+		// Its owners (templates whose builds copy it) stay.
+		old.Labels, old.Annotations, old.BinaryData, old.Data = cm.Labels, cm.Annotations, cm.BinaryData, nil
+		err = s.kube.Update(ctx, old)
+	}
+	if err != nil {
+		return kubeError("store files "+hash, err)
+	}
+	return nil
 }
 
 // checkUploadLink accepts a link this API signed, unexpired, with a key

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -42,38 +43,37 @@ func isPublic(tpl *sandlotv1.Template) bool {
 	return tpl.Labels[sandlotv1.LabelPublic] == "true" && tpl.DeletionTimestamp == nil
 }
 
-// publicTemplate is the public template id names for the request's team
-// ("name" or "namespace/name"), nil when there is none.
+// publicTemplate is the public template id names for the request's team,
+// nil when there is none. Only "namespace/name" names one: a bare name is
+// only ever the team's own, since another team may use any name and
+// publishing it must not answer this team's creates (a team publishing
+// "base" or "my-agent" would otherwise run its image with the victim's
+// env and code).
 func (s *Server) publicTemplate(ctx context.Context, id string) (*sandlotv1.Template, *apiError) {
-	team, name := teamOf(ctx), id
-	var namespaces []string
-	if ns, n, ok := strings.Cut(id, "/"); ok {
-		namespaces, name = []string{ns}, n
-	} else {
-		namespaces = s.cfg.Namespaces()
-	}
-	var found []*sandlotv1.Template
-	for _, ns := range namespaces {
-		tpl := &sandlotv1.Template{}
-		if ns == team || !slices.Contains(s.cfg.Namespaces(), ns) || !templateName.MatchString(name) {
-			continue
-		}
-		err := s.kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tpl)
-		switch {
-		case err == nil && isPublic(tpl):
-			found = append(found, tpl)
-		case err != nil && !apierrors.IsNotFound(err):
-			return nil, kubeError("look up template "+ns+"/"+name, err)
-		}
-	}
-	if len(found) > 1 {
-		return nil, errorf(http.StatusConflict, "template %q is public in namespaces %s and %s: name it <namespace>/%s",
-			name, found[0].Namespace, found[1].Namespace, name)
-	}
-	if len(found) == 0 {
+	ns, name, ok := strings.Cut(id, "/")
+	if !ok || ns == teamOf(ctx) || !slices.Contains(s.cfg.Namespaces(), ns) || !templateName.MatchString(name) {
 		return nil, nil
 	}
-	return found[0], nil
+	tpl := &sandlotv1.Template{}
+	err := s.kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, tpl)
+	switch {
+	case err == nil && isPublic(tpl):
+		return tpl, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return nil, kubeError("look up template "+id, err)
+	}
+	return nil, nil
+}
+
+// reservedName says why team may not publish a template named name: the
+// SDKs' default IDs and the default template are the operator's (the API's
+// own namespace publishes them); "" when it may.
+func (s *Server) reservedName(team, name string) string {
+	if team == s.cfg.Namespace || (!defaultTemplateIDs[name] && name != s.cfg.DefaultTemplate) {
+		return ""
+	}
+	return fmt.Sprintf("template name %q is reserved by the operator (the SDKs' default template IDs and the platform's "+
+		"default template %q): publish the template under another name", name, s.cfg.DefaultTemplate)
 }
 
 // sourceOf is the public template own copies (nil for the team's own
@@ -146,6 +146,7 @@ func (s *Server) mirror(ctx context.Context, src *sandlotv1.Template) (string, *
 	if err != nil {
 		return "", kubeError("copy public template "+src.Namespace+"/"+src.Name, err)
 	}
+	s.adoptBuildFiles(ctx, cur) // the copied files go with the copy
 	return cur.Name, nil
 }
 
@@ -164,9 +165,9 @@ func (s *Server) copyBuildFiles(ctx context.Context, src *sandlotv1.Template, ns
 		if err := s.kube.Get(ctx, client.ObjectKey{Namespace: src.Namespace, Name: name}, cm); err != nil {
 			return kubeError(fmt.Sprintf("read the files of public template %s/%s", src.Namespace, src.Name), err)
 		}
-		cp := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: cm.Labels,
-			Annotations: cm.Annotations}, BinaryData: cm.BinaryData, Data: cm.Data}
-		if err := s.kube.Create(ctx, cp); err != nil && !apierrors.IsAlreadyExists(err) {
+		cp := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: maps.Clone(cm.Labels),
+			Annotations: maps.Clone(cm.Annotations)}, BinaryData: cm.BinaryData, Data: cm.Data}
+		if err := s.storeCopiedFiles(ctx, cp, src.Name, step.FilesHash); err != nil {
 			return kubeError("copy the files of public template "+src.Name, err)
 		}
 	}
@@ -227,6 +228,9 @@ func (s *Server) updateTemplate(_ http.ResponseWriter, r *http.Request) (int, an
 	}
 	if *req.Public == isPublic(tpl) {
 		return http.StatusOK, map[string]any{"names": []string{tpl.Name}}, nil
+	}
+	if why := s.reservedName(key.Namespace, key.Name); *req.Public && why != "" {
+		return 0, nil, errorf(http.StatusBadRequest, "%s", why)
 	}
 	if *req.Public {
 		metav1.SetMetaDataLabel(&tpl.ObjectMeta, sandlotv1.LabelPublic, "true")

@@ -57,7 +57,10 @@ func TestPublicTemplates(t *testing.T) {
 		t.Fatalf("team-c lists %+v; want shared (public) and not private", listed)
 	}
 
-	createInC(t, f, base, keyC, "shared", "shared")
+	// Published, it is still not team-c's "shared": only its owner's name reaches it.
+	createC("shared").wantError(t, http.StatusNotFound, "<namespace>/<name>")
+	call(t, base, "GET", "/templates/shared", nil, "X-API-KEY", keyC).wantError(t, http.StatusNotFound, "not found")
+	createInC(t, f, base, keyC, testNS+"/shared", "shared")
 	mirror := &sandlotv1.Template{}
 	if err := f.c.Get(ctx, client.ObjectKey{Namespace: teamC, Name: "shared"}, mirror); err != nil {
 		t.Fatalf("team-c's copy: %v", err)
@@ -110,6 +113,17 @@ func TestPublicTemplates(t *testing.T) {
 	if err := f.c.Get(ctx, client.ObjectKeyFromObject(forged), forged); err != nil || forged.Spec.Image != "registry.example/mine:1" {
 		t.Fatalf("the forged copy: %+v (%v); want it untouched", forged.Spec, err)
 	}
+	// The operator's names are not a team's to publish.
+	squat := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: "base", Namespace: teamC},
+		Spec: sandlotv1.TemplateSpec{Image: "registry.example/evil:1"}}
+	if err := f.c.Create(ctx, squat); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitCached(k, squat); err != nil {
+		t.Fatal(err)
+	}
+	call(t, base, "PATCH", "/templates/base", map[string]any{"public": true}, "X-API-KEY", keyC).
+		wantError(t, http.StatusBadRequest, "reserved by the operator")
 }
 
 // createInC creates a sandbox of id with team-c's key and checks it is a

@@ -131,7 +131,7 @@ func (s *Server) resolveTemplate(ctx context.Context, id string) (sandlotv1.Sand
 		return sandlotv1.SandboxSource{Template: name}, err
 	}
 	return sandlotv1.SandboxSource{}, errorf(http.StatusNotFound, "template %q not found: no Template or Snapshot of that name "+
-		"in namespace %s, and no public template of that name", id, teamOf(ctx))
+		"in namespace %s, and no public template of that name (another team's public template is named <namespace>/<name>)", id, teamOf(ctx))
 }
 
 // resolveDefault resolves a default template ID onto the team's own

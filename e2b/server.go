@@ -53,6 +53,17 @@ type Config struct {
 	// up). 0 (or less): no limit.
 	CreateRate  float64
 	CreateBurst int
+	// MaxBuildFiles and MaxBuildFilesBytes bound the COPY steps' uploaded
+	// files a team keeps, MaxPendingBuilds the builds it has requested and
+	// not started (buildquota.go); 0 (or less): the defaults. UploadRate
+	// is how many upload links and uploads a team may ask for a second on
+	// average, UploadBurst how many at once (default: the rate rounded
+	// up); 0 (or less): no limit.
+	MaxBuildFiles      int
+	MaxBuildFilesBytes int64
+	MaxPendingBuilds   int
+	UploadRate         float64
+	UploadBurst        int
 	// Egress is the platform's outbound policy the nodes enforce (the
 	// chart's network values): a sandbox's allowOut inside its denials
 	// is refused (zero: nothing is refused here; the nodes still hold).
@@ -86,6 +97,7 @@ func (c *Config) setDefaults() {
 	if c.CreateRate > 0 && c.CreateBurst < 1 {
 		c.CreateBurst = max(1, int(math.Ceil(c.CreateRate)))
 	}
+	c.setBuildFilesDefaults()
 	if c.Log == nil {
 		c.Log = defaults.Log
 	}
@@ -98,6 +110,8 @@ type Server struct {
 	proxy   *proxy
 	mux     *http.ServeMux
 	creates *createLimiter // nil: creates are not limited
+	uploads *createLimiter // by team; nil: uploads are not limited
+	locks   teamLocks      // buildquota.go
 	now     func() time.Time
 }
 
@@ -107,6 +121,9 @@ func New(cfg Config, kube *Kube) *Server {
 	s := &Server{cfg: cfg, kube: kube, now: time.Now}
 	if cfg.CreateRate > 0 {
 		s.creates = newCreateLimiter(cfg.CreateRate, cfg.CreateBurst, time.Now)
+	}
+	if cfg.UploadRate > 0 {
+		s.uploads = newCreateLimiter(cfg.UploadRate, cfg.UploadBurst, time.Now)
 	}
 	s.proxy = newProxy(s)
 	s.mux = s.routes()

@@ -21,6 +21,13 @@ const teamB = "team-b"
 // chart's sandlot-api with api.teams = [team] and cfg, and a key of team.
 func teamServer(t *testing.T, f *fixture, team string, cfg Config) (base, keyB string, k *Kube) {
 	t.Helper()
+	_, base, keyB, k = teamServerOf(t, f, team, cfg)
+	return base, keyB, k
+}
+
+// teamServerOf is teamServer, with the Server (a test calls its methods).
+func teamServerOf(t *testing.T, f *fixture, team string, cfg Config) (srv *Server, base, keyB string, k *Kube) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: team}}
@@ -57,9 +64,9 @@ func teamServer(t *testing.T, f *fixture, team string, cfg Config) (base, keyB s
 		}
 	}
 	cfg.Teams = []string{team}
-	_, hs := newTestServer(k, cfg)
+	srv, hs := newTestServer(k, cfg)
 	t.Cleanup(hs.Close)
-	return hs.URL, keyB, k
+	return srv, hs.URL, keyB, k
 }
 
 // TestTeams: two keys of two teams. Neither lists, reads, connects to,

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,7 +27,8 @@ import (
 // The Template's controller builds its base on each node: a builder VM
 // boots the image, the node agent runs the steps through the guest agent,
 // and the VM is snapshotted. The build ID carries the VM size asked for
-// at the first call, so no state is kept between the calls.
+// at the first call; the first call also records the build, until it
+// starts, for the upload links between (buildrequest.go).
 
 // templateName is what a template name must be: a DNS label (it is the
 // Template's name and the templateID).
@@ -86,6 +86,9 @@ func (s *Server) requestBuild(_ http.ResponseWriter, r *http.Request) (int, any,
 		return 0, nil, errorf(http.StatusInternalServerError, "draw a build ID: %v", err)
 	}
 	id := fmt.Sprintf("%s-%dx%d", hex.EncodeToString(raw[:]), req.CPUCount, req.MemoryMB)
+	if aerr := s.recordBuildRequest(r.Context(), teamOf(r.Context()), name, id); aerr != nil {
+		return 0, nil, aerr
+	}
 	return http.StatusAccepted, map[string]any{"templateID": name, "buildID": id, "public": false,
 		"names": []string{name}, "aliases": []string{name}, "tags": []string{}}, nil
 }
@@ -123,9 +126,12 @@ func (s *Server) startBuild(_ http.ResponseWriter, r *http.Request) (int, any, *
 		spec.Resources.MemoryMiB = int32(mem)
 	}
 	spec.Build.ID = buildID
-	if err := s.putTemplate(r, name, spec); err != nil {
-		return 0, nil, err
+	tpl, aerr := s.putTemplate(r, name, spec)
+	if aerr != nil {
+		return 0, nil, aerr
 	}
+	s.adoptBuildFiles(r.Context(), tpl)
+	s.consumeBuildRequest(r.Context(), tpl.Namespace, name, buildID)
 	return http.StatusAccepted, nil, nil
 }
 
@@ -198,8 +204,12 @@ func (s *Server) checkSteps(r *http.Request, steps []sandlotv1.BuildStep) *apiEr
 			if len(st.Args) < 2 || !filesHash.MatchString(st.FilesHash) {
 				return errorf(http.StatusBadRequest, "step %d: COPY needs src, dest and the filesHash of its upload", n)
 			}
-			if err := s.kube.Get(r.Context(), client.ObjectKey{Namespace: teamOf(r.Context()), Name: sandlotv1.BuildFilesName(st.FilesHash)},
-				&corev1.ConfigMap{}); err != nil {
+			// Kept a while again: not swept before the Template copies them.
+			present, err := s.keepFiles(r.Context(), teamOf(r.Context()), st.FilesHash, "", "")
+			if err != nil {
+				return kubeError("look up files "+st.FilesHash, err)
+			}
+			if !present {
 				return errorf(http.StatusBadRequest, "step %d: COPY %s: its files (%s) were not uploaded", n, st.Args[0], st.FilesHash)
 			}
 		default:
@@ -210,8 +220,8 @@ func (s *Server) checkSteps(r *http.Request, steps []sandlotv1.BuildStep) *apiEr
 }
 
 // putTemplate creates the template or replaces its image, size and build,
-// keeping what else it has (warm pool, ports, timeout).
-func (s *Server) putTemplate(r *http.Request, name string, spec sandlotv1.TemplateSpec) *apiError {
+// keeping what else it has (warm pool, ports, timeout), and returns it.
+func (s *Server) putTemplate(r *http.Request, name string, spec sandlotv1.TemplateSpec) (*sandlotv1.Template, *apiError) {
 	ns := teamOf(r.Context())
 	tpl := &sandlotv1.Template{}
 	err := s.kube.direct.Get(r.Context(), client.ObjectKey{Namespace: ns, Name: name}, tpl) // the latest: an update of a stale one conflicts
@@ -219,11 +229,11 @@ func (s *Server) putTemplate(r *http.Request, name string, spec sandlotv1.Templa
 	case apierrors.IsNotFound(err):
 		tpl = &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
 		if err := s.kube.Create(r.Context(), tpl); err != nil {
-			return kubeError("create template "+name, err)
+			return nil, kubeError("create template "+name, err)
 		}
-		return nil
+		return tpl, nil
 	case err != nil:
-		return kubeError("get template "+name, err)
+		return nil, kubeError("get template "+name, err)
 	}
 	tpl.Spec.Image, tpl.Spec.Resources, tpl.Spec.Build = spec.Image, spec.Resources, spec.Build
 	// A build makes a copy of a public template the team's own.
@@ -233,9 +243,9 @@ func (s *Server) putTemplate(r *http.Request, name string, spec sandlotv1.Templa
 		tpl.Spec.Env = spec.Env
 	}
 	if err := s.kube.Update(r.Context(), tpl); err != nil {
-		return kubeError("update template "+name, err)
+		return nil, kubeError("update template "+name, err)
 	}
-	return nil
+	return tpl, nil
 }
 
 // aliasExists answers GET /templates/aliases/{alias}.

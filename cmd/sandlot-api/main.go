@@ -74,6 +74,7 @@ func serve(ctx context.Context, args []string) error {
 	fs.Float64Var(&cfg.CreateRate, "create-rate", defaultCreateRate,
 		"sandboxes an API key may create a second on average (creates and each of a fork's); 0: no limit")
 	fs.IntVar(&cfg.CreateBurst, "create-burst", defaultCreateBurst, "sandboxes an API key may create at once (with --create-rate > 0)")
+	buildFilesFlags(fs, &cfg)
 	var netCfg node.NetworkConfig
 	fs.Func("deny-out", "the platform's denials the nodes enforce (the chart's network.denyOut), comma-separated: an allowOut inside them is refused (default: the nodes' default)", func(v string) error {
 		netCfg.DenyOut = node.SplitList(v)
@@ -104,7 +105,9 @@ func serve(ctx context.Context, args []string) error {
 		return fmt.Errorf("watch namespace %s: %w", cfg.Namespace, err)
 	}
 	errs := make(chan error, 3)
-	servers := startServers(lf, e2b.New(cfg, kube), errs)
+	api := e2b.New(cfg, kube)
+	go api.CollectBuildFiles(ctx) // uploads no build needs, and lapsed build requests
+	servers := startServers(lf, api, errs)
 	cfg.Log.Info("serving the E2B API", "listen", lf.listen, "tls", lf.tlsListen, "namespace", cfg.Namespace, "domain", cfg.Domain,
 		"createRate", cfg.CreateRate, "createBurst", cfg.CreateBurst)
 	select {
@@ -170,6 +173,9 @@ func checkFlags(lf listenFlags, cfg *e2b.Config) error {
 	}
 	if cfg.CreateRate > 0 && cfg.CreateBurst < 1 {
 		return fmt.Errorf("--create-burst %d: want at least 1 with --create-rate %v", cfg.CreateBurst, cfg.CreateRate)
+	}
+	if err := checkBuildFilesFlags(cfg); err != nil {
+		return err
 	}
 	return nil
 }

@@ -134,14 +134,18 @@ test('a public template: team B publishes its build, team A starts it from a cop
     method: 'PATCH', headers: { 'X-API-KEY': key, 'Content-Type': 'application/json' }, body: JSON.stringify(body) })
   const tpl = Template({ fileContextPath: context }).fromImage(image).copy('hello.txt', '/shared/')
     .runCmd('echo "published by team b" > /shared/marker', { user: 'root' })
+  const shared = `${process.env.SANDLOT_TEAM_B}/shared-b` // another team's template is named by its team
+  assert.ok(process.env.SANDLOT_TEAM_B, 'run with SANDLOT_TEAM_B (team b\'s namespace)')
   await Template.build(tpl, 'shared-b', { cpuCount: 1, memoryMB: 256, apiKey: keyB })
-  assert.equal(await Template.exists('shared-b'), false, 'team A sees team B\'s private template')
-  await assert.rejects(Sandbox.create('shared-b'), /not found/i)
+  assert.equal(await Template.exists(shared), false, 'team A sees team B\'s private template')
+  await assert.rejects(Sandbox.create(shared), /not found/i)
   assert.equal((await patch(process.env.E2B_API_KEY, { public: true })).status, 404, 'team A published team B\'s template')
   assert.equal((await patch(keyB, { public: true })).status, 200)
-  assert.equal(await Template.exists('shared-b'), true, 'team A does not see the public template')
+  assert.equal(await Template.exists(shared), true, 'team A does not see the public template')
+  assert.equal(await Template.exists('shared-b'), false, 'a bare name reached another team\'s template')
+  await assert.rejects(Sandbox.create('shared-b'), /<namespace>\/<name>/, 'a bare name started another team\'s template')
   const began = Date.now()
-  const s = await Sandbox.create('shared-b', { timeoutMs: 60_000 })
+  const s = await Sandbox.create(shared, { timeoutMs: 60_000 })
   console.log(`# team A's first sandbox of team B's public template (its copy's base built first) in ${Date.now() - began} ms`)
   try {
     assert.equal(await s.commands.run('cat /shared/marker').then((r) => r.stdout), 'published by team b\n')
@@ -153,6 +157,7 @@ test('a public template: team B publishes its build, team A starts it from a cop
   }
   // the API answers a PATCH once its next read sees it: no wait here
   assert.equal((await patch(keyB, { public: false })).status, 200)
-  assert.equal(await Template.exists('shared-b'), false, 'team A still sees the template taken back')
-  await assert.rejects(Sandbox.create('shared-b'), /no longer public/)
+  assert.equal(await Template.exists(shared), false, 'team A still sees the template taken back')
+  await assert.rejects(Sandbox.create(shared), /no public template/)
+  await assert.rejects(Sandbox.create('shared-b'), /no longer public/, 'team A\'s copy outlived the source\'s publication')
 })
