@@ -145,6 +145,11 @@ func (nopCloser) Close() error { return nil }
 
 // pump copies the guest's output events to the FIFOs until the exit
 // event, then records the exit: a waiter sees all output in the log.
+// Nothing here buffers: while containerd does not read a FIFO the write
+// blocks and so does this pump, and the guest's output meanwhile queues in
+// the event subscription only up to its bound (control.Subscription), the
+// rest dropped there. The FIFOs carry the process's own bytes, so a loss
+// (ev.Dropped) is not written into them.
 func (p *process) pump(gen int, events <-chan control.Event, closeEvents func()) {
 	status := exitVMGone // the events end without an exit: the VM went away
 loop:

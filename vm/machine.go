@@ -198,14 +198,16 @@ func (v *VM) launch(ctx context.Context) error {
 	if v.cmd, err = v.command(args); err != nil {
 		return err
 	}
-	stderr, err := os.Create(filepath.Join(v.cfg.RunDir, "qemu.log"))
+	// QEMU's stderr is a pipe exec copies into the capped log (a file
+	// handed to QEMU could grow without bound).
+	qlog, err := openLogWriter(qemuLogPath(v.cfg.RunDir), QEMULogMax)
 	if err != nil {
-		return err
+		return fmt.Errorf("qemu log: %w", err)
 	}
-	defer stderr.Close()
-	v.cmd.Stderr = stderr
+	v.cmd.Stderr, v.cmd.WaitDelay = qlog, qemuStderrDrain
 	console, err := v.startConsole()
 	if err != nil {
+		_ = qlog.Close()
 		return err
 	}
 	defer console.Close() // QEMU holds its own copy
@@ -215,10 +217,13 @@ func (v *VM) launch(ctx context.Context) error {
 		start = func() error { return v.cfg.StartIn(v.startQEMU) }
 	}
 	if err := start(); err != nil {
+		_ = qlog.Close()
 		return fmt.Errorf("start %s: %w", v.QEMU, err)
 	}
 	v.exited = make(chan struct{})
-	go func() { _ = v.cmd.Wait(); close(v.exited) }()
+	// Wait returns once the stderr copy has ended too: the log is whole
+	// when the exit is reported, and the copy leaves no goroutine behind.
+	go func() { _ = v.cmd.Wait(); _ = qlog.Close(); close(v.exited) }()
 	qctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -254,12 +259,9 @@ func (v *VM) startQEMU() error {
 
 // qemuLog returns QEMU's own words, for errors.
 func (v *VM) qemuLog() string {
-	b, _ := os.ReadFile(filepath.Join(v.cfg.RunDir, "qemu.log"))
+	b := logTail(qemuLogPath(v.cfg.RunDir), qemuLogTail)
 	if len(b) == 0 {
 		return ""
-	}
-	if len(b) > 2048 {
-		b = b[len(b)-2048:]
 	}
 	return ": qemu says: " + string(b)
 }

@@ -273,8 +273,9 @@ func (c *Client) RestoreNetwork(ctx context.Context) (RestoreNetworkResult, erro
 }
 
 // Start starts a process. Its output and exit events are delivered on
-// the returned Process's Events channel from the very first one; they
-// queue without bound, so read them or Close the Process.
+// the returned Process's Events channel from the very first one. Read them
+// or Close the Process: while they are not read they queue only up to a
+// bound, beyond which output is dropped (Event.Dropped says how much).
 func (c *Client) Start(ctx context.Context, p StartParams) (*Process, error) {
 	var proc *Process
 	err := c.call(ctx, MethodStart, p, nil, func(f Frame) {

@@ -2,6 +2,7 @@ package control
 
 import (
 	"encoding/json"
+	"fmt"
 	"sync"
 )
 
@@ -10,8 +11,11 @@ type Event struct {
 	Name string // EventOutput, EventExit, or a newer event's name
 	PID  int
 	// Output events.
-	Stream  string
-	Data    []byte
+	Stream string
+	Data   []byte
+	// Dropped counts bytes of this stream lost before Data: by the guest
+	// (no host attached) and by this host (its queue was full, see
+	// maxQueueBytes). An output event may carry only a loss, no Data.
 	Dropped int64
 	// Exit events.
 	Exit *ExitStatus
@@ -19,41 +23,36 @@ type Event struct {
 	Params json.RawMessage
 }
 
-// Bounds of the events kept for processes nobody has subscribed to yet
-// (e.g. output buffered in the guest while no host was attached, which
-// arrives as soon as a new Client connects).
-const (
-	maxUnclaimedBytes = 4 << 20
-	maxUnclaimedPIDs  = 1024
-)
-
+// parseEvent decodes an event frame. Known events keep no Params (they
+// would double what a queued output event holds); output of a stream the
+// protocol does not have is refused, so that a process has two streams to
+// account losses for.
 func parseEvent(f Frame) (Event, bool) {
-	ev := Event{Name: f.Event, Params: f.Params}
 	switch f.Event {
 	case EventOutput:
 		var o OutputEvent
-		if json.Unmarshal(f.Params, &o) != nil {
-			return ev, false
+		if json.Unmarshal(f.Params, &o) != nil || (o.Stream != StreamStdout && o.Stream != StreamStderr) {
+			return Event{}, false
 		}
-		ev.PID, ev.Stream, ev.Data, ev.Dropped = o.PID, o.Stream, o.Data, o.Dropped
+		return Event{Name: EventOutput, PID: o.PID, Stream: o.Stream, Data: o.Data, Dropped: max(o.Dropped, 0)}, true
 	case EventExit:
 		var x ExitStatus
 		if json.Unmarshal(f.Params, &x) != nil {
-			return ev, false
+			return Event{}, false
 		}
-		ev.PID, ev.Exit = x.PID, &x
-	default:
-		var p struct {
-			PID int `json:"pid"`
-		}
-		_ = json.Unmarshal(f.Params, &p)
-		ev.PID = p.PID
+		return Event{Name: EventExit, PID: x.PID, Exit: &x}, true
 	}
-	return ev, true
+	var p struct {
+		PID int `json:"pid"`
+	}
+	_ = json.Unmarshal(f.Params, &p)
+	return Event{Name: f.Event, PID: p.PID, Params: f.Params}, true
 }
 
 // Subscription delivers events in order on C, without ever blocking the
-// connection (it queues without bound: keep reading C, or Close it).
+// connection: while C is not read, its queue is bounded and drops (see
+// maxQueueBytes): output beyond the bound is lost, and the next output
+// event of the stream says how much in Dropped.
 type Subscription struct {
 	C <-chan Event
 
@@ -64,18 +63,20 @@ type Subscription struct {
 	stop   chan struct{}
 
 	mu       sync.Mutex
-	q        []Event
-	finish   bool // close C once q is drained
+	q        *eventQueue
+	finish   bool  // close C once q is drained
+	err      error // why C closed early (a pid 0 queue overflowed)
 	stopOnce sync.Once
 }
 
 // Subscribe delivers the events of one process: first those that came
 // before anyone subscribed to it, then new ones; C is closed after its
-// exit event. pid 0 subscribes to every event from now on.
+// exit event. pid 0 subscribes to every event from now on; its C is closed
+// when the connection ends, or early when it overflows (Err).
 func (c *Client) Subscribe(pid int) *Subscription { return c.subs.add(pid) }
 
 // Events is a subscription to every event from the first call on (one
-// shared subscription per Client).
+// shared subscription per Client; a new one after it overflowed).
 func (c *Client) Events() <-chan Event {
 	ss := &c.subs
 	ss.mu.Lock()
@@ -86,29 +87,70 @@ func (c *Client) Events() <-chan Event {
 	return ss.allEvents.C
 }
 
+func newSubscription(ss *subscriptions, pid int, q *eventQueue) *Subscription {
+	ch := make(chan Event)
+	s := &Subscription{C: ch, ch: ch, pid: pid, owner: ss, q: q,
+		notify: make(chan struct{}, 1), stop: make(chan struct{})}
+	s.finish = q.ended
+	go s.run()
+	return s
+}
+
 // Close stops delivery and closes C.
 func (s *Subscription) Close() {
 	s.stopOnce.Do(func() { close(s.stop) })
 	s.owner.remove(s)
 }
 
-func (s *Subscription) push(ev Event, last bool) {
+// Err says why C was closed before the connection ended or the process
+// exited: only a pid 0 subscription, whose reader fell too far behind to
+// be told what it missed, ends so.
+func (s *Subscription) Err() error {
 	s.mu.Lock()
-	if !s.finish {
-		s.q = append(s.q, ev)
-		s.finish = last
-	}
-	s.mu.Unlock()
-	select {
-	case s.notify <- struct{}{}:
-	default:
-	}
+	defer s.mu.Unlock()
+	return s.err
 }
 
+// DroppedEvents counts the events other than output and exit that were
+// dropped because C was not read (lost output is in Event.Dropped).
+func (s *Subscription) DroppedEvents() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.q.droppedEvents
+}
+
+// push queues ev (or drops it, within the bounds). False when the
+// subscription overflowed: it takes no more events and its C closes
+// once what it holds is delivered.
+func (s *Subscription) push(ev Event) bool {
+	s.mu.Lock()
+	ok := true
+	if !s.finish {
+		if err := s.q.add(ev); err != nil {
+			s.err = fmt.Errorf("control: subscription to pid %d: %w", s.pid, err)
+			s.q.flushDrops(-1)
+			s.finish, ok = true, false
+		}
+		s.finish = s.finish || s.q.ended
+	}
+	s.mu.Unlock()
+	s.wake()
+	return ok
+}
+
+// end closes C once what is queued (and a report of what was dropped) has
+// been delivered: the connection ended.
 func (s *Subscription) end() {
 	s.mu.Lock()
-	s.finish = true
+	if !s.finish {
+		s.q.flushDrops(-1)
+		s.finish = true
+	}
 	s.mu.Unlock()
+	s.wake()
+}
+
+func (s *Subscription) wake() {
 	select {
 	case s.notify <- struct{}{}:
 	default:
@@ -119,9 +161,10 @@ func (s *Subscription) run() {
 	defer close(s.ch)
 	for {
 		s.mu.Lock()
-		if len(s.q) == 0 {
-			finish := s.finish
-			s.mu.Unlock()
+		ev, ok := s.q.pop()
+		finish := s.finish
+		s.mu.Unlock()
+		if !ok {
 			if finish {
 				return
 			}
@@ -132,174 +175,10 @@ func (s *Subscription) run() {
 			}
 			continue
 		}
-		ev := s.q[0]
-		s.q[0] = Event{}
-		s.q = s.q[1:]
-		s.mu.Unlock()
 		select {
 		case s.ch <- ev:
 		case <-s.stop:
 			return
 		}
 	}
-}
-
-type subscriptions struct {
-	mu        sync.Mutex
-	byPID     map[int][]*Subscription
-	all       []*Subscription
-	allEvents *Subscription
-	closed    bool
-
-	unclaimed      map[int][]Event
-	unclaimedOrder []int
-	unclaimedBytes int
-}
-
-func (ss *subscriptions) init() {
-	ss.byPID = map[int][]*Subscription{}
-	ss.unclaimed = map[int][]Event{}
-}
-
-func (ss *subscriptions) add(pid int) *Subscription {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.addLocked(pid)
-}
-
-func (ss *subscriptions) addLocked(pid int) *Subscription {
-	ch := make(chan Event)
-	s := &Subscription{C: ch, ch: ch, pid: pid, owner: ss, notify: make(chan struct{}, 1), stop: make(chan struct{})}
-	go s.run()
-	if ss.closed {
-		s.end()
-		return s
-	}
-	if pid == 0 {
-		ss.all = append(ss.all, s)
-		return s
-	}
-	evs, ok := ss.unclaimed[pid]
-	if ok {
-		ss.dropUnclaimed(pid)
-		for _, ev := range evs {
-			s.push(ev, ev.Exit != nil)
-		}
-		if len(evs) > 0 && evs[len(evs)-1].Exit != nil {
-			return s // already complete
-		}
-	}
-	ss.byPID[pid] = append(ss.byPID[pid], s)
-	return s
-}
-
-func (ss *subscriptions) remove(s *Subscription) {
-	ss.mu.Lock()
-	ss.removeLocked(s)
-	ss.mu.Unlock()
-}
-
-func (ss *subscriptions) removeLocked(s *Subscription) {
-	if s.pid == 0 {
-		ss.all = deleteSub(ss.all, s)
-		if ss.allEvents == s {
-			ss.allEvents = nil
-		}
-		return
-	}
-	if subs := deleteSub(ss.byPID[s.pid], s); len(subs) > 0 {
-		ss.byPID[s.pid] = subs
-	} else {
-		delete(ss.byPID, s.pid)
-	}
-}
-
-func deleteSub(subs []*Subscription, s *Subscription) []*Subscription {
-	for i, x := range subs {
-		if x == s {
-			return append(subs[:i:i], subs[i+1:]...)
-		}
-	}
-	return subs
-}
-
-// dispatch runs on the Client's reader.
-func (ss *subscriptions) dispatch(ev Event) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	for _, s := range ss.all {
-		s.push(ev, false)
-	}
-	if ev.PID == 0 {
-		return
-	}
-	last := ev.Exit != nil
-	subs := ss.byPID[ev.PID]
-	if len(subs) == 0 {
-		ss.keepUnclaimed(ev)
-		return
-	}
-	for _, s := range subs {
-		s.push(ev, last)
-	}
-	if last {
-		delete(ss.byPID, ev.PID)
-	}
-}
-
-func (ss *subscriptions) keepUnclaimed(ev Event) {
-	if _, ok := ss.unclaimed[ev.PID]; !ok {
-		ss.unclaimedOrder = append(ss.unclaimedOrder, ev.PID)
-	}
-	ss.unclaimed[ev.PID] = append(ss.unclaimed[ev.PID], ev)
-	ss.unclaimedBytes += len(ev.Data)
-	for len(ss.unclaimedOrder) > maxUnclaimedPIDs {
-		ss.dropUnclaimed(ss.unclaimedOrder[0])
-	}
-	for ss.unclaimedBytes > maxUnclaimedBytes {
-		if len(ss.unclaimedOrder) > 1 {
-			ss.dropUnclaimed(ss.unclaimedOrder[0])
-			continue
-		}
-		// One process alone: drop its oldest output, keep its exit.
-		evs := ss.unclaimed[ev.PID]
-		i := 0
-		for i < len(evs) && evs[i].Exit != nil {
-			i++
-		}
-		if i == len(evs) {
-			break
-		}
-		ss.unclaimedBytes -= len(evs[i].Data)
-		ss.unclaimed[ev.PID] = append(evs[:i:i], evs[i+1:]...)
-	}
-}
-
-// dropUnclaimed forgets the kept events of pid.
-func (ss *subscriptions) dropUnclaimed(pid int) {
-	for _, e := range ss.unclaimed[pid] {
-		ss.unclaimedBytes -= len(e.Data)
-	}
-	delete(ss.unclaimed, pid)
-	for i, p := range ss.unclaimedOrder {
-		if p == pid {
-			ss.unclaimedOrder = append(ss.unclaimedOrder[:i:i], ss.unclaimedOrder[i+1:]...)
-			break
-		}
-	}
-}
-
-func (ss *subscriptions) closeAll() {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	ss.closed = true
-	for _, s := range ss.all {
-		s.end()
-	}
-	for _, subs := range ss.byPID {
-		for _, s := range subs {
-			s.end()
-		}
-	}
-	ss.all, ss.byPID = nil, map[int][]*Subscription{}
 }

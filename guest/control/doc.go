@@ -45,6 +45,10 @@
 // of its output that was read before it exited, and a wait reply always
 // follows the exit event on the same connection.
 //
+// The host never stops reading the connection (replies would wait behind
+// events): events its consumers do not read are kept up to a bound, then
+// output is dropped and the loss reported in Dropped (see Subscription).
+//
 // ProtocolVersion is reported by ping; it changes only on incompatible
 // changes (new methods and fields are compatible).
 package control
