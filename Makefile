@@ -107,7 +107,7 @@ bench-controller: envtest-assets ## Controller orchestration latency on envtest,
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go run ./test/bench/controller $(BENCH_ARGS)
 
 .PHONY: bench-scale
-bench-scale: envtest-assets ## The control plane at fleet size: the real controller and API on envtest with a simulated fleet (10,000 sandboxes over 1,000 nodes at 100 creates/s; BENCH_ARGS to shorten).
+bench-scale: envtest-assets ## The control plane at fleet size: the real controller and API on envtest with a simulated fleet, each node's agent on the real agent's cache options (10,000 sandboxes over 1,000 nodes at 100 creates/s; BENCH_ARGS to shorten, -agent-caches all for unselected watches).
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go run ./test/bench/scale $(BENCH_ARGS)
 
 .PHONY: test-guest

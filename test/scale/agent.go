@@ -19,45 +19,45 @@ const agentFieldManager = "sandlot-agent"
 
 // agent answers for the fleet's VMs as the node agent does: VMReady once
 // a sandbox's pod runs (after carrying out a pool claim), and Snapshots
-// and pause packages Ready on their node.
+// and pause packages Ready on their node. Its work comes from each node's
+// agent cache (Fleet.AgentCaches); it reads the fleet's shared cache.
 type agent struct{ f *Fleet }
 
 func (a *agent) start(ctx context.Context) error {
-	w := a.f.Workers
-	if err := a.f.watchQueue(ctx, &corev1.Pod{}, w, a.pod); err != nil {
+	if err := a.f.agentQueue(ctx, &corev1.Pod{}, a.pod); err != nil {
 		return err
 	}
-	if err := a.f.watchQueue(ctx, &sandlotv1.Sandbox{}, w, a.sandbox); err != nil {
+	if err := a.f.agentQueue(ctx, &sandlotv1.Sandbox{}, a.sandbox); err != nil {
 		return err
 	}
-	if err := a.f.watchQueue(ctx, &sandlotv1.Snapshot{}, w, a.snapshot); err != nil {
+	if err := a.f.agentQueue(ctx, &sandlotv1.Snapshot{}, a.snapshot); err != nil {
 		return err
 	}
-	return a.f.watchQueue(ctx, &sandlotv1.PausedSandbox{}, w, a.paused)
+	return a.f.agentQueue(ctx, &sandlotv1.PausedSandbox{}, a.paused)
 }
 
 // sandbox hands a sandbox's change (a new generation: a resume, a claim)
 // to its pod.
-func (a *agent) sandbox(ctx context.Context, key client.ObjectKey) (time.Duration, error) {
+func (a *agent) sandbox(ctx context.Context, r client.Reader, node string, key client.ObjectKey) (time.Duration, error) {
 	sbx := &sandlotv1.Sandbox{}
-	if err := a.f.cache.Get(ctx, key, sbx); err != nil || sbx.Status.PodName == "" {
+	if err := r.Get(ctx, key, sbx); err != nil || sbx.Status.PodName == "" {
 		return 0, client.IgnoreNotFound(err)
 	}
-	return a.pod(ctx, client.ObjectKey{Namespace: key.Namespace, Name: sbx.Status.PodName})
+	return a.pod(ctx, r, node, client.ObjectKey{Namespace: key.Namespace, Name: sbx.Status.PodName})
 }
 
 // pod reports VMReady for the sandbox a running pod holds.
-func (a *agent) pod(ctx context.Context, key client.ObjectKey) (time.Duration, error) {
+func (a *agent) pod(ctx context.Context, r client.Reader, node string, key client.ObjectKey) (time.Duration, error) {
 	pod := &corev1.Pod{}
-	if err := a.f.cache.Get(ctx, key, pod); err != nil {
+	if err := r.Get(ctx, key, pod); err != nil {
 		return 0, client.IgnoreNotFound(err)
 	}
 	name := pod.Labels[sandlotv1.LabelSandbox]
-	if name == "" || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+	if name == "" || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning || !onNode(node, pod.Spec.NodeName) {
 		return 0, nil
 	}
 	sbx := &sandlotv1.Sandbox{}
-	if err := a.f.cache.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: name}, sbx); err != nil {
+	if err := r.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: name}, sbx); err != nil {
 		return time.Second, client.IgnoreNotFound(err) // a new sandbox the cache does not hold yet
 	}
 	if sbx.Status.PodName != pod.Name {
@@ -90,19 +90,25 @@ func applyVMReady(ctx context.Context, c client.Client, sbx *sandlotv1.Sandbox) 
 }
 
 // snapshot makes a Snapshot Ready on its node at once.
-func (a *agent) snapshot(ctx context.Context, key client.ObjectKey) (time.Duration, error) {
+func (a *agent) snapshot(ctx context.Context, r client.Reader, node string, key client.ObjectKey) (time.Duration, error) {
 	snap := &sandlotv1.Snapshot{}
-	if err := a.f.cache.Get(ctx, key, snap); err != nil {
+	if err := r.Get(ctx, key, snap); err != nil {
 		return 0, client.IgnoreNotFound(err)
+	}
+	if !onNode(node, snap.Status.NodeName) {
+		return 0, nil
 	}
 	return 0, a.ready(ctx, snap, &snap.Status.DataStatus, snap.Status.NodeName)
 }
 
 // paused makes a pause package Ready on its node at once.
-func (a *agent) paused(ctx context.Context, key client.ObjectKey) (time.Duration, error) {
+func (a *agent) paused(ctx context.Context, r client.Reader, node string, key client.ObjectKey) (time.Duration, error) {
 	p := &sandlotv1.PausedSandbox{}
-	if err := a.f.cache.Get(ctx, key, p); err != nil {
+	if err := r.Get(ctx, key, p); err != nil {
 		return 0, client.IgnoreNotFound(err)
+	}
+	if !onNode(node, p.Spec.NodeName) {
+		return 0, nil
 	}
 	return 0, a.ready(ctx, p, &p.Status.DataStatus, p.Spec.NodeName)
 }
@@ -117,3 +123,7 @@ func (a *agent) ready(ctx context.Context, obj client.Object, st *sandlotv1.Data
 	st.TotalBytes = 256 << 20
 	return client.IgnoreNotFound(a.f.c.Status().Update(ctx, obj))
 }
+
+// onNode reports whether an object on objNode is agent node's to handle
+// (node "": the whole fleet's agent).
+func onNode(node, objNode string) bool { return node == "" || node == objNode }

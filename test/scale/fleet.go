@@ -36,12 +36,15 @@ type Fleet struct {
 	// Workers is how many objects the kubelet and the agent each handle
 	// at once.
 	Workers int
+	// AgentCaches is what each node's agent watches ("": NodeCaches).
+	AgentCaches AgentCaches
 
-	c     client.Client
-	cache cache.Cache
-	mu    sync.Mutex
-	seen  map[string]time.Time // pod UID → when the kubelet first saw it
-	nextI uint32
+	c      client.Client
+	cache  cache.Cache
+	agents []cache.Cache // each node's agent cache (not with SharedCache)
+	mu     sync.Mutex
+	seen   map[string]time.Time // pod UID → when the kubelet first saw it
+	nextI  uint32
 }
 
 // NodeName is the i-th simulated node's name.
@@ -83,8 +86,23 @@ func (f *Fleet) Start(ctx context.Context, cfg *rest.Config, scheme *runtime.Sch
 	if f.c, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return fmt.Errorf("fleet client: %w", err)
 	}
-	if f.cache, err = cache.New(cfg, cache.Options{Scheme: scheme}); err != nil {
+	// One HTTP client and mapper for every cache: a thousand discoveries
+	// and connection pools would cost the bench, not the API server.
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return fmt.Errorf("fleet HTTP client: %w", err)
+	}
+	opts := cache.Options{Scheme: scheme, HTTPClient: hc, Mapper: f.c.RESTMapper()}
+	if f.cache, err = cache.New(cfg, opts); err != nil {
 		return fmt.Errorf("fleet cache: %w", err)
+	}
+	if f.AgentCaches == "" {
+		f.AgentCaches = NodeCaches
+	}
+	if f.AgentCaches != SharedCache {
+		if f.agents, err = f.startAgentCaches(ctx, cfg, opts); err != nil {
+			return err
+		}
 	}
 	k := &kubelet{f: f}
 	a := &agent{f: f}

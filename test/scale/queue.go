@@ -7,6 +7,7 @@ import (
 
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -17,23 +18,34 @@ type handler func(ctx context.Context, key client.ObjectKey) (again time.Duratio
 // watchQueue feeds the keys of obj's kind from the fleet's cache into a
 // queue handled by workers, until ctx ends.
 func (f *Fleet) watchQueue(ctx context.Context, obj client.Object, workers int, handle handler) error {
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[client.ObjectKey]())
 	inf, err := f.cache.GetInformer(ctx, obj)
 	if err != nil {
 		return fmt.Errorf("informer of %T: %w", obj, err)
 	}
+	return feed(inf, newQueue(ctx, workers, handle), client.ObjectKeyFromObject)
+}
+
+// feed adds the key of inf's object to q on every event.
+func feed[K comparable](inf cache.Informer, q workqueue.TypedRateLimitingInterface[K], key func(client.Object) K) error {
 	enqueue := func(o any) {
 		if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
 			o = d.Obj
 		}
 		if co, ok := o.(client.Object); ok {
-			q.Add(client.ObjectKeyFromObject(co))
+			q.Add(key(co))
 		}
 	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: enqueue,
-		UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue}); err != nil {
-		return fmt.Errorf("watch %T: %w", obj, err)
+	_, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: enqueue,
+		UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue})
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
 	}
+	return nil
+}
+
+// newQueue is a queue handled by workers until ctx ends.
+func newQueue[K comparable](ctx context.Context, workers int, handle func(context.Context, K) (time.Duration, error)) workqueue.TypedRateLimitingInterface[K] {
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[K]())
 	go func() { <-ctx.Done(); q.ShutDown() }()
 	for range workers {
 		go func() {
@@ -56,5 +68,5 @@ func (f *Fleet) watchQueue(ctx context.Context, obj client.Object, workers int, 
 			}
 		}()
 	}
-	return nil
+	return q
 }

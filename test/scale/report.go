@@ -70,8 +70,8 @@ func (c Costs) minus(b Costs) Costs {
 // Print writes the report as tables.
 func (rep *Report) Print(w io.Writer) {
 	o := rep.Options
-	fmt.Fprintf(w, "\n# bench-scale: %d nodes, %d sandboxes, %.0f creates/s, pod start %v, warm pool %d and start slots %d per node\n",
-		o.Nodes, o.Sandboxes, o.Rate, o.PodDelay, o.WarmPool, o.Slots)
+	fmt.Fprintf(w, "\n# bench-scale: %d nodes, %d sandboxes, %.0f creates/s, pod start %v, warm pool %d and start slots %d per node, agent caches %q\n",
+		o.Nodes, o.Sandboxes, o.Rate, o.PodDelay, o.WarmPool, o.Slots, o.AgentCaches)
 	fmt.Fprintf(w, "%-44s %6s %9s %9s %9s %9s %9s\n", "measure", "n", "min", "p50", "p95", "p99", "max")
 	printDist(w, "floor: ConfigMap create seen by a watch", rep.Floor)
 	for _, p := range rep.Phases {
@@ -186,3 +186,16 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+// WatchEventsPerCreate is how many watch events of resource the API
+// server sent per create in the phase (every watcher counts: at a thousand
+// nodes an unselected agent watch multiplies it by a thousand).
+func (p PhaseReport) WatchEventsPerCreate(resource string) float64 {
+	events, _ := perCreate(p.Costs.API, "apiserver_watch_events_total{", p.Creates)
+	for _, x := range events {
+		if x.k == resource {
+			return x.v
+		}
+	}
+	return 0
+}

@@ -36,3 +36,23 @@ apiserver_request_total{code="503",resource="secrets",subresource="",verb="POST"
 		}
 	}
 }
+
+// TestWatchEventsPerCreate reads one resource's watch events per create
+// out of the scraped counter.
+func TestWatchEventsPerCreate(t *testing.T) {
+	raw := []byte(`# TYPE apiserver_watch_events_total counter
+apiserver_watch_events_total{group="sandlot.dev",kind="Sandbox",resource="sandboxes",version="v1alpha1"} 180
+apiserver_watch_events_total{group="",kind="Pod",resource="pods",version="v1"} 120
+`)
+	c, err := parseMetrics(raw, map[string][]string{"apiserver_watch_events_total": {"resource"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := PhaseReport{Creates: 10, Costs: Costs{API: c}}
+	if got := p.WatchEventsPerCreate("sandboxes"); got != 18 {
+		t.Errorf("sandboxes: %v per create, want 18", got)
+	}
+	if got := p.WatchEventsPerCreate("secrets"); got != 0 {
+		t.Errorf("secrets: %v per create, want 0", got)
+	}
+}

@@ -32,7 +32,9 @@ type Options struct {
 	// Wait bounds each phase's wait for its sandboxes to run, and the
 	// settle after the churn (0: 5 minutes).
 	Wait time.Duration
-	Log  io.Writer
+	// AgentCaches is what each node's agent watches ("": NodeCaches).
+	AgentCaches AgentCaches
+	Log         io.Writer
 }
 
 // wait is how long a phase waits for its sandboxes.
@@ -63,7 +65,7 @@ const template = "py"
 func Run(ctx context.Context, e *Env, o Options) (*Report, error) {
 	r := &run{o: o, e: e, deleted: map[string]bool{}}
 	rep := &Report{Options: o}
-	f := &Fleet{Nodes: o.Nodes, PodDelay: o.PodDelay}
+	f := &Fleet{Nodes: o.Nodes, PodDelay: o.PodDelay, AgentCaches: o.AgentCaches}
 	if err := f.AddNodes(ctx, e.Admin); err != nil {
 		return nil, err
 	}

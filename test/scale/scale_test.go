@@ -12,9 +12,10 @@ import (
 
 // TestFleet is bench-scale shortened: 1,000 sandboxes over 100 simulated
 // nodes at 100 creates/s, then churn with pauses and snapshots, against
-// the real sandlot-controller and sandlot-api under the chart's RBAC. No
-// sandbox is lost (each gets a pod and runs), no pod serves two, and the
-// API lists every live one.
+// the real sandlot-controller and sandlot-api under the chart's RBAC, each
+// node's agent work coming from the real agent's cache options. No
+// sandbox is lost (each gets a pod and runs), no pod serves two, the API
+// lists every live one, and Sandbox writes do not fan out to every node.
 func TestFleet(t *testing.T) {
 	ctrllog.SetLogger(logr.Discard()) // the simulation's caches: their retries are expected
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -35,6 +36,12 @@ func TestFleet(t *testing.T) {
 	}
 	want := map[string]int{"ramp": 1000, "steady": 500}
 	for _, p := range rep.Phases {
+		// Each node's agent watches only its node's Sandboxes: a handful of
+		// watchers per write (controller, API, the bench, one agent), not
+		// one per node (~500 per create at 100 nodes).
+		if n := p.WatchEventsPerCreate("sandboxes"); n == 0 || n > 60 {
+			t.Errorf("%s: %.1f Sandbox watch events per create, want 1-60: the agents' caches are not scoped to their node", p.Name, n)
+		}
 		if p.Creates != want[p.Name] || p.NoPod != 0 || p.NotRunning != 0 || len(p.ToPod) != p.Creates || len(p.ToRunning) != p.Creates {
 			t.Errorf("%s: %d creates (want %d), %d pods and %d Running seen; %d without a pod, %d not Running", p.Name, p.Creates,
 				want[p.Name], len(p.ToPod), len(p.ToRunning), p.NoPod, p.NotRunning)

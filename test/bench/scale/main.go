@@ -33,7 +33,16 @@ func main() {
 	flag.Float64Var(&o.PauseShare, "pause", 0.05, "share of the churn's creates that also pause (and resume) a sandbox")
 	flag.Float64Var(&o.SnapshotShare, "snapshot", 0.01, "share that also snapshot one")
 	flag.DurationVar(&o.Wait, "wait", 20*time.Minute, "how long each phase waits for its sandboxes to run (10,000 at ~20 creates/s sustained take ~9 min on 2 cores)")
+	caches := flag.String("agent-caches", string(scale.NodeCaches), "each node agent's watches: node (the real agent's cache options), "+
+		"all (the same kinds unselected: every Sandbox to every agent, as before ecdfb3b), shared (no agent watches: one simulation cache)")
 	flag.Parse()
+	switch c := scale.AgentCaches(*caches); c {
+	case scale.NodeCaches, scale.AllCaches, scale.SharedCache:
+		o.AgentCaches = c
+	default:
+		fmt.Fprintf(os.Stderr, "bench-scale: -agent-caches %q: want node, all or shared\n", *caches)
+		os.Exit(2)
+	}
 	ctrllog.SetLogger(logr.Discard()) // the simulation's caches: their retries are expected
 	o.WarmPool, o.Slots, o.Log = int32(*pool), int32(*slots), os.Stdout
 	if err := run(o); err != nil {
