@@ -181,7 +181,7 @@ func TestAgentRecordsClaimsOnly(t *testing.T) {
 	if err := claim(ctrl, pool); err != nil {
 		t.Fatalf("claim: %v", err)
 	}
-	agent := as(t, agentUser)
+	agent := asAgentOn(t, pool.Spec.NodeName)
 	if err := refusedWith(patch(agent, pool, func(p *corev1.Pod) { p.Annotations[sandlotv1.AnnotationRestoreUID] = "other" }),
 		"annotation "+sandlotv1.AnnotationRestoreUID, refusal); err != nil {
 		t.Errorf("agent changing restore-uid: %v", err)

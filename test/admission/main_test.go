@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -44,6 +45,8 @@ const (
 	configMapPolicy = "sandlot-agent-configmaps"
 	// networkPolicy refuses an allowOut inside the platform's denials.
 	networkPolicy = "sandlot-sandbox-network"
+	// agentNodePolicy holds each node's agent to its node's objects.
+	agentNodePolicy = "sandlot-agent-node"
 	// plainRefusal is its word with admission.allowPlainRuntimeClassPods false.
 	plainRefusal = "runtimeClassName sandlot: only sandlot's controller"
 	// enforced bounds how long the API server takes to enforce a policy
@@ -129,12 +132,13 @@ func applyPolicy(ctx context.Context, c client.Client, vals map[string]any) erro
 	if err != nil {
 		return err
 	}
-	if len(objs) != 6 {
-		return fmt.Errorf("the chart renders %d admission objects, want three policies and their bindings", len(objs))
+	names := []string{policy, configMapPolicy, networkPolicy, agentNodePolicy}
+	if len(objs) != 2*len(names) {
+		return fmt.Errorf("the chart renders %d admission objects, want %v and their bindings", len(objs), names)
 	}
 	for _, o := range objs {
-		if o.GetName() != policy && o.GetName() != configMapPolicy && o.GetName() != networkPolicy {
-			return fmt.Errorf("%s %s: want %s, %s or %s", o.GetKind(), o.GetName(), policy, configMapPolicy, networkPolicy)
+		if !slices.Contains(names, o.GetName()) {
+			return fmt.Errorf("%s %s: want one of %v", o.GetKind(), o.GetName(), names)
 		}
 		cur := &unstructured.Unstructured{}
 		cur.SetGroupVersionKind(o.GroupVersionKind())
@@ -189,8 +193,22 @@ func aggregate(ctx context.Context, c client.Client, name string) error {
 // account with the groups its token carries.
 func as(t *testing.T, user string) client.Client {
 	t.Helper()
+	return asWith(t, rest.ImpersonationConfig{UserName: user})
+}
+
+// asAgentOn is the node agent with the token of its pod on node: the API
+// server names the pod's node in the request's extra.
+func asAgentOn(t *testing.T, node string) client.Client {
+	t.Helper()
+	return asWith(t, rest.ImpersonationConfig{UserName: agentUser,
+		Extra: map[string][]string{"authentication.kubernetes.io/node-name": {node}}})
+}
+
+func asWith(t *testing.T, imp rest.ImpersonationConfig) client.Client {
+	t.Helper()
+	user := imp.UserName
 	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	cfg.Impersonate = imp
 	if sa, ok := strings.CutPrefix(user, "system:serviceaccount:"); ok {
 		ns, _, _ := strings.Cut(sa, ":")
 		cfg.Impersonate.Groups = []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
