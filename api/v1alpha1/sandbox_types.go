@@ -220,6 +220,7 @@ type SandboxStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=sbx,categories=sandlot
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="ID",type=string,JSONPath=`.status.sandboxID`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
