@@ -99,15 +99,4 @@ func (c *cappedLog) close() {
 
 // consoleTail is the end of the console log (with the rotated part before
 // it when the current one is short), for errors.
-func consoleTail(path string) []byte {
-	const tail = 1500
-	b, _ := os.ReadFile(path)
-	if len(b) < tail {
-		prev, _ := os.ReadFile(path + ".1")
-		b = append(prev, b...)
-	}
-	if len(b) > tail {
-		b = b[len(b)-tail:]
-	}
-	return b
-}
+func consoleTail(path string) []byte { return logTail(path, 1500) }

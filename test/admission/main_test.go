@@ -255,11 +255,22 @@ func waitEnforced(t *testing.T, what string, probe func() error, want string) {
 
 // refusedWith says why err is not the API server's Forbidden naming want.
 func refusedWith(err error, want ...string) error {
+	return refusedAs(err, apierrors.IsForbidden, "Forbidden", want...)
+}
+
+// invalidWith says why err is not the API server's Invalid (422) naming
+// want: a policy whose reason is Invalid.
+func invalidWith(err error, want ...string) error {
+	return refusedAs(err, apierrors.IsInvalid, "Invalid (422)", want...)
+}
+
+// refusedAs says why err is not a refusal of that kind (is) naming want.
+func refusedAs(err error, is func(error) bool, kind string, want ...string) error {
 	if err == nil {
 		return errors.New("admitted, want refused")
 	}
-	if !apierrors.IsForbidden(err) {
-		return fmt.Errorf("%w: want Forbidden", err)
+	if !is(err) {
+		return fmt.Errorf("%w: want %s", err, kind)
 	}
 	for _, w := range want {
 		if !strings.Contains(err.Error(), w) {

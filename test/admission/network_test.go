@@ -2,9 +2,6 @@ package admission
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strings"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -55,20 +52,4 @@ func asForbidden(err error) error {
 		return apierrors.NewForbidden(sandlotv1.GroupVersion.WithResource("sandboxes").GroupResource(), "", err)
 	}
 	return err
-}
-
-// invalidWith says why err is not the API server's Invalid naming want.
-func invalidWith(err error, want ...string) error {
-	if err == nil {
-		return errors.New("admitted, want refused")
-	}
-	if !apierrors.IsInvalid(err) {
-		return fmt.Errorf("%w: want Invalid (422)", err)
-	}
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			return fmt.Errorf("refused with %q, want it to say %q", err.Error(), w)
-		}
-	}
-	return nil
 }
