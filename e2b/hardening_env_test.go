@@ -129,3 +129,25 @@ func TestCreateRateLimit(t *testing.T) {
 		t.Errorf("the fixture's unlimited server: %d %s, want 404", r.code, r.body)
 	}
 }
+
+// TestOperationRateLimit: a team's snapshots, pauses, resumes and builds
+// beyond its burst are a 429 with Retry-After naming the limit; a request
+// for a sandbox that does not exist is a 404 and charges nothing.
+func TestOperationRateLimit(t *testing.T) {
+	f := setup(t)
+	t.Parallel()
+	srv, hs := newTestServer(f.kube, Config{OperationRate: 0.01, OperationBurst: 1})
+	t.Cleanup(hs.Close)
+	for _, path := range []string{"/sandboxes/nosuch/pause", "/sandboxes/nosuch/resume", "/sandboxes/nosuch/snapshots"} {
+		call(t, hs.URL, "POST", path, `{}`, "X-API-KEY", f.key).wantError(t, http.StatusNotFound, "")
+	}
+	if _, ok := srv.operations.take(testNS, 1); !ok {
+		t.Fatal("the 404s above were charged to the team")
+	}
+	build := "/v2/templates/ratelimited/builds/0123456789abcdef-1x512"
+	r := call(t, hs.URL, "POST", build, `{}`, "X-API-KEY", f.key)
+	r.wantError(t, http.StatusTooManyRequests, "--operation-rate")
+	if ra := r.header.Get("Retry-After"); ra != "100" && ra != "99" {
+		t.Errorf("Retry-After %q, want about 100 seconds", ra)
+	}
+}

@@ -83,7 +83,7 @@ func (s *Server) patchSpec(ctx context.Context, sbx *sandlotv1.Sandbox, spec map
 
 // pause pauses a running sandbox and returns once it is paused; 409
 // when it is paused (or pausing) already.
-func (s *Server) pause(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) (int, any, *apiError) {
 	if err := decodeBody(r, &struct{}{}); err != nil {
 		return 0, nil, err
 	}
@@ -93,6 +93,9 @@ func (s *Server) pause(_ http.ResponseWriter, r *http.Request) (int, any, *apiEr
 	}
 	if paused(sbx) {
 		return 0, nil, errorf(http.StatusConflict, "sandbox %q is already paused", r.PathValue("id"))
+	}
+	if err := s.allowOperation(w, r, "pause"); err != nil {
+		return 0, nil, err
 	}
 	if err := s.patchSpec(r.Context(), sbx, map[string]any{"paused": true}); err != nil {
 		return 0, nil, err
@@ -113,7 +116,7 @@ func (s *Server) pause(_ http.ResponseWriter, r *http.Request) (int, any, *apiEr
 }
 
 // resume is the old resume: 409 when the sandbox runs.
-func (s *Server) resume(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) (int, any, *apiError) {
 	var body timeoutBody
 	if err := decodeBody(r, &body); err != nil {
 		return 0, nil, err
@@ -125,12 +128,15 @@ func (s *Server) resume(_ http.ResponseWriter, r *http.Request) (int, any, *apiE
 	if !paused(sbx) {
 		return 0, nil, errorf(http.StatusConflict, "sandbox %q is already running", r.PathValue("id"))
 	}
+	if err := s.allowOperation(w, r, "resume"); err != nil {
+		return 0, nil, err
+	}
 	return s.resumeAndWait(r.Context(), sbx, body.Timeout)
 }
 
 // connect returns a running sandbox (200, its timeout extended when
 // asked) or resumes a paused one (201).
-func (s *Server) connect(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) (int, any, *apiError) {
 	var body timeoutBody
 	if err := decodeBody(r, &body); err != nil {
 		return 0, nil, err
@@ -145,6 +151,9 @@ func (s *Server) connect(_ http.ResponseWriter, r *http.Request) (int, any, *api
 		return 0, nil, err
 	}
 	if paused(sbx) {
+		if err := s.allowOperation(w, r, "resume"); err != nil {
+			return 0, nil, err
+		}
 		return s.resumeAndWait(r.Context(), sbx, body.Timeout)
 	}
 	if body.Timeout != nil && *body.Timeout > 0 && s.extends(sbx, *body.Timeout) {

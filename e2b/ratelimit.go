@@ -104,3 +104,22 @@ func (s *Server) allowCreate(w http.ResponseWriter, r *http.Request, n int) *api
 	return errorf(http.StatusTooManyRequests, "rate limit: an API key may create %g sandboxes a second, %d at once; retry in %d s",
 		s.cfg.CreateRate, s.cfg.CreateBurst, secs)
 }
+
+// allowOperation charges one heavy operation of the request's team: a
+// snapshot, a pause, a resume (not a connect to a running sandbox) or a
+// template build's request or start, each of which writes memory or a
+// disk to the node and the store. A 429 with Retry-After, naming the
+// limit, when the team's bucket is empty.
+func (s *Server) allowOperation(w http.ResponseWriter, r *http.Request, what string) *apiError {
+	if s.operations == nil {
+		return nil
+	}
+	wait, ok := s.operations.take(teamOf(r.Context()), 1)
+	if ok {
+		return nil
+	}
+	secs := max(1, int64(math.Ceil(wait.Seconds())))
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	return errorf(http.StatusTooManyRequests, "rate limit on %s: a team may snapshot, pause, resume and build %g times a second, "+
+		"%d at once (sandlot-api --operation-rate, --operation-burst); retry in %d s", what, s.cfg.OperationRate, s.cfg.OperationBurst, secs)
+}

@@ -64,6 +64,11 @@ type Config struct {
 	MaxPendingBuilds   int
 	UploadRate         float64
 	UploadBurst        int
+	// OperationRate is how many snapshots, pauses, resumes and template
+	// builds a team may ask for a second on average, OperationBurst how
+	// many at once (default: the rate rounded up); 0 (or less): no limit.
+	OperationRate  float64
+	OperationBurst int
 	// Egress is the platform's outbound policy the nodes enforce (the
 	// chart's network values): a sandbox's allowOut inside its denials
 	// is refused (zero: nothing is refused here; the nodes still hold).
@@ -97,6 +102,9 @@ func (c *Config) setDefaults() {
 	if c.CreateRate > 0 && c.CreateBurst < 1 {
 		c.CreateBurst = max(1, int(math.Ceil(c.CreateRate)))
 	}
+	if c.OperationRate > 0 && c.OperationBurst < 1 {
+		c.OperationBurst = max(1, int(math.Ceil(c.OperationRate)))
+	}
 	c.setBuildFilesDefaults()
 	if c.Log == nil {
 		c.Log = defaults.Log
@@ -111,8 +119,11 @@ type Server struct {
 	mux     *http.ServeMux
 	creates *createLimiter // nil: creates are not limited
 	uploads *createLimiter // by team; nil: uploads are not limited
-	locks   teamLocks      // buildquota.go
-	now     func() time.Time
+	// operations: by team, snapshots, pauses, resumes and builds; nil:
+	// not limited.
+	operations *createLimiter
+	locks      teamLocks // buildquota.go
+	now        func() time.Time
 }
 
 // New makes a Server over kube (see NewKube).
@@ -121,6 +132,9 @@ func New(cfg Config, kube *Kube) *Server {
 	s := &Server{cfg: cfg, kube: kube, now: time.Now}
 	if cfg.CreateRate > 0 {
 		s.creates = newCreateLimiter(cfg.CreateRate, cfg.CreateBurst, time.Now)
+	}
+	if cfg.OperationRate > 0 {
+		s.operations = newCreateLimiter(cfg.OperationRate, cfg.OperationBurst, time.Now)
 	}
 	if cfg.UploadRate > 0 {
 		s.uploads = newCreateLimiter(cfg.UploadRate, cfg.UploadBurst, time.Now)

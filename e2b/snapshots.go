@@ -20,7 +20,7 @@ var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // createSnapshot snapshots a running sandbox and returns once the
 // snapshot can be restored on its node: its name is a templateID.
-func (s *Server) createSnapshot(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) (int, any, *apiError) {
 	var body snapshotBody
 	if err := decodeBody(r, &body); err != nil {
 		return 0, nil, err
@@ -30,6 +30,9 @@ func (s *Server) createSnapshot(_ http.ResponseWriter, r *http.Request) (int, an
 	}
 	sbx, err := s.runningSandbox(r.Context(), r.PathValue("id"))
 	if err != nil {
+		return 0, nil, err
+	}
+	if err := s.allowOperation(w, r, "snapshot"); err != nil {
 		return 0, nil, err
 	}
 	snap, err := s.snapshot(r.Context(), sbx, body.Name, "snap-")

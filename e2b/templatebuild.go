@@ -105,11 +105,14 @@ type buildStart struct {
 
 // startBuild answers POST /v2/templates/{id}/builds/{buildID}: the
 // Template is created, or its spec replaced by this build.
-func (s *Server) startBuild(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+func (s *Server) startBuild(w http.ResponseWriter, r *http.Request) (int, any, *apiError) {
 	name, buildID := r.PathValue("id"), r.PathValue("buildID")
 	cpu, mem, ok := parseBuildID(buildID)
 	if !ok || !templateName.MatchString(name) {
 		return 0, nil, errorf(http.StatusNotFound, "build %q of template %q was not requested here (POST /v3/templates first)", buildID, name)
+	}
+	if err := s.allowOperation(w, r, "build"); err != nil {
+		return 0, nil, err
 	}
 	var req buildStart
 	if err := decodeBody(r, &req); err != nil {

@@ -74,6 +74,10 @@ func serve(ctx context.Context, args []string) error {
 	fs.Float64Var(&cfg.CreateRate, "create-rate", defaultCreateRate,
 		"sandboxes an API key may create a second on average (creates and each of a fork's); 0: no limit")
 	fs.IntVar(&cfg.CreateBurst, "create-burst", defaultCreateBurst, "sandboxes an API key may create at once (with --create-rate > 0)")
+	fs.Float64Var(&cfg.OperationRate, "operation-rate", defaultOperationRate,
+		"snapshots, pauses, resumes and template builds a team may ask for a second on average; 0: no limit")
+	fs.IntVar(&cfg.OperationBurst, "operation-burst", defaultOperationBurst,
+		"snapshots, pauses, resumes and template builds a team may ask for at once (with --operation-rate > 0)")
 	buildFilesFlags(fs, &cfg)
 	var netCfg node.NetworkConfig
 	fs.Func("deny-out", "the platform's denials the nodes enforce (the chart's network.denyOut), comma-separated: an allowOut inside them is refused (default: the nodes' default)", func(v string) error {
@@ -164,6 +168,15 @@ const (
 	defaultCreateBurst = 20
 )
 
+// The default limit on a team's snapshots, pauses, resumes and builds
+// (each writes a VM's memory or disk to its node and the store): 30 at
+// once, then 5 a second, so an agent's burst of checkpoints passes and a
+// loop cannot keep every node snapshotting.
+const (
+	defaultOperationRate  = 5
+	defaultOperationBurst = 30
+)
+
 func checkFlags(lf listenFlags, cfg *e2b.Config) error {
 	if (lf.tlsListen != "") != (lf.tlsCert != "" && lf.tlsKey != "") {
 		return errors.New("--tls-listen needs --tls-cert and --tls-key, and they need it")
@@ -174,10 +187,12 @@ func checkFlags(lf listenFlags, cfg *e2b.Config) error {
 	if cfg.CreateRate > 0 && cfg.CreateBurst < 1 {
 		return fmt.Errorf("--create-burst %d: want at least 1 with --create-rate %v", cfg.CreateBurst, cfg.CreateRate)
 	}
-	if err := checkBuildFilesFlags(cfg); err != nil {
-		return err
+	if cfg.OperationRate < 0 || math.IsNaN(cfg.OperationRate) || math.IsInf(cfg.OperationRate, 0) ||
+		(cfg.OperationRate > 0 && cfg.OperationBurst < 1) {
+		return fmt.Errorf("--operation-rate %v, --operation-burst %d: want a number a second (0 for no limit) and a burst of at least 1",
+			cfg.OperationRate, cfg.OperationBurst)
 	}
-	return nil
+	return checkBuildFilesFlags(cfg)
 }
 
 // issueKey adds a new key to the keys Secret (creating it) and prints it.
