@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // apiTLSSecret is the chart's api.tls.secretName with APIDomain.
@@ -69,7 +72,36 @@ func (c *Cluster) IssueAPIKey(ctx context.Context, args ...string) (string, erro
 	if err != nil {
 		return "", fmt.Errorf("sandlot-api issue-key: %w: %s", err, stderr.String())
 	}
-	return strings.TrimSpace(string(out)), nil
+	key := strings.TrimSpace(string(out))
+	return key, c.waitKeyAccepted(ctx, key)
+}
+
+// waitKeyAccepted waits until the chart's API accepts key: the API reads
+// the keys Secret through its cache, so a key is good a moment after
+// issue-key wrote it (a create right away may be a 401).
+func (c *Cluster) waitKeyAccepted(ctx context.Context, key string) error {
+	api, err := c.APIURL(ctx)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return poll.Every(ctx, 100*time.Millisecond, "the API accepting the issued key", func() error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, api+"/sandboxes", nil)
+		if err != nil {
+			return poll.Stop(err)
+		}
+		req.Header.Set("X-API-KEY", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET /sandboxes: %s", resp.Status)
+		}
+		return nil
+	})
 }
 
 // preinstall makes what an admin makes before helm install: the team
