@@ -46,55 +46,8 @@ func main() {
 }
 
 func serve(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("sandlot-api", flag.ExitOnError)
-	var cfg e2b.Config
-	var lf listenFlags
-	fs.StringVar(&lf.listen, "listen", ":3000", "address of the API and the sandbox proxy (plain HTTP)")
-	fs.StringVar(&lf.tlsListen, "tls-listen", "", "address of the same over TLS (with --tls-cert and --tls-key): the SDK's domain mode speaks https")
-	fs.StringVar(&lf.tlsCert, "tls-cert", "", "certificate for *.<domain> (PEM)")
-	fs.StringVar(&lf.tlsKey, "tls-key", "", "its key (PEM)")
-	fs.StringVar(&lf.metricsListen, "metrics-listen", "", "address of /metrics (Prometheus); none when empty")
-	fs.StringVar(&cfg.Namespace, "namespace", "default", "namespace of the sandboxes, snapshots and templates served")
-	fs.Func("teams", "namespaces of the other teams served, comma-separated (each team's keys: a Secret in --namespace labelled "+
-		e2b.LabelTeam+"=<team>)", func(v string) error {
-		for t := range strings.SplitSeq(v, ",") {
-			if t = strings.TrimSpace(t); t != "" {
-				cfg.Teams = append(cfg.Teams, t)
-			}
-		}
-		return nil
-	})
-	fs.StringVar(&cfg.DefaultTemplate, "default-template", "default", "Template the SDKs' default IDs (base, code-interpreter-v1) resolve to")
-	fs.StringVar(&cfg.Domain, "domain", "", "sandbox domain returned to SDKs: port p of a sandbox is <p>-<sandboxID>.<domain> (may carry :port)")
-	fs.StringVar(&cfg.KeysSecret, "keys-secret", "sandlot-api-keys", "Secret whose values are the API keys")
-	fs.DurationVar(&cfg.CreateTimeout, "create-timeout", 2*time.Minute, "bound of a create, resume, fork or rollback")
-	fs.DurationVar(&cfg.PauseTimeout, "pause-timeout", 2*time.Minute, "bound of a pause")
-	fs.DurationVar(&cfg.SnapshotTimeout, "snapshot-timeout", 5*time.Minute, "bound of a snapshot")
-	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 1<<20, "largest API request body (proxied bodies are not bounded)")
-	fs.Float64Var(&cfg.CreateRate, "create-rate", defaultCreateRate,
-		"sandboxes an API key may create a second on average (creates and each of a fork's); 0: no limit")
-	fs.IntVar(&cfg.CreateBurst, "create-burst", defaultCreateBurst, "sandboxes an API key may create at once (with --create-rate > 0)")
-	fs.Float64Var(&cfg.OperationRate, "operation-rate", defaultOperationRate,
-		"snapshots, pauses, resumes and template builds a team may ask for a second on average; 0: no limit")
-	fs.IntVar(&cfg.OperationBurst, "operation-burst", defaultOperationBurst,
-		"snapshots, pauses, resumes and template builds a team may ask for at once (with --operation-rate > 0)")
-	buildFilesFlags(fs, &cfg)
-	var netCfg node.NetworkConfig
-	fs.Func("deny-out", "the platform's denials the nodes enforce (the chart's network.denyOut), comma-separated: an allowOut inside them is refused (default: the nodes' default)", func(v string) error {
-		netCfg.DenyOut = node.SplitList(v)
-		return nil
-	})
-	fs.Func("open-out", "ranges inside --deny-out an allowOut may open (the chart's network.openOut), comma-separated", func(v string) error {
-		netCfg.OpenOut = node.SplitList(v)
-		return nil
-	})
-	_ = fs.Parse(args)
-	egress, err := netCfg.Egress()
+	cfg, lf, err := parseServeFlags(args)
 	if err != nil {
-		return err
-	}
-	cfg.Egress = egress
-	if err := checkFlags(lf, &cfg); err != nil {
 		return err
 	}
 	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -125,6 +78,73 @@ func serve(ctx context.Context, args []string) error {
 		_ = s.Shutdown(shutdown)
 	}
 	return nil
+}
+
+// parseServeFlags is serve's configuration, checked.
+func parseServeFlags(args []string) (e2b.Config, listenFlags, error) {
+	fs := flag.NewFlagSet("sandlot-api", flag.ExitOnError)
+	var cfg e2b.Config
+	var lf listenFlags
+	fs.StringVar(&lf.listen, "listen", ":3000", "address of the API and the sandbox proxy (plain HTTP)")
+	fs.StringVar(&lf.tlsListen, "tls-listen", "", "address of the same over TLS (with --tls-cert and --tls-key): the SDK's domain mode speaks https")
+	fs.StringVar(&lf.tlsCert, "tls-cert", "", "certificate for *.<domain> (PEM)")
+	fs.StringVar(&lf.tlsKey, "tls-key", "", "its key (PEM)")
+	fs.StringVar(&lf.metricsListen, "metrics-listen", "", "address of /metrics (Prometheus); none when empty")
+	fs.StringVar(&cfg.Namespace, "namespace", "default", "namespace of the sandboxes, snapshots and templates served")
+	fs.Func("teams", "namespaces of the other teams served, comma-separated (each team's keys: a Secret in --namespace labelled "+
+		e2b.LabelTeam+"=<team>)", func(v string) error {
+		for t := range strings.SplitSeq(v, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				cfg.Teams = append(cfg.Teams, t)
+			}
+		}
+		return nil
+	})
+	fs.StringVar(&cfg.DefaultTemplate, "default-template", "default", "Template the SDKs' default IDs (base, code-interpreter-v1) resolve to")
+	fs.StringVar(&cfg.Domain, "domain", "", "sandbox domain returned to SDKs: port p of a sandbox is <p>-<sandboxID>.<domain> (may carry :port)")
+	fs.StringVar(&cfg.KeysSecret, "keys-secret", "sandlot-api-keys", "Secret whose values are the API keys")
+	fs.DurationVar(&cfg.CreateTimeout, "create-timeout", 2*time.Minute, "bound of a create, resume, fork or rollback")
+	fs.DurationVar(&cfg.PauseTimeout, "pause-timeout", 2*time.Minute, "bound of a pause")
+	fs.DurationVar(&cfg.SnapshotTimeout, "snapshot-timeout", 5*time.Minute, "bound of a snapshot")
+	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", 1<<20, "largest API request body (proxied bodies are not bounded)")
+	limitFlags(fs, &cfg)
+	buildFilesFlags(fs, &cfg)
+	netCfg := egressFlags(fs)
+	_ = fs.Parse(args)
+	egress, err := netCfg.Egress()
+	if err != nil {
+		return cfg, lf, fmt.Errorf("--deny-out, --open-out: %w", err)
+	}
+	cfg.Egress = egress
+	return cfg, lf, checkFlags(lf, &cfg)
+}
+
+// limitFlags are the per-key create and per-team operation rate limits.
+func limitFlags(fs *flag.FlagSet, cfg *e2b.Config) {
+	fs.Float64Var(&cfg.CreateRate, "create-rate", defaultCreateRate,
+		"sandboxes an API key may create a second on average (creates and each of a fork's); 0: no limit")
+	fs.IntVar(&cfg.CreateBurst, "create-burst", defaultCreateBurst, "sandboxes an API key may create at once (with --create-rate > 0)")
+	fs.Float64Var(&cfg.OperationRate, "operation-rate", defaultOperationRate,
+		"snapshots, pauses, resumes and template builds a team may ask for a second on average; 0: no limit")
+	fs.IntVar(&cfg.OperationBurst, "operation-burst", defaultOperationBurst,
+		"snapshots, pauses, resumes and template builds a team may ask for at once (with --operation-rate > 0)")
+}
+
+// egressFlags are the platform's egress policy the nodes enforce (the
+// chart passes both its network values): an allowOut inside a denial is
+// refused here.
+func egressFlags(fs *flag.FlagSet) *node.NetworkConfig {
+	var n node.NetworkConfig
+	fs.Func("deny-out", "the platform's denials the nodes enforce (the chart's network.denyOut), comma-separated: "+
+		"an allowOut inside them is refused (default: the nodes' default)", func(v string) error {
+		n.DenyOut = node.SplitList(v)
+		return nil
+	})
+	fs.Func("open-out", "ranges inside --deny-out an allowOut may open (the chart's network.openOut), comma-separated", func(v string) error {
+		n.OpenOut = node.SplitList(v)
+		return nil
+	})
+	return &n
 }
 
 // listenFlags are where sandlot-api serves.
