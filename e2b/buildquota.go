@@ -151,15 +151,9 @@ func (c *Config) setBuildFilesDefaults() {
 // key or link signature was checked): a 429 with Retry-After, naming the
 // limit, when its bucket is empty.
 func (s *Server) allowUpload(w http.ResponseWriter, team string) *apiError {
-	if s.uploads == nil {
-		return nil
+	if secs := charge(w, s.uploads, team, 1); secs > 0 {
+		return errorf(http.StatusTooManyRequests, "rate limit: a team may ask for %g upload links and uploads a second, %d at once "+
+			"(sandlot-api --upload-rate, --upload-burst); retry in %d s", s.cfg.UploadRate, s.cfg.UploadBurst, secs)
 	}
-	wait, ok := s.uploads.take(team, 1)
-	if ok {
-		return nil
-	}
-	secs := max(1, int64(math.Ceil(wait.Seconds())))
-	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-	return errorf(http.StatusTooManyRequests, "rate limit: a team may ask for %g upload links and uploads a second, %d at once "+
-		"(sandlot-api --upload-rate, --upload-burst); retry in %d s", s.cfg.UploadRate, s.cfg.UploadBurst, secs)
+	return nil
 }

@@ -92,17 +92,27 @@ func (l *createLimiter) size() int {
 // mux is reached only with a valid one): a 429 with Retry-After, in whole
 // seconds, when its bucket holds too few.
 func (s *Server) allowCreate(w http.ResponseWriter, r *http.Request, n int) *apiError {
-	if s.creates == nil {
-		return nil
+	if secs := charge(w, s.creates, r.Header.Get("X-API-KEY"), n); secs > 0 {
+		return errorf(http.StatusTooManyRequests, "rate limit: an API key may create %g sandboxes a second, %d at once; retry in %d s",
+			s.cfg.CreateRate, s.cfg.CreateBurst, secs)
 	}
-	wait, ok := s.creates.take(r.Header.Get("X-API-KEY"), n)
+	return nil
+}
+
+// charge takes n from key's bucket of l (nil: no limit). When it holds
+// too few it sets Retry-After and returns the whole seconds to wait; 0
+// means allowed.
+func charge(w http.ResponseWriter, l *createLimiter, key string, n int) int64 {
+	if l == nil {
+		return 0
+	}
+	wait, ok := l.take(key, n)
 	if ok {
-		return nil
+		return 0
 	}
 	secs := max(1, int64(math.Ceil(wait.Seconds())))
 	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-	return errorf(http.StatusTooManyRequests, "rate limit: an API key may create %g sandboxes a second, %d at once; retry in %d s",
-		s.cfg.CreateRate, s.cfg.CreateBurst, secs)
+	return secs
 }
 
 // allowOperation charges one heavy operation of the request's team: a
@@ -111,15 +121,9 @@ func (s *Server) allowCreate(w http.ResponseWriter, r *http.Request, n int) *api
 // disk to the node and the store. A 429 with Retry-After, naming the
 // limit, when the team's bucket is empty.
 func (s *Server) allowOperation(w http.ResponseWriter, r *http.Request, what string) *apiError {
-	if s.operations == nil {
-		return nil
+	if secs := charge(w, s.operations, teamOf(r.Context()), 1); secs > 0 {
+		return errorf(http.StatusTooManyRequests, "rate limit on %s: a team may snapshot, pause, resume and build %g times a second, "+
+			"%d at once (sandlot-api --operation-rate, --operation-burst); retry in %d s", what, s.cfg.OperationRate, s.cfg.OperationBurst, secs)
 	}
-	wait, ok := s.operations.take(teamOf(r.Context()), 1)
-	if ok {
-		return nil
-	}
-	secs := max(1, int64(math.Ceil(wait.Seconds())))
-	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-	return errorf(http.StatusTooManyRequests, "rate limit on %s: a team may snapshot, pause, resume and build %g times a second, "+
-		"%d at once (sandlot-api --operation-rate, --operation-burst); retry in %d s", what, s.cfg.OperationRate, s.cfg.OperationBurst, secs)
+	return nil
 }
