@@ -105,7 +105,7 @@ func startGuard(netns string, g guardSpec) (*guard, error) {
 // open, the node's own addresses blocked; the node, the pod's gateway and
 // the configured ranges admitted.
 func basePolicy(g guardSpec) (podnet.Policy, error) {
-	_, ingress, err := g.Defaults.Prefixes()
+	ingress, err := g.Defaults.Ingress()
 	if err != nil {
 		return podnet.Policy{}, err
 	}

@@ -155,7 +155,7 @@ func (c Config) Validate() error {
 	if g := c.VMMGroup; g < 0 || (g > 0 && g >= c.VMUIDs.First && g < c.VMUIDs.First+c.VMUIDs.Count) {
 		errs = append(errs, fmt.Errorf("shim config: vmmGroup %d: want > 0 and outside vmUIDs", g))
 	}
-	if _, _, err := c.Network.Prefixes(); err != nil {
+	if _, err := c.Network.Ingress(); err != nil {
 		errs = append(errs, fmt.Errorf("shim config: %w", err))
 	}
 	if _, err := c.Network.Egress(); err != nil {
@@ -167,13 +167,10 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Prefixes parses DenyOut and IngressFrom (IPv4 CIDRs or addresses).
-func (n NetworkConfig) Prefixes() (deny, ingress []netip.Prefix, err error) {
-	if deny, err = ParsePrefixes("network.denyOut", n.DenyOut); err != nil {
-		return nil, nil, err
-	}
-	ingress, err = ParsePrefixes("network.ingressFrom", n.IngressFrom)
-	return deny, ingress, err
+// Ingress parses IngressFrom (IPv4 CIDRs or addresses); Egress parses
+// the rest.
+func (n NetworkConfig) Ingress() ([]netip.Prefix, error) {
+	return ParsePrefixes("network.ingressFrom", n.IngressFrom)
 }
 
 // ParsePrefixes parses IPv4 CIDRs without host bits or addresses; an
