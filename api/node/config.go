@@ -55,8 +55,9 @@ type Config struct {
 type NetworkConfig struct {
 	// DenyOut are the platform's denials: CIDRs no sandbox may open
 	// connections to, whatever its rules or its resolver's answers say
-	// (nil: DefaultDenyOut). The node's own addresses are always denied.
-	DenyOut []string `json:"denyOut,omitempty"`
+	// (nil: DefaultDenyOut; empty, not omitted: none, as sandlot-api's
+	// --deny-out= reads it). The node's own addresses are always denied.
+	DenyOut []string `json:"denyOut"`
 	// OpenOut are ranges inside DenyOut a sandbox's allowOut (a CIDR, or
 	// a domain's answer) may open: an internal service the operator lets
 	// sandboxes reach.

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"encoding/json"
 	"net/netip"
 	"strings"
 	"testing"
@@ -45,5 +46,29 @@ func TestEgressConfig(t *testing.T) {
 	e, err := NetworkConfig{}.Egress()
 	if err != nil || len(e.Deny) != len(DefaultDenyOut) || len(e.Open) != 0 {
 		t.Errorf("defaults: %+v, %v", e, err)
+	}
+}
+
+// TestEmptyDenyOutSurvivesTheConfigFile: an operator's empty denyOut is
+// no denials on the node, as sandlot-api reads the same value; only an
+// absent one is the default.
+func TestEmptyDenyOutSurvivesTheConfigFile(t *testing.T) {
+	for _, tc := range []struct {
+		in   NetworkConfig
+		want int
+	}{{NetworkConfig{DenyOut: []string{}}, 0}, {NetworkConfig{}, len(DefaultDenyOut)}} {
+		raw, err := json.Marshal(Config{Network: tc.in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Config
+		if err := json.Unmarshal(raw, &back); err != nil {
+			t.Fatal(err)
+		}
+		back.Defaults()
+		e, err := back.Network.Egress()
+		if err != nil || len(e.Deny) != tc.want {
+			t.Errorf("denyOut %v through %s: %d denials (%v), want %d", tc.in.DenyOut, raw, len(e.Deny), err, tc.want)
+		}
 	}
 }
