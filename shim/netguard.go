@@ -78,8 +78,11 @@ type guard struct {
 	closers []func() error
 }
 
-// startGuard opens the filter Attach made, applies the policy and serves
-// the resolver in the pod's netns.
+// startGuard opens the filter Attach made, serves the resolver in the
+// pod's netns and applies the policy. The resolver first: Apply gives it
+// the sandbox's names, and one started after would answer (and forward)
+// every name until the next Apply — a DNS tunnel out of a sandbox whose
+// egress is closed, and allowed names not learned.
 func startGuard(netns string, g guardSpec) (*guard, error) {
 	base, err := basePolicy(g)
 	if err != nil {
@@ -90,13 +93,13 @@ func startGuard(netns string, g guardSpec) (*guard, error) {
 		return nil, err
 	}
 	gd := &guard{filter: f, base: base, closers: []func() error{f.Close}}
-	if err := gd.Apply(g.Network, nil); err != nil {
-		return nil, errors.Join(err, gd.Close())
-	}
 	if len(g.DNS.Servers) > 0 {
 		if err := gd.serveDNS(netns, g.DNS.Servers); err != nil {
 			return nil, errors.Join(err, gd.Close())
 		}
+	}
+	if err := gd.Apply(g.Network, nil); err != nil {
+		return nil, errors.Join(err, gd.Close())
 	}
 	return gd, nil
 }
