@@ -113,16 +113,23 @@ func TestPublicTemplates(t *testing.T) {
 	if err := f.c.Get(ctx, client.ObjectKeyFromObject(forged), forged); err != nil || forged.Spec.Image != "registry.example/mine:1" {
 		t.Fatalf("the forged copy: %+v (%v); want it untouched", forged.Spec, err)
 	}
-	// The operator's names are not a team's to publish.
-	squat := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: "base", Namespace: teamC},
+}
+
+// TestReservedNamesNotPublished: a team's template named like one of the
+// operator's (an SDK default ID) is its own, and may not be published.
+func TestReservedNamesNotPublished(t *testing.T) {
+	f := setup(t)
+	const team = "team-r"
+	base, key, k := teamServer(t, f, team, Config{CreateTimeout: 2 * time.Second})
+	squat := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: "base", Namespace: team},
 		Spec: sandlotv1.TemplateSpec{Image: "registry.example/evil:1"}}
-	if err := f.c.Create(ctx, squat); err != nil {
+	if err := f.c.Create(context.Background(), squat); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitCached(k, squat); err != nil {
 		t.Fatal(err)
 	}
-	call(t, base, "PATCH", "/templates/base", map[string]any{"public": true}, "X-API-KEY", keyC).
+	call(t, base, "PATCH", "/templates/base", map[string]any{"public": true}, "X-API-KEY", key).
 		wantError(t, http.StatusBadRequest, "reserved by the operator")
 }
 
