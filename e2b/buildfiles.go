@@ -72,8 +72,15 @@ func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request) (int, an
 	if aerr := s.checkFilesRoom(r.Context(), ns, sandlotv1.BuildFilesName(hash), 0); aerr != nil {
 		return 0, nil, aerr
 	}
+	// Signed with what the team's Secret stores for the caller's key (its
+	// hash): a secret of the API's, which the caller cannot forge from
+	// its key, gone when the key is.
+	stored, aerr := s.storedKey(r.Context(), r.Header.Get("X-API-KEY"))
+	if aerr != nil {
+		return 0, nil, aerr
+	}
 	exp := strconv.FormatInt(s.now().Add(uploadLinkTTL).Unix(), 10)
-	q := url.Values{"team": {ns}, "exp": {exp}, "sig": {uploadSignature(r.Header.Get("X-API-KEY"), ns, tpl, hash, exp)}}
+	q := url.Values{"team": {ns}, "exp": {exp}, "sig": {uploadSignature(stored, ns, tpl, hash, exp)}}
 	link := requestBase(r) + uploadPrefix + tpl + "/" + hash + "?" + q.Encode()
 	return http.StatusCreated, map[string]any{"present": false, "url": link}, nil
 }
@@ -180,7 +187,7 @@ func (s *Server) checkUploadLink(r *http.Request, team, tpl, hash, exp, sig stri
 		!slices.Contains(s.cfg.Namespaces(), team) {
 		return deny
 	}
-	sets, err := s.keySets(r.Context())
+	sets, err := s.keySets(r.Context(), s.kube)
 	if err != nil {
 		return deny
 	}

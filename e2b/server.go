@@ -122,7 +122,8 @@ type Server struct {
 	// operations: by team, snapshots, pauses, resumes and builds; nil:
 	// not limited.
 	operations *createLimiter
-	locks      teamLocks // buildquota.go
+	locks      teamLocks  // buildquota.go
+	rereads    keyRereads // apikeys.go
 	now        func() time.Time
 }
 

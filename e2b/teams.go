@@ -44,25 +44,52 @@ func (c *Config) Namespaces() []string {
 	return out
 }
 
-// keyTeam is the team whose key this is. Every key of every team is
-// compared (sameSecret: in constant time, lengths included), none skipped.
+// keyTeam is the team whose key this is. Every stored key of every team
+// is compared (keyMatches: in constant time), none skipped. A key the
+// cache does not hold yet (issued a moment ago) is looked up once more in
+// the API server, rate limited.
 func (s *Server) keyTeam(ctx context.Context, key string) (string, *apiError) {
-	sets, err := s.keySets(ctx)
+	team, _, err := s.matchKey(ctx, s.kube, key)
+	if team == "" && s.kube.direct != nil && s.rereads.allow(s.now()) {
+		team, _, err = s.matchKey(ctx, s.kube.direct, key)
+	}
 	if err != nil {
 		return "", errorf(http.StatusUnauthorized, "invalid API key (no keys issued: %v)", err)
-	}
-	team := ""
-	for _, set := range sets {
-		for _, v := range set.secret.Data {
-			if sameSecret(key, strings.TrimSpace(string(v))) {
-				team = set.team
-			}
-		}
 	}
 	if team == "" {
 		return "", errorf(http.StatusUnauthorized, "invalid API key")
 	}
 	return team, nil
+}
+
+// storedKey is the value a keys Secret stores for an authorized key:
+// from the cache, or from the API server for a key issued a moment ago.
+func (s *Server) storedKey(ctx context.Context, key string) (string, *apiError) {
+	_, stored, err := s.matchKey(ctx, s.kube, key)
+	if stored == "" && err == nil && s.kube.direct != nil {
+		_, stored, err = s.matchKey(ctx, s.kube.direct, key)
+	}
+	if err != nil || stored == "" {
+		return "", errorf(http.StatusUnauthorized, "invalid API key")
+	}
+	return stored, nil
+}
+
+// matchKey is the team of key and the value its Secret stores for it
+// ("" for a key no Secret holds).
+func (s *Server) matchKey(ctx context.Context, r client.Reader, key string) (team, stored string, err error) {
+	sets, err := s.keySets(ctx, r)
+	if err != nil {
+		return "", "", err
+	}
+	for _, set := range sets {
+		for _, v := range set.secret.Data {
+			if keyMatches(key, string(v)) {
+				team, stored = set.team, strings.TrimSpace(string(v))
+			}
+		}
+	}
+	return team, stored, nil
 }
 
 type keySet struct {
@@ -72,15 +99,15 @@ type keySet struct {
 
 // keySets are the keys Secrets of the teams served; a Secret labelled for
 // a namespace that is not served gives no access.
-func (s *Server) keySets(ctx context.Context) ([]keySet, error) {
+func (s *Server) keySets(ctx context.Context, r client.Reader) ([]keySet, error) {
 	var sets []keySet
 	own := &corev1.Secret{}
-	err := s.kube.Get(ctx, client.ObjectKey{Namespace: s.cfg.Namespace, Name: s.cfg.KeysSecret}, own)
+	err := r.Get(ctx, client.ObjectKey{Namespace: s.cfg.Namespace, Name: s.cfg.KeysSecret}, own)
 	if err == nil {
 		sets = append(sets, keySet{s.cfg.Namespace, own})
 	}
 	labelled := &corev1.SecretList{}
-	if lerr := s.kube.List(ctx, labelled, client.InNamespace(s.cfg.Namespace), client.HasLabels{LabelTeam}); lerr != nil {
+	if lerr := r.List(ctx, labelled, client.InNamespace(s.cfg.Namespace), client.HasLabels{LabelTeam}); lerr != nil {
 		return nil, lerr
 	}
 	for i := range labelled.Items {

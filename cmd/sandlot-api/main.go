@@ -2,7 +2,8 @@
 // CRDs and proxies the SDKs' sandbox traffic to sandbox pods.
 //
 //	sandlot-api [flags]            serve
-//	sandlot-api issue-key [flags]  add a new API key to the keys Secret and print it
+//	sandlot-api issue-key [flags]  add a new API key to the keys Secret (its hash) and print it
+//	sandlot-api hash-key           print the value a keys Secret stores for the key on stdin
 package main
 
 import (
@@ -20,10 +21,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/sandlot-dev/sandlot/api/node"
@@ -34,9 +31,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
-	if len(os.Args) > 1 && os.Args[1] == "issue-key" {
+	switch {
+	case len(os.Args) > 1 && os.Args[1] == "issue-key":
 		err = issueKey(ctx, os.Args[2:])
-	} else {
+	case len(os.Args) > 1 && os.Args[1] == "hash-key":
+		err = hashKey(os.Stdin, os.Stdout)
+	default:
 		err = serve(ctx, os.Args[1:])
 	}
 	if err != nil {
@@ -63,6 +63,11 @@ func serve(ctx context.Context, args []string) error {
 	}
 	errs := make(chan error, 3)
 	api := e2b.New(cfg, kube)
+	if n, err := api.HashStoredKeys(ctx); err != nil {
+		cfg.Log.Error("API keys stored in plain text stay so", "error", err, "hashed", n)
+	} else if n > 0 {
+		cfg.Log.Info("API keys stored in plain text replaced by their hashes", "keys", n)
+	}
 	go api.CollectBuildFiles(ctx) // uploads no build needs, and lapsed build requests
 	servers := startServers(lf, api, errs)
 	cfg.Log.Info("serving the E2B API", "listen", lf.listen, "tls", lf.tlsListen, "namespace", cfg.Namespace, "domain", cfg.Domain,
@@ -213,60 +218,4 @@ func checkFlags(lf listenFlags, cfg *e2b.Config) error {
 			cfg.OperationRate, cfg.OperationBurst)
 	}
 	return checkBuildFilesFlags(cfg)
-}
-
-// issueKey adds a new key to the keys Secret (creating it) and prints it.
-func issueKey(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("sandlot-api issue-key", flag.ExitOnError)
-	ns := fs.String("namespace", "default", "namespace of the keys Secret")
-	secretName := fs.String("keys-secret", "sandlot-api-keys", "the keys Secret")
-	name := fs.String("name", "", "name of the key in the Secret (default: key-<unix time>)")
-	team := fs.String("team", "", "the key's team (a namespace the API serves with --teams): kept in the Secret "+
-		"<keys-secret>-<team> labelled "+e2b.LabelTeam+"=<team>; default: --namespace's own team")
-	_ = fs.Parse(args)
-	labels := map[string]string{}
-	if *team != "" && *team != *ns {
-		*secretName += "-" + *team
-		labels[e2b.LabelTeam] = *team
-	}
-	rest, err := ctrl.GetConfig()
-	if err != nil {
-		return fmt.Errorf("load kubeconfig: %w", err)
-	}
-	cs, err := kubernetes.NewForConfig(rest)
-	if err != nil {
-		return err
-	}
-	key, err := e2b.NewAPIKey()
-	if err != nil {
-		return err
-	}
-	if *name == "" {
-		*name = fmt.Sprintf("key-%d", time.Now().UnixNano())
-	}
-	secrets := cs.CoreV1().Secrets(*ns)
-	secret, err := secrets.Get(ctx, *secretName, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: *secretName, Namespace: *ns, Labels: labels},
-			StringData: map[string]string{*name: key}}
-		_, err = secrets.Create(ctx, secret, metav1.CreateOptions{})
-	case err == nil:
-		if secret.Data == nil {
-			secret.Data = map[string][]byte{}
-		}
-		if secret.Labels[e2b.LabelTeam] != labels[e2b.LabelTeam] {
-			return fmt.Errorf("secret %s/%s holds the keys of team %q, not %q", *ns, *secretName, secret.Labels[e2b.LabelTeam], *team)
-		}
-		if _, taken := secret.Data[*name]; taken {
-			return fmt.Errorf("secret %s/%s has a key named %s already", *ns, *secretName, *name)
-		}
-		secret.Data[*name] = []byte(key)
-		_, err = secrets.Update(ctx, secret, metav1.UpdateOptions{})
-	}
-	if err != nil {
-		return fmt.Errorf("store the key in secret %s/%s: %w", *ns, *secretName, err)
-	}
-	fmt.Println(key)
-	return nil
 }

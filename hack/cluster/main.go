@@ -27,8 +27,6 @@ import (
 	"syscall"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/sandlot-dev/sandlot/test/cluster"
 	"github.com/sandlot-dev/sandlot/test/crienv"
 )
@@ -181,26 +179,18 @@ kubeconfig: %[2]s
 }
 
 // recordAPI writes where the chart's sandlot-api (the E2B API) answers —
-// its Service, which kube-proxy routes on this host — and its generated
-// key to apiURLFile and apiKeyFile.
+// its Service, which kube-proxy routes on this host — and a key issued as
+// the chart's NOTES say (in the API's pod) to apiURLFile and apiKeyFile.
 func (d daemon) recordAPI(ctx context.Context, c *cluster.Cluster) error {
-	cs, err := c.Clientset()
-	if err != nil {
-		return err
-	}
 	url, err := c.APIURL(ctx)
 	if err != nil {
 		return err
 	}
-	keys, err := cs.CoreV1().Secrets("default").Get(ctx, "sandlot-api-keys", metav1.GetOptions{})
+	key, err := c.IssueAPIKey(ctx, "--name=make-up")
 	if err != nil {
-		return fmt.Errorf("the API's keys: %w", err)
+		return fmt.Errorf("the API's key: %w", err)
 	}
-	var key []byte
-	for _, v := range keys.Data {
-		key = v
-	}
-	return errors.Join(os.WriteFile(d.apiKeyFile(), append(key, '\n'), 0o600), os.WriteFile(d.apiURLFile(), []byte(url+"\n"), 0o644))
+	return errors.Join(os.WriteFile(d.apiKeyFile(), []byte(key+"\n"), 0o600), os.WriteFile(d.apiURLFile(), []byte(url+"\n"), 0o644))
 }
 
 // serveControl answers requests of other processes (tests) to act on the

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -61,19 +60,33 @@ func (c *Cluster) apiService(ctx context.Context) (*corev1.Service, error) {
 // cluster network).
 func (c *Cluster) APIAddress() string { return c.apiIP }
 
-// IssueAPIKey runs `sandlot-api issue-key` against the cluster, as an
-// admin does, and returns the key.
+// IssueAPIKey issues a key as the chart's NOTES tell an admin to: it
+// runs `sandlot-api issue-key` in the API's pod (its service account
+// writes the key's hash to the keys Secret) and returns the key.
 func (c *Cluster) IssueAPIKey(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir, "sandlot-api"), append([]string{"issue-key"}, args...)...)
-	cmd.Env = []string{"KUBECONFIG=" + c.Kubeconfig}
+	key, err := IssueKeyInPod(ctx, c.Kubeconfig, args...)
+	if err != nil {
+		return "", err
+	}
+	return key, c.waitKeyAccepted(ctx, key)
+}
+
+// IssueKeyInPod runs `sandlot-api issue-key args...` in the chart's API
+// pod of the cluster kubeconfig names and returns the key it printed.
+func IssueKeyInPod(ctx context.Context, kubeconfig string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", kubeconfig, "-n", ReleaseNamespace,
+		"exec", "deploy/sandlot-api", "-c", "api", "--", "/sandlot-api", "issue-key"}, args...)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("sandlot-api issue-key: %w: %s", err, stderr.String())
+		return "", fmt.Errorf("sandlot-api issue-key in the API's pod: %w: %s", err, stderr.String())
 	}
 	key := strings.TrimSpace(string(out))
-	return key, c.waitKeyAccepted(ctx, key)
+	if !strings.HasPrefix(key, "e2b_") || strings.ContainsAny(key, " \n") {
+		return "", fmt.Errorf("sandlot-api issue-key printed %q, want one e2b_ key", key)
+	}
+	return key, nil
 }
 
 // waitKeyAccepted waits until the chart's API accepts key: the API reads

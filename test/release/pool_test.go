@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -111,16 +110,17 @@ func e2bCreate(t *testing.T, template string) string {
 	return ""
 }
 
-// apiKey is one of the chart's API keys.
+// apiKey is a key issued as the chart's NOTES say, once per run.
 func apiKey(t *testing.T) string {
 	t.Helper()
-	keys := &corev1.Secret{}
-	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "sandlot-api-keys"}, keys); err != nil {
-		t.Fatal(err)
+	if issuedKey == "" {
+		key, err := cluster.IssueKeyInPod(context.Background(), e.kubeconfig, "--namespace="+ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		issuedKey = key
 	}
-	for _, v := range keys.Data {
-		return string(v)
-	}
-	t.Fatal("the sandlot-api-keys Secret holds no key")
-	return ""
+	return issuedKey
 }
+
+var issuedKey string

@@ -149,17 +149,10 @@ func e2bSmoke(t *testing.T) {
 	creates["template"]++
 }
 
-// chartAPI is the chart's API Service URL and the key the chart generated.
+// chartAPI is the chart's API Service URL and a key issued in its pod.
 func chartAPI(t *testing.T) (url, key string) {
 	t.Helper()
-	keys := &corev1.Secret{}
-	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "sandlot-api-keys"}, keys); err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range keys.Data {
-		key = string(v)
-	}
-	return serviceURL(t, cluster.ReleaseNamespace, "sandlot-api"), key
+	return serviceURL(t, cluster.ReleaseNamespace, "sandlot-api"), apiKey(t)
 }
 
 // dumpAPI logs what the API, the sandboxes and their events say, so a
