@@ -87,10 +87,11 @@ test-shim: vm-assets containerd-bins ## The shim under a real containerd (CRI, C
 	go test -count=1 -v -timeout 20m ./shim/... ./test/crienv/ ./test/shim/
 
 .PHONY: lint
-lint: ## gofmt and go vet.
+lint: ## gofmt, go vet and the layout rules of CONTRIBUTING.md (hack/lint-layout.sh; LINT_BASE=<ref>: commit subjects too).
 	@out="$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go'))"; \
 	if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
+	hack/lint-layout.sh
 
 .PHONY: verify
 verify: lint ## Fail if generated files or go.mod drift from their sources.
