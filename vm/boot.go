@@ -68,7 +68,12 @@ func makeRAM(path string, mib int) error {
 	if err := os.Mkdir(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("guest RAM directory: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	d, err := OpenDir(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("guest RAM directory: %w", err)
+	}
+	defer d.Close()
+	f, err := d.Create(filepath.Base(path), 0o600)
 	if err != nil {
 		return fmt.Errorf("guest RAM file: %w", err)
 	}
@@ -77,20 +82,27 @@ func makeRAM(path string, mib int) error {
 }
 
 // makeLayer creates a sparse writable layer formatted ext4 (the guest
-// overlays its root on it).
+// overlays its root on it). The disk directory is QEMU's to write: the
+// layer is created beneath it and formatted through its fd (mkfs gets
+// /dev/fd/3), so a link planted there is neither followed nor formatted.
 func makeLayer(path string, mib int) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	d, err := OpenDir(filepath.Dir(path))
 	if err != nil {
 		return fmt.Errorf("create writable layer: %w", err)
 	}
-	err = f.Truncate(int64(mib) << 20)
-	f.Close()
+	defer d.Close()
+	f, err := d.Create(filepath.Base(path), 0o600)
 	if err != nil {
+		return fmt.Errorf("create writable layer: %w", err)
+	}
+	defer f.Close()
+	if err := f.Truncate(int64(mib) << 20); err != nil {
 		return fmt.Errorf("size writable layer: %w", err)
 	}
-	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-L", "sandlot-layer", "-E", "lazy_itable_init=1,lazy_journal_init=1", path).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("format writable layer (is e2fsprogs installed?): %w: %s", err, out)
+	cmd := exec.Command("mkfs.ext4", "-q", "-F", "-L", "sandlot-layer", "-E", "lazy_itable_init=1,lazy_journal_init=1", "/dev/fd/3")
+	cmd.ExtraFiles = []*os.File{f}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("format writable layer %s (is e2fsprogs installed?): %w: %s", path, err, out)
 	}
 	return nil
 }

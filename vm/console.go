@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 )
 
 // ConsoleLogMax caps the serial console log; at the cap the log moves to
@@ -76,14 +77,25 @@ func (c *cappedLog) write(b []byte) error {
 	return nil
 }
 
+// rotate moves the log to path.1 and starts a new one. The log is in a
+// directory QEMU can write: the names are renamed and created beneath it
+// (renameat, a new file with O_EXCL), so a link QEMU put in the log's
+// place is moved or removed, never written through.
 func (c *cappedLog) rotate() error {
+	d, err := OpenDir(filepath.Dir(c.path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	name := filepath.Base(c.path)
 	if c.f != nil {
 		c.f.Close()
-		if err := os.Rename(c.path, c.path+".1"); err != nil {
+		c.f = nil
+		if err := d.Rename(name, name+".1"); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}
-	f, err := os.OpenFile(c.path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	f, err := d.Replace(name, 0o600)
 	if err != nil {
 		return err
 	}

@@ -68,13 +68,14 @@ func (v *VM) command(args []string) (*exec.Cmd, error) {
 // initramfs and base disk (read-only), a restore's base memory, /dev/kvm.
 func (v *VM) jailFiles() ([]jail.Bind, []string, error) {
 	j := v.cfg.Jail
-	own := []string{v.cfg.RunDir, v.diskDir(), v.spec.Layer}
+	// The VM's own: its directories (".") and the files made in them.
+	own := map[string][]string{v.cfg.RunDir: {"."}, v.diskDir(): {".", filepath.Base(v.spec.Layer)}}
 	binds := []jail.Bind{{Path: v.cfg.RunDir, Writable: true}}
 	if v.diskDir() != v.cfg.RunDir {
 		binds = append(binds, jail.Bind{Path: v.diskDir(), Writable: true})
 	}
 	if v.spec.SharedMemory {
-		own = append(own, filepath.Dir(v.spec.MemoryPath), v.spec.MemoryPath)
+		own[filepath.Dir(v.spec.MemoryPath)] = []string{".", filepath.Base(v.spec.MemoryPath)}
 		binds = append(binds, jail.Bind{Path: filepath.Dir(v.spec.MemoryPath), Writable: true})
 	} else {
 		// QEMU 7.2 opens even a private (share=off) memory file read-write
@@ -94,9 +95,9 @@ func (v *VM) jailFiles() ([]jail.Bind, []string, error) {
 		}
 		binds = append(binds, jail.Bind{Path: p})
 	}
-	for _, p := range own {
-		if err := os.Lchown(p, j.UID, j.GID); err != nil {
-			return nil, nil, fmt.Errorf("hand %s to the VM's uid: %w", p, err)
+	for dir, names := range own {
+		if err := handOver(dir, j.UID, j.GID, names...); err != nil {
+			return nil, nil, err
 		}
 	}
 	var devices []string
@@ -104,6 +105,25 @@ func (v *VM) jailFiles() ([]jail.Bind, []string, error) {
 		devices = append(devices, "/dev/kvm")
 	}
 	return binds, devices, nil
+}
+
+// handOver gives names in dir ("." is dir itself) to the VM's uid, by
+// fd beneath dir: a symlink or a file with a second link found there is
+// refused, not followed. It runs before QEMU starts (a restore in place
+// gets new directories: Stop removed the old VM's), so nothing hostile is
+// expected there; it is checked all the same.
+func handOver(dir string, uid, gid int, names ...string) error {
+	d, err := OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("hand %s to the VM's uid: %w", dir, err)
+	}
+	defer d.Close()
+	for _, n := range names {
+		if err := d.Chown(n, uid, gid); err != nil {
+			return fmt.Errorf("hand %s to the VM's uid: %w", d.Join(n), err)
+		}
+	}
+	return nil
 }
 
 // shareWithVMMs gives group gid read (and, if writable, write) access to

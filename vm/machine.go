@@ -113,9 +113,11 @@ func (v *VM) SetLabel(key, value string) {
 
 // OwnedPaths are the files and directories the VM made and Stop removes:
 // its run directory and a booted VM's RAM (a restored VM maps a snapshot's,
-// which it does not own).
+// which it does not own). os.RemoveAll removes beneath each by fd
+// (openat with O_NOFOLLOW, unlinkat): a link QEMU planted there is
+// removed, never followed.
 func (v *VM) OwnedPaths() []string {
-	paths := []string{v.cfg.RunDir, v.diskDir(), v.jailRoot()}
+	paths := []string{v.cfg.RunDir, v.diskDir(), v.jailRoot(), v.stageDir()}
 	if v.spec.SharedMemory {
 		paths = append(paths, filepath.Dir(v.spec.MemoryPath))
 	}
@@ -233,12 +235,22 @@ func (v *VM) launch(ctx context.Context) error {
 		case <-qctx.Done():
 		}
 	}()
-	m, err := qmp.Dial(qctx, v.spec.QMPSocket)
+	m, err := v.dialQMP(qctx)
 	if err != nil {
 		return fmt.Errorf("qemu %s: %w%s", v.cfg.Name, err, v.qemuLog())
 	}
 	v.qmp = m
 	return nil
+}
+
+// dialQMP connects to QEMU's QMP socket, in the run directory QEMU can
+// write: through the socket opened beneath it, never a symlink there.
+func (v *VM) dialQMP(ctx context.Context) (*qmp.Monitor, error) {
+	conn, err := dialSocket(ctx, v.spec.QMPSocket)
+	if err != nil {
+		return nil, fmt.Errorf("qmp: %w", err)
+	}
+	return qmp.Connect(ctx, conn)
 }
 
 // startQEMU starts the process, opening the tap first (in the caller's
@@ -312,11 +324,13 @@ func (v *VM) dialControl(ctx context.Context) error {
 	if v.ctl != nil {
 		return nil
 	}
-	c, err := control.Dial(ctx, v.spec.ControlSocket)
+	// The socket is in the run directory QEMU can write: dialled beneath
+	// it (dialSocket), never through a symlink planted there.
+	conn, err := dialSocket(ctx, v.spec.ControlSocket)
 	if err != nil {
 		return v.guestErr(fmt.Errorf("control channel: %w", err))
 	}
-	v.ctl = c
+	v.ctl = control.NewClient(conn)
 	return nil
 }
 

@@ -1,7 +1,6 @@
 package vm
 
 import (
-	"os"
 	"path/filepath"
 	"time"
 )
@@ -58,15 +57,37 @@ func (w *logWriter) Close() error {
 }
 
 // logTail is the last n bytes of a capped log, with the end of the
-// rotated part before it when the current one is shorter.
+// rotated part before it when the current one is shorter. The logs are
+// in directories QEMU can write: each is read beneath its directory, only
+// if it is a regular file with one link (what QEMU put in its place is
+// left out, never followed), and only its last n bytes.
 func logTail(path string, n int) []byte {
-	b, _ := os.ReadFile(path)
-	if len(b) < n {
-		prev, _ := os.ReadFile(path + ".1")
-		b = append(prev, b...)
+	d, err := OpenDir(filepath.Dir(path))
+	if err != nil {
+		return nil
 	}
-	if len(b) > n {
-		b = b[len(b)-n:]
+	defer d.Close()
+	name := filepath.Base(path)
+	b := fileTail(d, name, n)
+	if len(b) < n {
+		b = append(fileTail(d, name+".1", n-len(b)), b...)
 	}
 	return b
+}
+
+// fileTail is the last n bytes of name in d, nil if it cannot be read.
+func fileTail(d *Dir, name string, n int) []byte {
+	f, err := d.Open(name)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil
+	}
+	off := max(0, fi.Size()-int64(n))
+	b := make([]byte, fi.Size()-off)
+	k, _ := f.ReadAt(b, off)
+	return b[:k]
 }

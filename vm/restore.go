@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/sandlot-dev/sandlot/guest/identity"
 )
@@ -72,7 +73,7 @@ func (v *VM) restore(ctx context.Context, dir string, m *Manifest) error {
 	defer trace.done()
 	// The files the manifest names, confined and checked: not fixed names
 	// next to it, which could be other files than those checked.
-	if _, err := copyExtents(m.Disk.Abs(dir), v.spec.Layer, 0o600, m.DiskExtents); err != nil {
+	if err := v.restoreLayer(m.Disk.Abs(dir), m.DiskExtents); err != nil {
 		return fmt.Errorf("writable layer: %w", err)
 	}
 	trace.step("disk layer copied")
@@ -144,4 +145,27 @@ func (v *VM) applyMemoryLayer(path string, pageRuns [][2]int64) error {
 		return fmt.Errorf("memory layer: %w", err)
 	}
 	return nil
+}
+
+// restoreLayer copies the snapshot's disk layer into the VM's new
+// writable layer, created beneath the disk directory (which QEMU will
+// own): a new file, never one already there or a link.
+func (v *VM) restoreLayer(src string, extents [][2]int64) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	d, err := OpenDir(v.diskDir())
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	out, err := d.Create(filepath.Base(v.spec.Layer), 0o600)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	_, err = copyInto(out, in, extents)
+	return err
 }

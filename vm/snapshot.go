@@ -87,18 +87,37 @@ func (v *VM) snapshot(ctx context.Context, dir string, o SnapshotOptions) (*Mani
 }
 
 // stagingFor is where a snapshot into dir is written while the VM is
-// paused: dir itself, or a new directory under the VM's run directory
-// when dir is on a FUSE mount.
+// paused: dir itself, or the VM's staging directory when dir is on a
+// FUSE mount.
 func (v *VM) stagingFor(dir string) (string, bool, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil || st.Type != unix.FUSE_SUPER_MAGIC {
 		return dir, false, nil
 	}
-	stage, err := os.MkdirTemp(v.cfg.RunDir, "snapshot-")
+	stage, err := v.makeStage()
 	if err != nil {
-		return "", false, fmt.Errorf("staging directory: %w", err)
+		return "", false, err
 	}
 	return stage, true, nil
+}
+
+// stageDir is where a snapshot is assembled before it moves into a FUSE
+// store: beside the run directory (on the node, like it), not in it —
+// QEMU can write its run directory, and could swap a staging directory
+// there for a link root would then write through and publish from.
+func (v *VM) stageDir() string { return v.cfg.RunDir + ".snapshot" }
+
+// makeStage makes an empty staging directory, root's only (snapshots
+// are serialised by v.ops: one at a time).
+func (v *VM) makeStage() (string, error) {
+	stage := v.stageDir()
+	if err := os.RemoveAll(stage); err != nil { // a crashed snapshot's
+		return "", fmt.Errorf("staging directory: %w", err)
+	}
+	if err := os.Mkdir(stage, 0o700); err != nil {
+		return "", fmt.Errorf("staging directory: %w", err)
+	}
+	return stage, nil
 }
 
 // publishSnapshot moves a sealed snapshot from its staging directory into
@@ -224,28 +243,61 @@ func (v *VM) saveWhilePaused(ctx context.Context, dir string, m *Manifest) error
 	// x-ignore-shared cannot do for a restored VM's private mapping.
 	// QEMU writes it where it can (a jailed QEMU sees only its own
 	// directories); the host moves it into the snapshot.
-	saved := filepath.Join(v.cfg.RunDir, StateFile+".saving")
+	saved := filepath.Join(v.cfg.RunDir, stateSaving)
 	if err := v.qmp.Execute(ctx, "xen-save-devices-state", map[string]any{"filename": saved, "live": false}, nil); err != nil {
 		return v.qmpErr(err, "save device state")
 	}
-	_, err := copySparse(saved, filepath.Join(dir, StateFile), 0o400)
-	if rmErr := os.Remove(saved); err == nil {
+	return v.saveFiles(dir, m)
+}
+
+// saveFiles copies the paused VM's files into the snapshot: the device
+// state QEMU just saved, the RAM, the writable layer. All three are in
+// directories QEMU can write: each is read beneath its directory, only if
+// it is the VM's own regular file with one link (a link planted in its
+// place is refused, not followed).
+func (v *VM) saveFiles(dir string, m *Manifest) error {
+	if err := v.collectState(dir); err != nil {
+		return err
+	}
+	if err := v.saveMemory(dir, m); err != nil {
+		return err
+	}
+	var err error
+	m.DiskExtents, err = copyVMFile(v.spec.Layer, filepath.Join(dir, DiskFile))
+	if err != nil {
+		return fmt.Errorf("writable layer: %w", err)
+	}
+	return nil
+}
+
+// stateSaving is the device state QEMU writes in its run directory.
+const stateSaving = StateFile + ".saving"
+
+// collectState moves the device state QEMU saved in its run directory
+// into the snapshot: read beneath the run directory (not a link QEMU put
+// there instead), then removed.
+func (v *VM) collectState(dir string) error {
+	run, err := OpenDir(v.cfg.RunDir)
+	if err != nil {
+		return fmt.Errorf("device state: %w", err)
+	}
+	defer run.Close()
+	_, err = copyFromDir(run, stateSaving, filepath.Join(dir, StateFile))
+	if rmErr := run.Remove(stateSaving); err == nil {
 		err = rmErr
 	}
 	if err != nil {
 		return fmt.Errorf("device state: %w", err)
 	}
-	if err := v.saveMemory(dir, m); err != nil {
-		return err
-	}
-	m.DiskExtents, err = copySparse(v.spec.Layer, filepath.Join(dir, DiskFile), 0o400)
-	return err
+	return nil
 }
 
 func (v *VM) saveMemory(dir string, m *Manifest) error {
 	if v.base == nil {
-		_, err := copySparse(v.spec.MemoryPath, filepath.Join(dir, MemoryFile), 0o400)
-		return err
+		if _, err := copyVMFile(v.spec.MemoryPath, filepath.Join(dir, MemoryFile)); err != nil {
+			return fmt.Errorf("guest RAM: %w", err)
+		}
+		return nil
 	}
 	mp, err := findMappingByID(v.PID(), v.ramID)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,37 +19,72 @@ func copySparse(src, dst string, mode os.FileMode) ([][2]int64, error) {
 
 // copyExtents is copySparse over the given extents instead of those
 // SEEK_DATA finds: a restore knows the disk's from its manifest, and on a
-// FUSE mount (JuiceFS) SEEK_DATA reports the whole file as data.
+// FUSE mount (JuiceFS) SEEK_DATA reports the whole file as data. Both
+// paths are root's (a store, a staging directory): a file in a directory
+// QEMU can write is copied with copyFromDir.
 func copyExtents(src, dst string, mode os.FileMode, known [][2]int64) ([][2]int64, error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return nil, err
 	}
 	defer in.Close()
-	fi, err := in.Stat()
-	if err != nil {
-		return nil, err
-	}
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
 	if err != nil {
 		return nil, err
 	}
 	defer out.Close()
+	return copyInto(out, in, known)
+}
+
+// copyFromDir copies the file name of d (a directory QEMU can write: the
+// VM's own file, one link, no symlink) to a new file dst, sparse, 0400.
+func copyFromDir(d *Dir, name, dst string) ([][2]int64, error) {
+	in, err := d.OpenOwned(name)
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o400)
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
+	return copyInto(out, in, nil)
+}
+
+// copyVMFile is copyFromDir of the file at path, in a directory QEMU can
+// write (the VM's layer, a booted VM's RAM).
+func copyVMFile(path, dst string) ([][2]int64, error) {
+	d, err := OpenDir(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return copyFromDir(d, filepath.Base(path), dst)
+}
+
+// copyInto copies in's extents (known, or those SEEK_DATA finds) into
+// out, sized as in.
+func copyInto(out, in *os.File, known [][2]int64) ([][2]int64, error) {
+	fi, err := in.Stat()
+	if err != nil {
+		return nil, err
+	}
 	if err := out.Truncate(fi.Size()); err != nil {
 		return nil, err
 	}
 	extents := known
 	if extents == nil {
 		if extents, err = dataExtents(in, fi.Size()); err != nil {
-			return nil, fmt.Errorf("seek %s: %w", src, err)
+			return nil, fmt.Errorf("seek %s: %w", in.Name(), err)
 		}
 	}
 	for _, e := range extents {
 		if e[0] < 0 || e[1] < 0 || e[0]+e[1] > fi.Size() {
-			return nil, fmt.Errorf("copy %s: extent %v outside its %d bytes", src, e, fi.Size())
+			return nil, fmt.Errorf("copy %s: extent %v outside its %d bytes", in.Name(), e, fi.Size())
 		}
 		if err := copyExtent(in, out, e[0], e[1]); err != nil {
-			return nil, fmt.Errorf("copy %s: %w", src, err)
+			return nil, fmt.Errorf("copy %s: %w", in.Name(), err)
 		}
 	}
 	return extents, nil // seal syncs, after the VM runs again

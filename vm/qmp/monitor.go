@@ -85,6 +85,18 @@ func Dial(ctx context.Context, socketPath string) (*Monitor, error) {
 	return m, nil
 }
 
+// Connect speaks QMP over conn, a connection to QEMU's QMP socket the
+// caller made (vm dials it beneath the VM's run directory, which QEMU can
+// write): it reads the greeting and negotiates capabilities. It owns conn:
+// on error conn is closed. ctx bounds only the handshake.
+func Connect(ctx context.Context, conn *net.UnixConn) (*Monitor, error) {
+	m, err := handshake(ctx, conn)
+	if err != nil {
+		return nil, fmt.Errorf("qmp: handshake: %w", err)
+	}
+	return m, nil
+}
+
 func dialRetry(ctx context.Context, path string) (*net.UnixConn, error) {
 	var d net.Dialer
 	delay := time.Millisecond
