@@ -63,7 +63,9 @@ func (r *SandboxReconciler) claimPoolPod(ctx context.Context, sbx *sandlotv1.San
 		return nil, err
 	}
 	for _, c := range candidates {
-		claim := &sandlotv1.PoolClaim{Sandbox: sbx.Name, SandboxID: sbx.Status.SandboxID, Env: envMap(src.Env), Restore: c.restore}
+		// The env is not in the claim: the agent reads the sandbox's from
+		// its Secret and the template's from the pod.
+		claim := &sandlotv1.PoolClaim{Sandbox: sbx.Name, SandboxID: sbx.Status.SandboxID, Restore: c.restore}
 		switch won, err := r.claim(ctx, sbx, c.pod, claim); {
 		case err != nil:
 			return nil, err

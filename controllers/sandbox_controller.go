@@ -40,6 +40,9 @@ type SandboxReconciler struct {
 	// MilliCPUPerVCPU is the CPU a pod requests per vCPU (default 1000: a
 	// core each; less overcommits the nodes' CPUs).
 	MilliCPUPerVCPU int64
+	// ImagePullPolicy is the pull policy of sandbox pods (the operator's;
+	// "": IfNotPresent).
+	ImagePullPolicy corev1.PullPolicy
 	// PausedExpiry is how long a pause package is kept (0: until the
 	// sandbox is killed, as E2B does).
 	PausedExpiry time.Duration

@@ -1,6 +1,8 @@
 package controllers
 
 import (
+	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -36,6 +38,10 @@ type podPlan struct {
 	Constraints nodeConstraints
 	// Network is the sandbox's spec.network (AnnotationNetwork).
 	Network *sandlotv1.SandboxNetwork
+	// PullPolicy is the operator's (default IfNotPresent); PullSecrets
+	// the template's.
+	PullPolicy  corev1.PullPolicy
+	PullSecrets []corev1.LocalObjectReference
 }
 
 // buildPod renders the Pod whose VM is the sandbox. The shim reads the
@@ -83,11 +89,12 @@ func renderPod(ns string, plan podPlan, env []corev1.EnvVar) (*corev1.Pod, error
 			EnableServiceLinks:            ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To[int64](10),
 			Tolerations:                   slices.Clone(plan.Constraints.Tolerations),
+			ImagePullSecrets:              slices.Clone(plan.PullSecrets),
 			NodeSelector:                  maps.Clone(plan.Constraints.NodeSelector),
 			Containers: []corev1.Container{{
 				Name:            sandlotv1.ContainerName,
 				Image:           plan.VM.Image,
-				ImagePullPolicy: corev1.PullIfNotPresent,
+				ImagePullPolicy: cmp.Or(plan.PullPolicy, corev1.PullIfNotPresent),
 				Env:             env,
 				Resources:       corev1.ResourceRequirements{Requests: res, Limits: limits},
 				Ports: []corev1.ContainerPort{
@@ -144,8 +151,17 @@ func podEnv(sandbox string, plan podPlan) []corev1.EnvVar {
 	)
 }
 
-// buildTokenSecret holds the envd access token of a Sandbox.
-func buildTokenSecret(sbx *sandlotv1.Sandbox, token string) *corev1.Secret {
+// buildTokenSecret holds the envd access token of a Sandbox and its
+// spec.env (for the claim of a warm pool VM).
+func buildTokenSecret(sbx *sandlotv1.Sandbox, token string) (*corev1.Secret, error) {
+	data := map[string][]byte{sandlotv1.TokenSecretKey: []byte(token)}
+	if len(sbx.Spec.Env) > 0 {
+		env, err := json.Marshal(envMap(sbx.Spec.Env))
+		if err != nil {
+			return nil, fmt.Errorf("encode the sandbox's env: %w", err)
+		}
+		data[sandlotv1.EnvSecretKey] = env
+	}
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            sandlotv1.TokenSecretName(sbx.Name),
@@ -154,8 +170,8 @@ func buildTokenSecret(sbx *sandlotv1.Sandbox, token string) *corev1.Secret {
 			OwnerReferences: []metav1.OwnerReference{ownerRef(sbx)},
 		},
 		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{sandlotv1.TokenSecretKey: []byte(token)},
-	}
+		Data: data,
+	}, nil
 }
 
 func ownerRef(sbx *sandlotv1.Sandbox) metav1.OwnerReference {

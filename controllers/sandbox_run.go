@@ -181,7 +181,8 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 		return res, nil, err
 	}
 	plan := podPlan{Name: sbx.Name, Node: p.Node, SandboxID: st.SandboxID, VM: src.VM, Env: src.Env, Restore: src.restoreFor(p.Node),
-		Probe: src.Probe, MilliCPUPerVCPU: r.milliCPUPerVCPU(), Constraints: cons, Network: sbx.Spec.Network}
+		Probe: src.Probe, MilliCPUPerVCPU: r.milliCPUPerVCPU(), Constraints: cons, Network: sbx.Spec.Network,
+		PullPolicy: r.ImagePullPolicy, PullSecrets: src.PullSecrets}
 	pod, err := buildPod(sbx, plan)
 	if err == nil {
 		err = r.Create(ctx, pod)

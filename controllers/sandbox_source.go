@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,6 +35,8 @@ type resolvedSource struct {
 	// Template is the template the VM comes from (its image and size):
 	// its warm pool pods may host the restore of Restore in place.
 	Template string
+	// PullSecrets are the template's image pull Secrets.
+	PullSecrets []corev1.LocalObjectReference
 
 	Wait, Fail bool
 	Reason     string
@@ -84,7 +87,7 @@ func (r *SandboxReconciler) resolveTemplate(ctx context.Context, sbx *sandlotv1.
 	}
 	src := resolvedSource{VM: sandlotv1.VMSpec{Image: tpl.Spec.Image, Resources: tpl.Spec.Resources, WritableLayerMiB: tpl.Spec.WritableLayerMiB},
 		Env: sandlotv1.MergeEnv(tpl.Spec.SandboxEnv(), sbx.Spec.Env), TimeoutSeconds: tpl.Spec.TimeoutSeconds, BaseRevision: baseRevision(tpl),
-		WarmPool: tpl.Spec.WarmPool, Template: tpl.Name}
+		WarmPool: tpl.Spec.WarmPool, Template: tpl.Name, PullSecrets: tpl.Spec.ImagePullSecrets}
 	if sbx.Annotations[sandlotv1.AnnotationBaseOf] == tpl.Name {
 		// The template's builder: the one sandbox of it that boots cold,
 		// on the node it builds for.

@@ -136,7 +136,11 @@ func podFailure(pod *corev1.Pod) (string, string) {
 // ErrImagePull.
 func podWaiting(pod *corev1.Pod) string {
 	for _, cs := range pod.Status.ContainerStatuses {
-		if w := cs.State.Waiting; w != nil && w.Reason != "" {
+		w := cs.State.Waiting
+		switch {
+		case w != nil && imageMissingReasons[w.Reason]:
+			return imageFailure(cs.Image, pod.Spec.NodeName, w.Reason)
+		case w != nil && w.Reason != "":
 			return fmt.Sprintf("container %s waiting: %s: %s", cs.Name, w.Reason, w.Message)
 		}
 	}

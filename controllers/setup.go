@@ -68,6 +68,10 @@ type Options struct {
 	// SlotsPerNode is each template's start slots per node unless its
 	// spec.slots says (0: none).
 	SlotsPerNode int
+	// ImagePullPolicy of every sandlot pod ("": IfNotPresent): Always
+	// checks the pod's pull Secrets with the registry at each start,
+	// Never runs only images the operator imported.
+	ImagePullPolicy corev1.PullPolicy
 }
 
 // DefaultSandboxWorkers: sandbox reconciles mostly wait on the API
@@ -92,11 +96,11 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 	state.reader.Store(&cache)
 	holds := &roomHolds{}
 	if err := (&SandboxReconciler{Client: c, Recorder: rec, APIReader: r, Workers: opts.SandboxWorkers, MilliCPUPerVCPU: opts.MilliCPUPerVCPU,
-		PausedExpiry: opts.PausedExpiry, Holds: holds}).SetupWithManager(mgr); err != nil {
+		PausedExpiry: opts.PausedExpiry, Holds: holds, ImagePullPolicy: opts.ImagePullPolicy}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&TemplateReconciler{Client: c, Recorder: rec, MilliCPUPerVCPU: opts.MilliCPUPerVCPU, SlotsPerNode: opts.SlotsPerNode,
-		Holds: holds}).SetupWithManager(mgr); err != nil {
+		Holds: holds, ImagePullPolicy: opts.ImagePullPolicy}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&SnapshotReconciler{Client: c, Recorder: rec, APIReader: r, DefaultExpiry: opts.SnapshotExpiry}).SetupWithManager(mgr); err != nil {

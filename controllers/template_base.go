@@ -57,9 +57,19 @@ type buildStep struct {
 }
 
 // imageMissingReasons are the kubelet's waiting reasons for an image the
-// node does not have (sandlot never pulls: templates name local images).
+// node has not got and could not pull.
 var imageMissingReasons = map[string]bool{"ErrImageNeverPull": true, "ErrImagePull": true,
 	"ImagePullBackOff": true, "InvalidImageName": true}
+
+// imageFailure says that a pod's image could not be had, and no more:
+// the kubelet's message is the registry's answer (a port closed, a host
+// unknown, a credential refused), which would make a tenant's template
+// a scanner of what the node reaches. The pod's events keep it for the
+// operator.
+func imageFailure(image, node, reason string) string {
+	return fmt.Sprintf("image %s could not be pulled or found on node %s (%s); the node's policy and pull "+
+		"Secrets decide which images a template may use", image, node, reason)
+}
 
 // decideBuild is a node's build as a pure function of what exists.
 func decideBuild(w builderWorld, entry sandlotv1.BaseSnapshot) buildStep {
@@ -97,8 +107,7 @@ func decideBuild(w builderWorld, entry sandlotv1.BaseSnapshot) buildStep {
 	}
 	for _, cs := range w.Pod.Status.ContainerStatuses {
 		if cs.State.Waiting != nil && imageMissingReasons[cs.State.Waiting.Reason] {
-			return failed(sandlotv1.ReasonImageMissing, fmt.Sprintf("image %s is not in node %s's containerd (%s: %s)",
-				cs.Image, entry.Node, cs.State.Waiting.Reason, cs.State.Waiting.Message))
+			return failed(sandlotv1.ReasonImageMissing, imageFailure(cs.Image, entry.Node, cs.State.Waiting.Reason))
 		}
 	}
 	if w.Build && (w.Built != nil || podReady(w.Pod)) {

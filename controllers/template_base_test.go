@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,5 +208,28 @@ func TestBuildCheckpointName(t *testing.T) {
 	}
 	if base != name(func(c *sandlotv1.Template) { c.Spec.Build.Steps[1].Force = true }, "n1", 1) {
 		t.Error("step 2 forced renames step 1's checkpoint")
+	}
+}
+
+// TestImageFailureHidesTheRegistrysAnswer: a template naming an image on
+// a host the node reaches learns that the pull failed, not why (a port
+// closed, a host unknown, a credential refused), from either status.
+func TestImageFailureHidesTheRegistrysAnswer(t *testing.T) {
+	answer := "failed to resolve reference \"10.0.0.7:6443/x:1\": dial tcp 10.0.0.7:6443: connect: connection refused"
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{NodeName: "n1"}}
+	for _, reason := range []string{"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"} {
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "sandbox", Image: "10.0.0.7:6443/x:1",
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: answer}}}}
+		base := decideBuild(builderWorld{Builder: &sandlotv1.Sandbox{}, Pod: pod, Now: time.Now()}, sandlotv1.BaseSnapshot{Node: "n1"})
+		for where, msg := range map[string]string{"template base": base.Entry.Message, "sandbox": podWaiting(pod)} {
+			if strings.Contains(msg, "connection refused") || strings.Contains(msg, "dial tcp") ||
+				!strings.Contains(msg, reason) || !strings.Contains(msg, "10.0.0.7:6443/x:1") {
+				t.Errorf("%s, %s: message %q: want the image and the reason, not the registry's answer", where, reason, msg)
+			}
+		}
+	}
+	pod.Status.ContainerStatuses[0].State.Waiting = &corev1.ContainerStateWaiting{Reason: "CreateContainerError", Message: "the shim said no"}
+	if msg := podWaiting(pod); !strings.Contains(msg, "the shim said no") {
+		t.Errorf("another waiting reason keeps its message: %q", msg)
 	}
 }

@@ -35,6 +35,8 @@ type TemplateReconciler struct {
 	Recorder events.EventRecorder
 	// MilliCPUPerVCPU is what a warm pool pod requests per vCPU.
 	MilliCPUPerVCPU int64
+	// ImagePullPolicy is the pull policy of its pods ("": IfNotPresent).
+	ImagePullPolicy corev1.PullPolicy
 	// SlotsPerNode is a template's start slots per node when its spec
 	// does not say (spec.slots).
 	SlotsPerNode int

@@ -168,7 +168,8 @@ func (r *TemplateReconciler) poolPod(ctx context.Context, tpl *sandlotv1.Templat
 	plan := podPlan{Node: node,
 		VM:              sandlotv1.VMSpec{Image: tpl.Spec.Image, Resources: tpl.Spec.Resources, WritableLayerMiB: tpl.Spec.WritableLayerMiB},
 		Restore:         sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: snap.Name, UID: string(snap.UID), Location: snap.Status.Location},
-		MilliCPUPerVCPU: r.MilliCPUPerVCPU, Pool: tpl.Name, Constraints: templateConstraints(tpl)}
+		MilliCPUPerVCPU: r.MilliCPUPerVCPU, Pool: tpl.Name, Constraints: templateConstraints(tpl),
+		PullPolicy: r.ImagePullPolicy, PullSecrets: tpl.Spec.ImagePullSecrets}
 	return r.poolPodOf(tpl, node, plan, "-pool-")
 }
 
@@ -187,7 +188,8 @@ func (r *TemplateReconciler) slotsOf(tpl *sandlotv1.Template) int {
 func (r *TemplateReconciler) slotPod(tpl *sandlotv1.Template, node string) (*corev1.Pod, error) {
 	plan := podPlan{Node: node,
 		VM:              sandlotv1.VMSpec{Image: tpl.Spec.Image, Resources: tpl.Spec.Resources, WritableLayerMiB: tpl.Spec.WritableLayerMiB},
-		MilliCPUPerVCPU: r.MilliCPUPerVCPU, Pool: tpl.Name, Slot: true, Constraints: templateConstraints(tpl)}
+		MilliCPUPerVCPU: r.MilliCPUPerVCPU, Pool: tpl.Name, Slot: true, Constraints: templateConstraints(tpl),
+		PullPolicy: r.ImagePullPolicy, PullSecrets: tpl.Spec.ImagePullSecrets}
 	return r.poolPodOf(tpl, node, plan, "-slot-")
 }
 

@@ -64,6 +64,11 @@ type Config struct {
 	MaxPendingBuilds   int
 	UploadRate         float64
 	UploadBurst        int
+	// MaxBuildVCPU and MaxBuildMemoryMiB bound what a template built
+	// through this API may ask for each of its sandboxes (0: the bounds
+	// of a Template, 64 vCPU and 256 GiB).
+	MaxBuildVCPU      int32
+	MaxBuildMemoryMiB int32
 	// OperationRate is how many snapshots, pauses, resumes and template
 	// builds a team may ask for a second on average, OperationBurst how
 	// many at once (default: the rate rounded up); 0 (or less): no limit.

@@ -74,9 +74,8 @@ func (s *Server) requestBuild(_ http.ResponseWriter, r *http.Request) (int, any,
 	if req.TeamID != "" && req.TeamID != teamOf(r.Context()) {
 		return 0, nil, errorf(http.StatusForbidden, "teamID %q is not this key's team", req.TeamID)
 	}
-	if req.CPUCount < 0 || req.CPUCount > maxVCPU || req.MemoryMB < 0 || req.MemoryMB > maxMemoryMiB ||
-		(req.MemoryMB > 0 && req.MemoryMB < minMemoryMiB) {
-		return 0, nil, errorf(http.StatusBadRequest, "cpuCount must be 1..%d and memoryMB %d..%d", maxVCPU, minMemoryMiB, maxMemoryMiB)
+	if aerr := s.checkBuildResources(req.CPUCount, req.MemoryMB); aerr != nil {
+		return 0, nil, aerr
 	}
 	if req.MinFree != 0 {
 		return 0, nil, errorf(http.StatusBadRequest, "minFreeDiskMb is not supported: a sandbox's writable layer is the template's spec.writableLayerMiB")
@@ -155,8 +154,9 @@ func (s *Server) buildSpec(r *http.Request, name string, req buildStart) (sandlo
 	spec := sandlotv1.TemplateSpec{Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 512}}
 	switch {
 	case len(req.FromImageRegistry) > 0 && string(req.FromImageRegistry) != "null":
-		return spec, errorf(http.StatusBadRequest, "fromImageRegistry is not supported: sandlot never pulls images; "+
-			"import the image into each node's containerd and build fromImage")
+		return spec, errorf(http.StatusBadRequest, "fromImageRegistry is not supported: registry credentials are not taken "+
+			"through this API; store them as an image pull Secret of your namespace's default ServiceAccount (or a "+
+			"Template's spec.imagePullSecrets) and build fromImage")
 	case (req.FromImage == "") == (req.FromTemplate == ""):
 		return spec, errorf(http.StatusBadRequest, "give exactly one of fromImage and fromTemplate")
 	case req.FromTemplate != "":
@@ -258,4 +258,25 @@ func (s *Server) aliasExists(_ http.ResponseWriter, r *http.Request) (int, any, 
 		return 0, nil, aerr
 	}
 	return http.StatusOK, map[string]any{"templateID": tpl.Name, "public": isPublic(tpl)}, nil
+}
+
+// checkBuildResources refuses a build's size outside a Template's bounds
+// or above the operator's maximum, naming the limit.
+func (s *Server) checkBuildResources(vcpu, memoryMiB int32) *apiError {
+	maxCPU, maxMem := int32(maxVCPU), int32(maxMemoryMiB)
+	if s.cfg.MaxBuildVCPU > 0 {
+		maxCPU = min(maxCPU, s.cfg.MaxBuildVCPU)
+	}
+	if s.cfg.MaxBuildMemoryMiB > 0 {
+		maxMem = min(maxMem, s.cfg.MaxBuildMemoryMiB)
+	}
+	switch {
+	case vcpu < 0 || memoryMiB < 0 || (memoryMiB > 0 && memoryMiB < minMemoryMiB):
+		return errorf(http.StatusBadRequest, "cpuCount must be 1..%d and memoryMB %d..%d", maxCPU, minMemoryMiB, maxMem)
+	case vcpu > maxCPU:
+		return errorf(http.StatusBadRequest, "cpuCount %d is above this API's maximum of %d vCPU a sandbox (the operator's api.buildResources.maxVCPU)", vcpu, maxCPU)
+	case memoryMiB > maxMem:
+		return errorf(http.StatusBadRequest, "memoryMB %d is above this API's maximum of %d MiB a sandbox (the operator's api.buildResources.maxMemoryMiB)", memoryMiB, maxMem)
+	}
+	return nil
 }

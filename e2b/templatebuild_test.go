@@ -152,3 +152,33 @@ func refuseBadBuilds(t *testing.T, f *fixture, start string) {
 		t.Run(name, func(t *testing.T) { f.api(t, "POST", start, tc.body).wantError(t, http.StatusBadRequest, tc.msg) })
 	}
 }
+
+// TestBuildResourcesWithinTheOperatorsMaximum: a build asking for more
+// than the operator allows is refused naming the limit (row 10's 64 vCPU
+// and 256 GiB build); without a maximum a Template's bounds hold.
+func TestBuildResourcesWithinTheOperatorsMaximum(t *testing.T) {
+	capped := &Server{cfg: Config{MaxBuildVCPU: 8, MaxBuildMemoryMiB: 16384}}
+	open := &Server{}
+	for _, tc := range []struct {
+		s         *Server
+		cpu, mem  int32
+		wantError string
+	}{
+		{capped, 0, 0, ""},
+		{capped, 8, 16384, ""},
+		{capped, 64, 512, "cpuCount 64 is above this API's maximum of 8 vCPU a sandbox (the operator's api.buildResources.maxVCPU)"},
+		{capped, 2, 262144, "memoryMB 262144 is above this API's maximum of 16384 MiB"},
+		{capped, 2, 32, "memoryMB 64..16384"},
+		{capped, -1, 0, "cpuCount must be 1..8"},
+		{open, 64, 262144, ""},
+		{open, 65, 512, "maximum of 64 vCPU"},
+	} {
+		err := tc.s.checkBuildResources(tc.cpu, tc.mem)
+		switch {
+		case tc.wantError == "" && err != nil:
+			t.Errorf("%d vCPU, %d MiB: refused (%s), want accepted", tc.cpu, tc.mem, err.Message)
+		case tc.wantError != "" && (err == nil || err.Code != http.StatusBadRequest || !strings.Contains(err.Message, tc.wantError)):
+			t.Errorf("%d vCPU, %d MiB: %v, want 400 %q", tc.cpu, tc.mem, err, tc.wantError)
+		}
+	}
+}

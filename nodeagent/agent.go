@@ -8,7 +8,6 @@ package nodeagent
 import (
 	"context"
 	"fmt"
-	"maps"
 	"strings"
 	"time"
 
@@ -323,9 +322,9 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, state
 		return fmt.Errorf("token of sandbox %s: %w", claim.Sandbox, err)
 	}
 	token := string(secret.Data[sandlotv1.TokenSecretKey])
-	env := maps.Clone(claim.Env)
-	if env == nil {
-		env = map[string]string{}
+	env, err := claimEnv(pod, claim, secret)
+	if err != nil {
+		return err
 	}
 	env[sandlotv1.EnvSandboxID], env[sandlotv1.EnvAccessToken] = claim.SandboxID, token
 	steps.done("token")

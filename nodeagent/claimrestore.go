@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -93,4 +95,30 @@ func (g *stageGuard) claimDenial(ctx context.Context, pod *corev1.Pod, claim san
 	}
 	c := &stageCheck{stageGuard: g, reads: map[string]readResult{}, verdicts: map[string]string{}}
 	return c.ownerDenial(ctx, pod.Namespace, owner, claim.Restore.Kind, claim.Restore.UID, claim.Restore.Name)
+}
+
+// claimEnv is the claiming sandbox's env: its template's (the pool pod's
+// own env), then what an older controller put in the claim, then the
+// sandbox's spec.env from its Secret, each over the one before.
+func claimEnv(pod *corev1.Pod, claim sandlotv1.PoolClaim, secret *corev1.Secret) (map[string]string, error) {
+	env := map[string]string{}
+	for _, c := range pod.Spec.Containers {
+		if c.Name != sandlotv1.ContainerName {
+			continue
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom == nil {
+				env[e.Name] = e.Value
+			}
+		}
+	}
+	maps.Copy(env, claim.Env)
+	if raw, ok := secret.Data[sandlotv1.EnvSecretKey]; ok {
+		own := map[string]string{}
+		if err := json.Unmarshal(raw, &own); err != nil {
+			return nil, fmt.Errorf("the env in Secret %s: %w", secret.Name, err)
+		}
+		maps.Copy(env, own)
+	}
+	return env, nil
 }

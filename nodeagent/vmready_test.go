@@ -78,9 +78,10 @@ func (a *agent) claimedPool(sandbox, id, token string, identityErr error) (*sand
 	a.t.Helper()
 	sbx := a.sandbox(sandbox, id)
 	a.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sandlotv1.TokenSecretName(sandbox)},
-		Data: map[string][]byte{sandlotv1.TokenSecretKey: []byte(token)}})
+		Data: map[string][]byte{sandlotv1.TokenSecretKey: []byte(token), sandlotv1.EnvSecretKey: []byte(`{"FROM_SANDBOX":"yes"}`)}})
+	// The claim carries no env: the sandbox's is in its Secret.
 	ann, err := sandlotv1.VMAnnotations{Pool: "python",
-		Claim: &sandlotv1.PoolClaim{Sandbox: sandbox, SandboxID: id, Env: map[string]string{"FROM_SANDBOX": "yes"}}}.Encode()
+		Claim: &sandlotv1.PoolClaim{Sandbox: sandbox, SandboxID: id}}.Encode()
 	if err != nil {
 		a.t.Fatalf("claim annotations: %v", err)
 	}

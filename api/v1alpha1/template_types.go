@@ -36,6 +36,16 @@ type TemplateSpec struct {
 	// +optional
 	ReadinessProbe *ReadinessProbe `json:"readinessProbe,omitempty"`
 
+	// ImagePullSecrets name Secrets in the template's namespace that
+	// every pod of the template (its builder, warm pool, slots and
+	// sandboxes) pulls Image with, beside those of the namespace's
+	// default ServiceAccount. Whether a node pulls or uses the image it
+	// has is the operator's policy (the chart's sandbox.imagePullPolicy).
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
 	// Env is set in every sandbox of this template; a Sandbox's env wins.
 	// +kubebuilder:validation:MaxItems=256
 	// +listType=map

@@ -61,9 +61,11 @@ const (
 
 // PoolClaim is AnnotationClaim's value.
 type PoolClaim struct {
-	Sandbox   string            `json:"sandbox"`
-	SandboxID string            `json:"sandboxID"`
-	Env       map[string]string `json:"env,omitempty"`
+	Sandbox   string `json:"sandbox"`
+	SandboxID string `json:"sandboxID"`
+	// Env is read from claims a controller before this one wrote; the
+	// env now travels in the Sandbox's Secret (EnvSecretKey).
+	Env map[string]string `json:"env,omitempty"`
 	// Restore, when set, is the data the claiming sandbox restores (its
 	// source Snapshot, or its PausedSandbox on a resume): the node agent
 	// restores the pod's VM from it in place instead of resuming the
@@ -109,6 +111,10 @@ const (
 	ContainerName = "sandbox"
 	// TokenSecretKey is the key of the envd access token in a Sandbox's Secret.
 	TokenSecretKey = "accessToken"
+	// EnvSecretKey is the key of the Sandbox's spec.env in its Secret (a
+	// JSON object): a claimed warm pool VM gets it from there, never from
+	// the pod's annotations, which anyone who may get pods reads.
+	EnvSecretKey = "env"
 	// EnvSandboxID and EnvAccessToken are set in every sandbox Pod.
 	EnvSandboxID   = "SANDLOT_SANDBOX_ID"
 	EnvAccessToken = "SANDLOT_ACCESS_TOKEN"

@@ -45,11 +45,14 @@ func run(ctx context.Context) error {
 	flag.DurationVar(&opts.SnapshotExpiry, "snapshot-expiry", 0, "delete Snapshots without their own expiry this long after creation (0: never)")
 	flag.DurationVar(&opts.PausedExpiry, "paused-expiry", 0, "delete pause packages this long after creation (0: never)")
 	flag.IntVar(&opts.SlotsPerNode, "slots-per-node", 0, "start slots (pods with no VM that starts restore into) each node keeps per template whose spec.slots is unset (0: none)")
+	pullPolicy := flag.String("image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of every sandbox pod: "+
+		"IfNotPresent, Always (each start checks the pod's pull Secrets with the registry) or Never (only images imported on the nodes)")
 	cpuPerVCPU := flag.String("cpu-per-vcpu", "1", "CPU a sandbox pod requests per vCPU (e.g. 250m overcommits the nodes' CPUs 4:1)")
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
+	opts.ImagePullPolicy = corev1.PullPolicy(*pullPolicy)
 	if err := checkOptions(&opts, *cpuPerVCPU); err != nil {
 		return err
 	}
@@ -104,6 +107,11 @@ func checkOptions(opts *controllers.Options, cpuPerVCPU string) error {
 		return fmt.Errorf("--cpu-per-vcpu %q: want a positive CPU quantity such as 1 or 250m", cpuPerVCPU)
 	}
 	opts.MilliCPUPerVCPU = q.MilliValue()
+	switch opts.ImagePullPolicy {
+	case corev1.PullIfNotPresent, corev1.PullAlways, corev1.PullNever:
+	default:
+		return fmt.Errorf("--image-pull-policy %q: want IfNotPresent, Always or Never", opts.ImagePullPolicy)
+	}
 	if opts.SlotsPerNode < 0 || opts.SlotsPerNode > sandlotv1.MaxSlotsPerNode {
 		return fmt.Errorf("--slots-per-node %d: want 0 to %d (a template's spec.slots bounds)", opts.SlotsPerNode, sandlotv1.MaxSlotsPerNode)
 	}
