@@ -174,8 +174,8 @@ test-lifecycle: cluster-bins vm-assets ## Templates that build their base snapsh
 e2e: ## End to end on a running `NODES=2 make up` cluster: kubectl sandlot, cross-node resume, the E2B SDK through the chart's Service, metrics, restarts, helm upgrade and uninstall.
 	go test -count=1 -v -timeout 40m ./test/release/
 
-.PHONY: test-isolation
-test-isolation: cluster-bins vm-assets minio-bins ## The sandbox boundary tried as a tenant would, on a real two-node cluster with MinIO: jailed QEMUs, full disks and console floods, a VM over its pod's memory, the admission policy as an `edit` user, a tampered bucket, warm pool tokens, credentials through sandlot-api.
+.PHONY: test-tenant
+test-tenant: cluster-bins vm-assets minio-bins ## The sandbox boundary tried as a tenant would (test/isolation; docs/security.md's rows), on a real two-node cluster with two teams and MinIO: API keys of one team against the other's names, keys at rest, allowOut of platform ranges, uploads and builds beyond the limits, an image on an unreachable registry, a claimant's env, jailed QEMUs, full disks and console floods, a VM over its pod's memory, the admission policy as an `edit` user, a tampered bucket, warm pool tokens, credentials through sandlot-api.
 	go test -count=1 -v -timeout 30m ./test/isolation/
 
 .PHONY: test-network

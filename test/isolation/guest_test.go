@@ -175,13 +175,20 @@ func TestPoolVMRefusesBeforeClaim(t *testing.T) {
 			}
 		}
 	}
-	sbxtest.Create(t, k, tpl.Name, "iso-claimed")
+	claimed := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "iso-claimed", Namespace: "default"},
+		Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Template: tpl.Name},
+			Env: []sandlotv1.EnvVar{{Name: "TENANT_SECRET", Value: claimSecret}}}}
+	if err := k.Create(context.Background(), claimed); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sbxtest.Delete(t, k, claimed.Name) })
 	// Running shows with the claim; the token is in once the agent
 	// activated it.
 	sbx := sbxtest.WaitVMReady(t, k, "iso-claimed")
-	if got := strings.TrimSpace(sbxtest.EnvdRun(t, k, sbx, "echo mine")); got != "mine" {
-		t.Fatalf("claimed sandbox with its token: %q", got)
+	if got := strings.TrimSpace(sbxtest.EnvdRun(t, k, sbx, "echo mine $TENANT_SECRET")); got != "mine "+claimSecret {
+		t.Fatalf("claimed sandbox with its token and env: %q", got)
 	}
+	checkEnvNotInPod(t, sbxtest.PodOf(t, k, sbx))
 	if code := envdStatus(t, sbx.Status.PodIP, "not-its-token"); code != 401 {
 		t.Fatalf("claimed sandbox answered %d to another token: want 401", code)
 	}
@@ -217,4 +224,21 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// claimSecret is a claimed sandbox's env value: it reaches the VM through
+// the sandbox's Secret, never a pod annotation (row 10).
+const claimSecret = "s3cr3t-of-the-claimant"
+
+// checkEnvNotInPod: nobody who may get pods reads a claimant's env.
+func checkEnvNotInPod(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	for k, v := range pod.Annotations {
+		if strings.Contains(v, claimSecret) {
+			t.Errorf("pool pod %s's annotation %s holds the claimant's env: %s", pod.Name, k, v)
+		}
+	}
+	if pod.Annotations[sandlotv1.AnnotationClaim] == "" {
+		t.Errorf("pool pod %s carries no claim: the sandbox did not come from the pool", pod.Name)
+	}
 }

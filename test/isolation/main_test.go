@@ -19,5 +19,7 @@ var c *cluster.Cluster
 func TestMain(m *testing.M) {
 	sbxtest.Main(m, "isolation", &c, func(_ crienv.T, _ string, o *cluster.Options) {
 		o.MinIO = true // the chart's s3 store on the cluster's MinIO
+		// A second team with keys of its own: the attacker of teams_test.go.
+		o.Teams = []string{teamB}
 	})
 }
