@@ -92,3 +92,22 @@ func (r *root) completeTemplates(cmd *cobra.Command, _ []string, prefix string) 
 func (r *root) completeNamespaces(cmd *cobra.Command, _ []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
 	return r.names(cmd, &corev1.NamespaceList{}, prefix, nil, nil), noFiles
 }
+
+// completeCp offers SANDBOX: for the sandboxes with a pod (without a
+// space after it); with none matching, the shell completes local files.
+// Paths in a sandbox are not completed; after SANDBOX:PATH comes a local
+// path.
+func (r *root) completeCp(cmd *cobra.Command, args []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	switch {
+	case len(args) >= 2 || parseCpArg(prefix).sandbox != "":
+		return nil, noFiles
+	case len(args) == 1 && parseCpArg(args[0]).sandbox != "":
+		return nil, cobra.ShellCompDirectiveDefault
+	}
+	keep := func(o client.Object) bool { return o.(*sandlotv1.Sandbox).Status.PodName != "" }
+	out := r.names(cmd, &sandlotv1.SandboxList{}, prefix, nil, keep)
+	for i := range out {
+		out[i] += ":"
+	}
+	return out, cobra.ShellCompDirectiveNoSpace
+}

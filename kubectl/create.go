@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,25 +22,34 @@ type createOptions struct {
 	lifetime time.Duration
 	metadata []string
 	env      []string
-	waitFlags
+	changeFlags
 }
 
 func (r *root) createCmd() *cobra.Command {
 	o := &createOptions{}
+	o.hint = " (the sandbox's lifetime is --lifetime)"
 	cmd := &cobra.Command{
 		Use:   "create --template TEMPLATE [NAME]",
 		Short: "Create a sandbox from a template",
+		Long: "create makes a Sandbox of --template and, with --wait, waits until it is usable.\n\n" +
+			"--lifetime is how long the sandbox lives (its spec.timeoutSeconds; the template's when\n" +
+			"omitted). --timeout bounds --wait, as in every other command: it used to be the lifetime,\n" +
+			"which is --lifetime now (and --wait-timeout, the old bound, is --timeout).",
 		Example: "  kubectl sandlot create --template python my-sandbox --wait\n" +
-			"  kubectl sandlot create --template python --timeout 10m --metadata owner=me --env DEBUG=1",
+			"  kubectl sandlot create --template python --lifetime 10m --metadata owner=me --env DEBUG=1\n" +
+			"  kubectl sandlot create --template python --wait --timeout 2m -o name",
 		Args:              args(0, 1, "at most one NAME (generated when omitted)"),
 		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE:              func(cmd *cobra.Command, args []string) error { return r.create(cmd, o, args) },
 	}
 	cmd.Flags().StringVar(&o.template, "template", "", "Template to start from (required)")
-	cmd.Flags().DurationVar(&o.lifetime, "timeout", 0, "the sandbox's lifetime, e.g. 10m (default: the template's)")
+	cmd.Flags().Var(lifetimeValue{&o.lifetime}, "lifetime",
+		"the sandbox's lifetime: a duration (10m, 1h30m) or seconds (600); default: the template's (this was --timeout)")
 	cmd.Flags().StringArrayVar(&o.metadata, "metadata", nil, "metadata key=value (repeatable)")
 	cmd.Flags().StringArrayVar(&o.env, "env", nil, "environment variable NAME=value (repeatable)")
-	o.waitFlags.add(cmd, "wait-timeout", "the sandbox is usable (Running, VMReady)")
+	o.changeFlags.add(cmd, "the sandbox is usable (Running, VMReady)")
+	cmd.Flags().DurationVar(&o.timeout, "wait-timeout", o.timeout, "how long --wait waits")
+	_ = cmd.Flags().MarkDeprecated("wait-timeout", "use --timeout (the lifetime is --lifetime)")
 	_ = cmd.RegisterFlagCompletionFunc("template", r.completeTemplates)
 	return cmd
 }
@@ -61,12 +71,41 @@ func (r *root) create(cmd *cobra.Command, o *createOptions, args []string) error
 			return fmt.Errorf("create the sandbox: %w", err)
 		}
 		fmt.Fprintf(s.out, "sandbox/%s created (id %s)\n", sbx.Name, sandboxID(sbx))
-		if !o.wait {
-			return nil
+		if o.wait {
+			usable, err := s.waitUsable(ctx, &o.waitFlags, map[string]int64{sbx.Name: sbx.Generation})
+			if err != nil {
+				return err
+			}
+			sbx = usable[0]
 		}
-		return s.waitUsable(ctx, &o.waitFlags, map[string]int64{sbx.Name: sbx.Generation})
+		return o.out.emit(s.objects, sbx)
 	})
 }
+
+// lifetimeValue is --lifetime: a duration, or whole seconds.
+type lifetimeValue struct{ d *time.Duration }
+
+func (v lifetimeValue) String() string {
+	if v.d == nil || *v.d == 0 {
+		return ""
+	}
+	return v.d.String()
+}
+
+func (v lifetimeValue) Set(s string) error {
+	if n, err := strconv.ParseInt(s, 10, 32); err == nil {
+		*v.d = time.Duration(n) * time.Second
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration (10m, 1h30m) or seconds (600)")
+	}
+	*v.d = d
+	return nil
+}
+
+func (v lifetimeValue) Type() string { return "duration" }
 
 // sandbox is the Sandbox the flags describe (its namespace set later).
 func (o *createOptions) sandbox(cmd *cobra.Command, args []string) (*sandlotv1.Sandbox, error) {
@@ -79,10 +118,10 @@ func (o *createOptions) sandbox(cmd *cobra.Command, args []string) (*sandlotv1.S
 	} else {
 		sbx.GenerateName = o.template + "-"
 	}
-	if cmd.Flag("timeout").Changed {
+	if cmd.Flag("lifetime").Changed {
 		secs, err := timeoutSeconds(o.lifetime)
 		if err != nil {
-			return nil, errUsage(cmd, "--timeout: %v", err)
+			return nil, errUsage(cmd, "--lifetime: %v", err)
 		}
 		sbx.Spec.TimeoutSeconds = ptr.To(secs)
 	}

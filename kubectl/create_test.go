@@ -18,7 +18,7 @@ func TestCreateWritesTheSandbox(t *testing.T) {
 	f, ns := setup(t)
 	f.template(t, ns, "python")
 
-	res := f.ok(t, ns, "create", "--template", "python", "box", "--timeout", "10m", "--metadata", "owner=me",
+	res := f.ok(t, ns, "create", "--template", "python", "box", "--lifetime", "10m", "--metadata", "owner=me",
 		"--metadata", "team=ml", "--env", "DEBUG=1", "--env", "PATH=/x", "--env", "DEBUG=2")
 	sbx := &sandlotv1.Sandbox{}
 	f.get(t, ns, "box", sbx)
@@ -34,10 +34,16 @@ func TestCreateWritesTheSandbox(t *testing.T) {
 		t.Errorf("env %+v, want %+v (a repeated name keeps its place and takes the last value)", sbx.Spec.Env, want)
 	}
 
-	// Without a name, one is generated from the template's.
-	res = f.ok(t, ns, "create", "--template", "python")
-	if !strings.HasPrefix(res.out, "sandbox/python-") {
-		t.Errorf("generated name: %q", res.out)
+	// Without a name, one is generated from the template's; --lifetime
+	// takes seconds too.
+	res = f.ok(t, ns, "create", "--template", "python", "--lifetime", "601")
+	name, ok := strings.CutPrefix(strings.Fields(res.out)[0], "sandbox/python-")
+	if !ok {
+		t.Fatalf("generated name: %q", res.out)
+	}
+	f.get(t, ns, "python-"+name, sbx)
+	if *sbx.Spec.TimeoutSeconds != 601 {
+		t.Errorf("--lifetime 601: timeoutSeconds %d", *sbx.Spec.TimeoutSeconds)
 	}
 
 	f.fails(t, ns, []string{"create", "--template", "nope"}, "template nope not found in namespace "+ns)
@@ -77,8 +83,8 @@ func TestCreateWaitFailsOnTimeoutAndOnFailure(t *testing.T) {
 	f.template(t, ns, "python")
 
 	start := time.Now()
-	res := f.fails(t, ns, []string{"create", "--template", "python", "slow", "--wait", "--wait-timeout", "1s"},
-		"timed out after 1s waiting for sandbox/slow to be usable", "last seen: sandbox/slow: phase <none>", "raise --wait-timeout")
+	res := f.fails(t, ns, []string{"create", "--template", "python", "slow", "--wait", "--timeout", "1s"},
+		"timed out after 1s waiting for sandbox/slow to be usable", "last seen: sandbox/slow: phase <none>", "raise --timeout")
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("a 1s wait took %v", took)
 	}

@@ -13,25 +13,46 @@ import (
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
+// deleteOptions: --wait, --timeout and -o name (as kubectl delete has:
+// the name of each deleted sandbox, kind.group/name).
+type deleteOptions struct {
+	output string
+	waitFlags
+}
+
+func (o *deleteOptions) check(cmd *cobra.Command) error {
+	if o.output != "" && o.output != "name" {
+		return errUsage(cmd, "unknown output format %q: allowed: name", o.output)
+	}
+	return o.waitFlags.check(cmd)
+}
+
 func (r *root) deleteCmd() *cobra.Command {
-	w := &waitFlags{}
+	o := &deleteOptions{}
 	cmd := &cobra.Command{
 		Use:               "delete SANDBOX...",
 		Aliases:           []string{"rm"},
 		Short:             "Delete sandboxes (their VMs stop; their snapshots stay)",
-		Example:           "  kubectl sandlot delete my-sandbox other-sandbox --wait",
+		Example:           "  kubectl sandlot delete my-sandbox other-sandbox --wait\n  kubectl sandlot delete my-sandbox -o name",
 		Args:              args(1, -1, "one or more SANDBOX names"),
 		ValidArgsFunction: r.completeSandboxes,
-		RunE:              func(cmd *cobra.Command, args []string) error { return r.delete(cmd, w, args) },
+		RunE:              func(cmd *cobra.Command, args []string) error { return r.delete(cmd, o, args) },
 	}
-	w.add(cmd, "timeout", "the sandboxes are gone (their pods and VMs stopped)")
+	o.add(cmd, "the sandboxes are gone (their pods and VMs stopped)")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "Output format: the command's own lines when empty, or name (sandbox.sandlot.dev/NAME per deleted sandbox).")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"name"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
 // delete deletes every named sandbox it can; the missing ones are
 // reported together at the end.
-func (r *root) delete(cmd *cobra.Command, w *waitFlags, names []string) error {
-	return r.begin(cmd, w, func(ctx context.Context, s *session) error {
+func (r *root) delete(cmd *cobra.Command, o *deleteOptions, names []string) error {
+	w := &o.waitFlags
+	return r.begin(cmd, o, func(ctx context.Context, s *session) error {
+		line := "sandbox/%s deleted\n"
+		if o.output == "name" {
+			line = "sandbox." + sandlotv1.GroupVersion.Group + "/%s\n"
+		}
 		var errs []error
 		var deleted []string
 		for _, name := range names {
@@ -43,7 +64,7 @@ func (r *root) delete(cmd *cobra.Command, w *waitFlags, names []string) error {
 				errs = append(errs, fmt.Errorf("delete sandbox %s: %w", name, err))
 			default:
 				deleted = append(deleted, name)
-				fmt.Fprintf(s.out, "sandbox/%s deleted\n", name)
+				fmt.Fprintf(s.out, line, name)
 			}
 		}
 		if w.wait && len(deleted) > 0 {

@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/httpstream"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
@@ -97,15 +96,9 @@ type execPlan struct {
 // streams: -t needs -i and a terminal on stdin, as in kubectl exec (it
 // says so on stderr and runs without a TTY otherwise).
 func planExec(sbx *sandlotv1.Sandbox, command []string, o *execOptions, in io.Reader, errOut io.Writer) (*execPlan, error) {
-	if err := sandboxFailed(sbx); err != nil {
+	pod, err := podOf(sbx, "exec into")
+	if err != nil {
 		return nil, err
-	}
-	if sbx.Status.PodName == "" {
-		hint := "it has not started yet"
-		if sbx.Spec.Paused || sbx.Status.Phase == sandlotv1.SandboxPaused {
-			hint = "it is paused: resume it first (kubectl sandlot resume " + sbx.Name + ")"
-		}
-		return nil, fmt.Errorf("sandbox %s has no pod to exec into (phase %s): %s", sbx.Name, or(string(sbx.Status.Phase)), hint)
 	}
 	tty := o.tty
 	switch {
@@ -116,7 +109,7 @@ func planExec(sbx *sandlotv1.Sandbox, command []string, o *execOptions, in io.Re
 		fmt.Fprintln(errOut, "Unable to use a TTY - input is not a terminal or the right kind of file")
 		tty = false
 	}
-	return &execPlan{ns: sbx.Namespace, pod: sbx.Status.PodName, opts: corev1.PodExecOptions{
+	return &execPlan{ns: sbx.Namespace, pod: pod, opts: corev1.PodExecOptions{
 		Container: sandlotv1.ContainerName, Command: command,
 		Stdin: o.stdin, Stdout: true, Stderr: !tty, TTY: tty, // a TTY merges stderr into stdout
 	}}, nil
@@ -133,18 +126,9 @@ func (p *execPlan) url(c rest.Interface) *url.URL {
 		VersionedParams(&p.opts, runtime.NewParameterCodec(scheme)).URL()
 }
 
-// stream runs the plan: over WebSockets, falling back to SPDY for API
-// servers without them (as kubectl does). A non-zero exit becomes an
-// *ExitError carrying the code.
+// stream runs the plan on the plugin's streams, in a raw local terminal
+// with -t.
 func (s *session) stream(ctx context.Context, p *execPlan, in io.Reader) error {
-	core, err := corev1client.NewForConfig(s.cfg)
-	if err != nil {
-		return fmt.Errorf("build the core API client: %w", err)
-	}
-	exec, err := executor(s.cfg, p.url(core.RESTClient()))
-	if err != nil {
-		return err
-	}
 	opts := remotecommand.StreamOptions{Stdout: s.out, Tty: p.opts.TTY}
 	if p.opts.Stdin {
 		opts.Stdin = in
@@ -159,6 +143,21 @@ func (s *session) stream(ctx context.Context, p *execPlan, in io.Reader) error {
 		}
 		defer restore()
 		opts.TerminalSizeQueue = queue
+	}
+	return s.execStreams(ctx, p, opts)
+}
+
+// execStreams runs the plan with opts' streams: over WebSockets, falling
+// back to SPDY for API servers without them (as kubectl does). A
+// non-zero exit becomes an *ExitError carrying the code.
+func (s *session) execStreams(ctx context.Context, p *execPlan, opts remotecommand.StreamOptions) error {
+	core, err := s.core()
+	if err != nil {
+		return err
+	}
+	exec, err := executor(s.cfg, p.url(core.RESTClient()))
+	if err != nil {
+		return err
 	}
 	return streamError(exec.StreamWithContext(ctx, opts), p.pod)
 }

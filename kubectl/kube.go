@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -17,13 +18,15 @@ import (
 )
 
 // session is one command's connection: a client that can watch, the
-// namespace the command works in, and where progress goes.
+// namespace the command works in, and where its lines, its progress and
+// the objects -o prints go.
 type session struct {
-	c      client.WithWatch
-	cfg    *rest.Config
-	ns     string
-	out    io.Writer
-	errOut io.Writer
+	c       client.WithWatch
+	cfg     *rest.Config
+	ns      string
+	out     io.Writer // the command's lines: stdout, or stderr with -o
+	errOut  io.Writer
+	objects io.Writer // what -o prints: stdout
 }
 
 // session connects with the kubeconfig flags (--kubeconfig, --context,
@@ -44,12 +47,23 @@ func (r *root) session() (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to the API server: %w", err)
 	}
-	return &session{c: c, cfg: cfg, ns: ns, out: r.streams.Out, errOut: r.streams.ErrOut}, nil
+	return &session{c: c, cfg: cfg, ns: ns, out: r.streams.Out, errOut: r.streams.ErrOut, objects: r.streams.Out}, nil
+}
+
+// core is the typed client of the core API group (pods' exec and log
+// subresources).
+func (s *session) core() (corev1client.CoreV1Interface, error) {
+	core, err := corev1client.NewForConfig(s.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("build the core API client: %w", err)
+	}
+	return core, nil
 }
 
 // begin is the start every command that can --wait shares: it checks the
 // flags before connecting (a usage error needs no cluster), connects, and
-// runs the rest within the wait's bound.
+// runs the rest within the wait's bound. With -o the command's lines go
+// to stderr: stdout holds the objects alone.
 func (r *root) begin(cmd *cobra.Command, w waiter, run func(ctx context.Context, s *session) error) error {
 	if err := w.check(cmd); err != nil {
 		return err
@@ -57,6 +71,9 @@ func (r *root) begin(cmd *cobra.Command, w waiter, run func(ctx context.Context,
 	s, err := r.session()
 	if err != nil {
 		return err
+	}
+	if p, ok := w.(printing); ok && p.output().objects() {
+		s.out = s.errOut
 	}
 	ctx, cancel := w.context(cmd.Context())
 	defer cancel()

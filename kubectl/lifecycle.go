@@ -15,31 +15,35 @@ import (
 )
 
 func (r *root) pauseCmd() *cobra.Command {
-	w := &waitFlags{}
+	o := &changeFlags{}
 	cmd := r.sandboxCmd(&cobra.Command{
 		Use:     "pause SANDBOX",
 		Short:   "Pause a sandbox: its VM state is kept in a PausedSandbox and its pod goes",
 		Example: "  kubectl sandlot pause my-sandbox --wait",
-	}, w, func(ctx context.Context, s *session, sbx *sandlotv1.Sandbox) error {
-		return s.pause(ctx, w, sbx)
+	}, o, func(ctx context.Context, s *session, sbx *sandlotv1.Sandbox) error {
+		return s.pause(ctx, o, sbx)
 	})
-	w.add(cmd, "timeout", "the sandbox is Paused")
+	o.add(cmd, "the sandbox is Paused")
 	return cmd
 }
 
 // pause asks for sbx to be paused and, with --wait, says where its
-// state went once it is.
-func (s *session) pause(ctx context.Context, w *waitFlags, sbx *sandlotv1.Sandbox) error {
+// state went once it is; -o prints the sandbox.
+func (s *session) pause(ctx context.Context, o *changeFlags, sbx *sandlotv1.Sandbox) error {
 	if err := s.setPaused(ctx, sbx, true); err != nil {
 		return err
 	}
-	if !w.wait {
-		return nil
+	if o.wait {
+		paused, err := s.waitPaused(ctx, &o.waitFlags, sbx.Name, sbx.Generation)
+		if err != nil {
+			return err
+		}
+		if err := s.printPaused(ctx, sbx.Name); err != nil {
+			return err
+		}
+		sbx = paused
 	}
-	if err := s.waitPaused(ctx, w, sbx.Name, sbx.Generation); err != nil {
-		return err
-	}
-	return s.printPaused(ctx, sbx.Name)
+	return o.out.emit(s.objects, sbx)
 }
 
 // setPaused sets spec.paused unless it is so already: asking twice is no
@@ -60,15 +64,17 @@ func (s *session) setPaused(ctx context.Context, sbx *sandlotv1.Sandbox, paused 
 	return nil
 }
 
-// waitPaused waits until the sandbox is Paused; a pause the controller
-// reports failed (for this generation) ends it with the reason.
-func (s *session) waitPaused(ctx context.Context, w *waitFlags, name string, gen int64) error {
-	return s.wait(ctx, w, "sandbox/"+name+" to be Paused", &sandlotv1.SandboxList{}, []string{name}, func(objs objects, p *progress) (bool, error) {
+// waitPaused waits until the sandbox is Paused and returns it; a pause
+// the controller reports failed (for this generation) ends it with the
+// reason.
+func (s *session) waitPaused(ctx context.Context, w *waitFlags, name string, gen int64) (*sandlotv1.Sandbox, error) {
+	var sbx *sandlotv1.Sandbox
+	err := s.wait(ctx, w, "sandbox/"+name+" to be Paused", &sandlotv1.SandboxList{}, []string{name}, func(objs objects, p *progress) (bool, error) {
 		o, ok := objs[name]
 		if !ok {
 			return false, fmt.Errorf("sandbox %s was deleted while pausing", name)
 		}
-		sbx := o.(*sandlotv1.Sandbox)
+		sbx = o.(*sandlotv1.Sandbox)
 		p.show("sandbox/"+name, sandboxState(sbx))
 		switch {
 		case sandboxFailed(sbx) != nil:
@@ -80,6 +86,7 @@ func (s *session) waitPaused(ctx context.Context, w *waitFlags, name string, gen
 		}
 		return sbx.Status.Phase == sandlotv1.SandboxPaused, nil
 	})
+	return sbx, err
 }
 
 // printPaused reports the PausedSandbox holding the paused state.
@@ -99,21 +106,22 @@ func pausedNote(ps *sandlotv1.PausedSandbox) string {
 }
 
 func (r *root) resumeCmd() *cobra.Command {
-	w := &waitFlags{}
+	o := &changeFlags{}
 	cmd := r.sandboxCmd(&cobra.Command{
 		Use:     "resume SANDBOX",
 		Short:   "Resume a paused sandbox (same ID; on another node when its remoteStatus is Ready)",
 		Example: "  kubectl sandlot resume my-sandbox --wait",
-	}, w, func(ctx context.Context, s *session, sbx *sandlotv1.Sandbox) error {
-		return s.resume(ctx, w, sbx)
+	}, o, func(ctx context.Context, s *session, sbx *sandlotv1.Sandbox) error {
+		return s.resume(ctx, o, sbx)
 	})
-	w.add(cmd, "timeout", "the sandbox is usable (Running, VMReady)")
+	o.add(cmd, "the sandbox is usable (Running, VMReady)")
 	return cmd
 }
 
 // resume asks for sbx to run again, saying first where a paused one
-// resumes from (its PausedSandbox, when there is one to read).
-func (s *session) resume(ctx context.Context, w *waitFlags, sbx *sandlotv1.Sandbox) error {
+// resumes from (its PausedSandbox, when there is one to read); -o
+// prints the sandbox.
+func (s *session) resume(ctx context.Context, o *changeFlags, sbx *sandlotv1.Sandbox) error {
 	ps := &sandlotv1.PausedSandbox{}
 	if sbx.Spec.Paused && s.c.Get(ctx, client.ObjectKeyFromObject(sbx), ps) == nil {
 		fmt.Fprintf(s.out, "resuming sandbox/%s from %s\n", sbx.Name, pausedNote(ps))
@@ -121,15 +129,19 @@ func (s *session) resume(ctx context.Context, w *waitFlags, sbx *sandlotv1.Sandb
 	if err := s.setPaused(ctx, sbx, false); err != nil {
 		return err
 	}
-	if !w.wait {
-		return nil
+	if o.wait {
+		usable, err := s.waitUsable(ctx, &o.waitFlags, map[string]int64{sbx.Name: sbx.Generation})
+		if err != nil {
+			return err
+		}
+		sbx = usable[0]
 	}
-	return s.waitUsable(ctx, w, map[string]int64{sbx.Name: sbx.Generation})
+	return o.out.emit(s.objects, sbx)
 }
 
 type rollbackOptions struct {
 	to string
-	waitFlags
+	changeFlags
 }
 
 // check wants --to first: without it there is nothing to do.
@@ -137,7 +149,7 @@ func (o *rollbackOptions) check(cmd *cobra.Command) error {
 	if o.to == "" {
 		return errUsage(cmd, "--to is required: the snapshot to roll back to")
 	}
-	return o.waitFlags.check(cmd)
+	return o.changeFlags.check(cmd)
 }
 
 func (r *root) rollbackCmd() *cobra.Command {
@@ -150,7 +162,7 @@ func (r *root) rollbackCmd() *cobra.Command {
 		return s.rollback(ctx, o, sbx)
 	})
 	cmd.Flags().StringVar(&o.to, "to", "", "the Snapshot to roll back to (required; one taken of this sandbox)")
-	o.waitFlags.add(cmd, "timeout", "the node agent has rolled the sandbox back")
+	o.changeFlags.add(cmd, "the node agent has rolled the sandbox back")
 	_ = cmd.RegisterFlagCompletionFunc("to", r.completeOwnSnapshots)
 	return cmd
 }
@@ -174,10 +186,12 @@ func (s *session) rollback(ctx context.Context, o *rollbackOptions, sbx *sandlot
 		return err
 	}
 	fmt.Fprintf(s.out, "sandbox/%s rollback to snapshot/%s requested (request %s)\n", sbx.Name, o.to, requestID)
-	if !o.wait {
-		return nil
+	if o.wait {
+		if sbx, err = s.waitRolledBack(ctx, &o.waitFlags, sbx, o.to, requestID); err != nil {
+			return err
+		}
 	}
-	return s.waitRolledBack(ctx, &o.waitFlags, sbx, o.to, requestID)
+	return o.out.emit(s.objects, sbx)
 }
 
 func newRequestID() (string, error) {
@@ -188,17 +202,17 @@ func newRequestID() (string, error) {
 	return "kubectl-" + hex.EncodeToString(b), nil
 }
 
-// waitRolledBack waits until the agent records requestID as done; its
-// refusal or failure (RolledBack False for this generation or later)
-// ends the wait with the condition's message.
-func (s *session) waitRolledBack(ctx context.Context, w *waitFlags, sbx *sandlotv1.Sandbox, to, requestID string) error {
+// waitRolledBack waits until the agent records requestID as done and
+// returns the sandbox; its refusal or failure (RolledBack False for this
+// generation or later) ends the wait with the condition's message.
+func (s *session) waitRolledBack(ctx context.Context, w *waitFlags, sbx *sandlotv1.Sandbox, to, requestID string) (*sandlotv1.Sandbox, error) {
 	name, gen := sbx.Name, sbx.Generation
-	return s.wait(ctx, w, "sandbox/"+name+" to roll back", &sandlotv1.SandboxList{}, []string{name}, func(objs objects, p *progress) (bool, error) {
+	err := s.wait(ctx, w, "sandbox/"+name+" to roll back", &sandlotv1.SandboxList{}, []string{name}, func(objs objects, p *progress) (bool, error) {
 		o, ok := objs[name]
 		if !ok {
 			return false, fmt.Errorf("sandbox %s was deleted during the rollback", name)
 		}
-		sbx := o.(*sandlotv1.Sandbox)
+		sbx = o.(*sandlotv1.Sandbox)
 		c := meta.FindStatusCondition(sbx.Status.Conditions, sandlotv1.ConditionRolledBack)
 		state := sandboxState(sbx)
 		if c != nil {
@@ -218,6 +232,7 @@ func (s *session) waitRolledBack(ctx context.Context, w *waitFlags, sbx *sandlot
 		}
 		return false, nil
 	})
+	return sbx, err
 }
 
 // doneNote is the agent's message about a finished rollback.

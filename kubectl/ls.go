@@ -7,26 +7,35 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
-// listKind is one kind `ls` lists: its list type and its table.
+// listKind is one kind `ls` lists: its Kind, list type and table.
 type listKind struct {
 	name    string
 	aliases []string
+	kind    string
 	newList func() client.ObjectList
 	table   func(list client.ObjectList, wide bool, now time.Time) *table
 }
 
 var listKinds = []listKind{
-	{"sandboxes", []string{"sandbox", "sbx"}, func() client.ObjectList { return &sandlotv1.SandboxList{} }, sandboxTable},
-	{"snapshots", []string{"snapshot", "snap", "snaps"}, func() client.ObjectList { return &sandlotv1.SnapshotList{} }, snapshotTable},
-	{"paused", []string{"pausedsandboxes", "pausedsandbox", "psbx"}, func() client.ObjectList { return &sandlotv1.PausedSandboxList{} }, pausedTable},
+	{"sandboxes", []string{"sandbox", "sbx"}, "Sandbox", func() client.ObjectList { return &sandlotv1.SandboxList{} }, sandboxTable},
+	{"snapshots", []string{"snapshot", "snap", "snaps"}, "Snapshot", func() client.ObjectList { return &sandlotv1.SnapshotList{} }, snapshotTable},
+	{"paused", []string{"pausedsandboxes", "pausedsandbox", "psbx"}, "PausedSandbox", func() client.ObjectList { return &sandlotv1.PausedSandboxList{} }, pausedTable},
+	{"templates", []string{"template", "tpl"}, "Template", func() client.ObjectList { return &sandlotv1.TemplateList{} }, templateTable},
+}
+
+// kindNames is "sandboxes, snapshots, paused or templates".
+func kindNames() string {
+	names := make([]string, len(listKinds))
+	for i, k := range listKinds {
+		names[i] = k.name
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 func findListKind(name string) (listKind, bool) {
@@ -54,23 +63,23 @@ func completeKinds(_ *cobra.Command, args []string, prefix string) ([]cobra.Comp
 }
 
 type lsOptions struct {
-	print         *genericclioptions.PrintFlags
+	out           outputFlags
 	allNamespaces bool
 }
 
 func (r *root) lsCmd() *cobra.Command {
-	o := &lsOptions{print: genericclioptions.NewPrintFlags("").WithTypeSetter(scheme)}
+	o := &lsOptions{}
 	cmd := &cobra.Command{
-		Use:               "ls [sandboxes|snapshots|paused]",
-		Aliases:           []string{"list", "get"},
-		Short:             "List sandboxes, snapshots or paused sandboxes (with their remoteStatus)",
-		Example:           "  kubectl sandlot ls\n  kubectl sandlot ls -o wide\n  kubectl sandlot ls snapshots -o yaml\n  kubectl sandlot ls paused -A",
-		Args:              args(0, 1, "at most one kind (sandboxes, snapshots or paused)"),
+		Use:     "ls [sandboxes|snapshots|paused|templates]",
+		Aliases: []string{"list", "get"},
+		Short:   "List sandboxes, snapshots, paused sandboxes (with their remoteStatus) or templates",
+		Example: "  kubectl sandlot ls\n  kubectl sandlot ls -o wide\n  kubectl sandlot ls snapshots -o yaml\n" +
+			"  kubectl sandlot ls paused -A\n  kubectl sandlot ls templates\n  kubectl sandlot ls -o name",
+		Args:              args(0, 1, "at most one kind ("+kindNames()+")"),
 		ValidArgsFunction: completeKinds,
 		RunE:              func(cmd *cobra.Command, args []string) error { return r.ls(cmd, o, args) },
 	}
-	o.print.AddFlags(cmd)
-	cmd.Flag("output").Usage = fmt.Sprintf("Output format: a table when empty, or one of (wide, %s).", strings.Join(o.print.AllowedFormats(), ", "))
+	o.out.add(cmd, "a table")
 	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "list across all namespaces")
 	return cmd
 }
@@ -80,14 +89,11 @@ func (r *root) ls(cmd *cobra.Command, o *lsOptions, args []string) error {
 	if len(args) == 1 {
 		var ok bool
 		if kind, ok = findListKind(args[0]); !ok {
-			return errUsage(cmd, "unknown kind %q: expected sandboxes, snapshots or paused", args[0])
+			return errUsage(cmd, "unknown kind %q: expected %s", args[0], kindNames())
 		}
 	}
-	format := *o.print.OutputFormat
-	if format != "" && format != "wide" {
-		if _, err := o.print.ToPrinter(); err != nil {
-			return errUsage(cmd, "%v", err)
-		}
+	if err := o.out.check(cmd); err != nil {
+		return err
 	}
 	s, err := r.session()
 	if err != nil {
@@ -97,36 +103,21 @@ func (r *root) ls(cmd *cobra.Command, o *lsOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	if format == "" || format == "wide" {
-		return kind.table(list, format == "wide", time.Now()).print(s.out, o.allNamespaces, kind.name)
+	if f := o.out.format; f == "" || f == "wide" {
+		return kind.table(list, f == "wide", time.Now()).print(s.out, o.allNamespaces, kind.name)
 	}
-	printer, _ := o.print.ToPrinter()
-	u, err := unstructuredList(list)
+	items, err := meta.ExtractList(list)
 	if err != nil {
-		return err
+		return fmt.Errorf("read %s: %w", kind.name, err)
 	}
-	return printer.PrintObj(u, s.out)
+	objs := make([]client.Object, len(items))
+	for i, it := range items {
+		objs[i] = it.(client.Object)
+	}
+	return o.out.printObjects(s.out, objs, true)
 }
 
-// unstructuredList converts a typed list for cli-runtime's printers:
-// -o name, jsonpath and go-template take lists only in this form.
-func unstructuredList(list client.ObjectList) (*unstructured.UnstructuredList, error) {
-	gvks, _, err := scheme.ObjectKinds(list)
-	if err != nil {
-		return nil, fmt.Errorf("type the list: %w", err)
-	}
-	list.GetObjectKind().SetGroupVersionKind(gvks[0])
-	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(list)
-	if err != nil {
-		return nil, fmt.Errorf("convert the list: %w", err)
-	}
-	u := &unstructured.UnstructuredList{}
-	u.SetUnstructuredContent(content)
-	return u, nil
-}
-
-// list lists kind in the session's namespace (or all), each item typed
-// so that json and yaml output carry apiVersion and kind.
+// list lists kind in the session's namespace (or all).
 func (s *session) list(ctx context.Context, kind listKind, all bool) (client.ObjectList, error) {
 	list := kind.newList()
 	var opts []client.ListOption
@@ -135,17 +126,6 @@ func (s *session) list(ctx context.Context, kind listKind, all bool) (client.Obj
 	}
 	if err := s.c.List(ctx, list, opts...); err != nil {
 		return nil, fmt.Errorf("list %s: %w", kind.name, err)
-	}
-	objs, err := byName(list)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range objs {
-		gvks, _, err := scheme.ObjectKinds(o)
-		if err != nil {
-			return nil, fmt.Errorf("type %s %s: %w", kind.name, o.GetName(), err)
-		}
-		o.GetObjectKind().SetGroupVersionKind(gvks[0])
 	}
 	return list, nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -113,7 +114,7 @@ func TestLsJSONAndYAML(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
 		t.Fatalf("-o json is not a SandboxList: %v\n%s", err, out)
 	}
-	if list.Kind != "SandboxList" || len(list.Items) != 3 || list.Items[0].Kind != "Sandbox" ||
+	if list.Kind != "List" || list.APIVersion != "v1" || len(list.Items) != 3 || list.Items[0].Kind != "Sandbox" ||
 		list.Items[0].APIVersion != "sandlot.dev/v1alpha1" || list.Items[0].Status.PodIP != "10.0.0.7" {
 		t.Errorf("-o json: kind %q, %d items, first %s %s ip %q", list.Kind, len(list.Items),
 			list.Items[0].APIVersion, list.Items[0].Kind, list.Items[0].Status.PodIP)
@@ -148,6 +149,59 @@ func TestLsAllNamespacesAndEmpty(t *testing.T) {
 	if out := f.ok(t, empty, "ls", "snapshots").out; out != "No snapshots found.\n" {
 		t.Errorf("empty list: %q", out)
 	}
-	f.fails(t, ns, []string{"ls", "pods"}, `unknown kind "pods"`, "sandboxes, snapshots or paused", "kubectl sandlot ls snapshots")
-	f.fails(t, ns, []string{"ls", "-o", "xml"}, "xml", "json")
+	f.fails(t, ns, []string{"ls", "pods"}, `unknown kind "pods"`, "sandboxes, snapshots, paused or templates", "kubectl sandlot ls snapshots")
+	f.fails(t, ns, []string{"ls", "-o", "xml"}, `unknown output format "xml": allowed: wide, json, yaml,`, "name", "jsonpath")
+}
+
+func TestLsTemplates(t *testing.T) {
+	f, ns := setup(t)
+	f.template(t, ns, "node")
+	f.template(t, ns, "python")
+	tpl := &sandlotv1.Template{}
+	f.get(t, ns, "python", tpl)
+	tpl.Spec.WarmPool, tpl.Spec.Resources = 2, sandlotv1.Resources{VCPU: 2, MemoryMiB: 1024}
+	if err := f.c.Update(t.Context(), tpl); err != nil {
+		t.Fatal(err)
+	}
+	setStatus(t, f, tpl, func(tpl *sandlotv1.Template) {
+		tpl.Status.BaseRevision = "r2"
+		tpl.Status.BaseSnapshots = []sandlotv1.BaseSnapshot{
+			{Node: "node-1", Revision: "r1", Phase: sandlotv1.BaseReady, Snapshot: "old"}, // retired revision: not counted
+			{Node: "node-1", Revision: "r2", Phase: sandlotv1.BaseReady, Snapshot: "b1"},
+			{Node: "node-2", Revision: "r2", Phase: sandlotv1.BaseBuilding, Snapshot: "b2"},
+		}
+		tpl.Status.Pool = []sandlotv1.NodePool{{Node: "node-1", Ready: 2, Slots: 1}, {Node: "node-2", Ready: 1, Starting: 1, Slots: 1}}
+		meta.SetStatusCondition(&tpl.Status.Conditions, metav1.Condition{Type: sandlotv1.ConditionBaseSnapshotReady,
+			Status: metav1.ConditionFalse, Reason: "Building", Message: "node-2 builds"})
+	})
+
+	got := rows(f.ok(t, ns, "ls", "templates").out)
+	want := [][]string{
+		{"NAME", "IMAGE", "BASES", "POOL", "AGE"},
+		{"node", "registry.example/python:3.12", "0/0", "0/0"},
+		{"python", "registry.example/python:3.12", "1/2", "3/4"},
+	}
+	for i, w := range want {
+		if len(got) <= i || len(got[i]) < len(w) || strings.Join(got[i][:len(w)], " ") != strings.Join(w, " ") {
+			t.Errorf("row %d: got %q, want it to start with %q", i, got, w)
+		}
+	}
+	wide := rows(f.ok(t, ns, "ls", "tpl", "-o", "wide").out)
+	if h := strings.Join(wide[0], " "); h != "NAME IMAGE BASES POOL AGE SLOTS VCPU MEMORY BASE" {
+		t.Errorf("wide header %q", h)
+	}
+	if r := strings.Join(wide[2][5:], " "); r != "2 2 1024MiB Building" {
+		t.Errorf("python wide: %q, want SLOTS 2, VCPU 2, MEMORY 1024MiB, BASE Building", r)
+	}
+	if r := strings.Join(wide[1][5:], " "); r != "0 <none> <none> <none>" {
+		t.Errorf("node wide: %q, want nothing set", r)
+	}
+	if out := f.ok(t, ns, "ls", "template", "-o", "name").out; out != "template.sandlot.dev/node\ntemplate.sandlot.dev/python\n" {
+		t.Errorf("-o name:\n%s", out)
+	}
+	var list sandlotv1.TemplateList
+	if err := json.Unmarshal([]byte(f.ok(t, ns, "ls", "templates", "-o", "json").out), &list); err != nil ||
+		len(list.Items) != 2 || list.Items[1].Status.BaseRevision != "r2" || list.Items[1].Kind != "Template" {
+		t.Errorf("-o json: %v %+v", err, list)
+	}
 }

@@ -120,6 +120,7 @@ type result struct {
 type running struct {
 	out, errOut *syncBuffer
 	done        chan result
+	stop        context.CancelFunc // Ctrl-C
 }
 
 // start runs `kubectl sandlot args...` (against the fixture, in ns when
@@ -134,11 +135,13 @@ func (f *fixture) start(ns string, args ...string) *running {
 	} else {
 		args = append(global, args...)
 	}
-	r := &running{out: &syncBuffer{}, errOut: &syncBuffer{}, done: make(chan result, 1)}
+	ctx, stop := context.WithCancel(context.Background())
+	r := &running{out: &syncBuffer{}, errOut: &syncBuffer{}, done: make(chan result, 1), stop: stop}
 	cmd := NewRootCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: r.out, ErrOut: r.errOut})
 	cmd.SetArgs(args)
 	go func() {
-		err := cmd.ExecuteContext(context.Background())
+		defer stop()
+		err := cmd.ExecuteContext(ctx)
 		r.done <- result{r.out.String(), r.errOut.String(), err}
 	}()
 	return r
@@ -164,6 +167,14 @@ func (r *running) pending(t *testing.T, d time.Duration, why string) {
 		t.Fatalf("the command finished before %s: err %v\nstdout:\n%s\nstderr:\n%s", why, res.err, res.out, res.errOut)
 	case <-time.After(d):
 	}
+}
+
+// via is the fixture with its commands reaching the API server through
+// kubeconfig (a fakePod's).
+func (f *fixture) via(kubeconfig string) *fixture {
+	g := *f
+	g.kubeconfig = kubeconfig
+	return &g
 }
 
 // run runs a command to its end.

@@ -1,7 +1,8 @@
 // Package kubectl is the kubectl-sandlot plugin: `kubectl sandlot` lists,
 // creates, snapshots, clones, pauses, resumes, rolls back, execs into and
 // deletes sandboxes by writing sandlot's CRDs, and waits on their status
-// through watches.
+// through watches; it reads their logs, copies files and forwards ports
+// through the pod that holds each sandbox now (its status.podName).
 package kubectl
 
 import (
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -17,12 +19,13 @@ import (
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
-// scheme knows the kinds the plugin reads and writes (and PodExecOptions).
+// scheme knows the kinds the plugin reads and writes (and PodExecOptions;
+// Deployments: version reads the controller's).
 var scheme = newScheme()
 
 func newScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, sandlotv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, sandlotv1.AddToScheme} {
 		if err := add(s); err != nil {
 			panic(fmt.Sprintf("build scheme: %v", err))
 		}
@@ -49,10 +52,12 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	r := &root{flags: genericclioptions.NewConfigFlags(true), streams: streams}
 	cmd := &cobra.Command{
 		Use:   "kubectl-sandlot",
-		Short: "Work with sandlot sandboxes: snapshot, clone, pause, resume, rollback, exec",
+		Short: "Work with sandlot sandboxes: snapshot, clone, pause, resume, rollback, exec, logs, cp",
 		Long: "kubectl sandlot manages sandlot sandboxes (QEMU microVMs in pods) through their\n" +
 			"Kubernetes objects: Sandbox, Snapshot, PausedSandbox and Template.\n" +
-			"--wait follows the status through a watch and reports progress on stderr.\n\n" +
+			"--wait follows the status through a watch and reports progress on stderr; --timeout bounds it.\n" +
+			"-o json|yaml|name|wide prints the objects a command lists, makes or changes, as kubectl get -o.\n" +
+			"exec, logs and cp reach the pod the sandbox's status names.\n\n" +
 			"Shell completion: `kubectl sandlot completion bash|zsh|fish` completes the kubectl-sandlot\n" +
 			"binary; for `kubectl sandlot <TAB>`, link kubectl-sandlot as kubectl_complete-sandlot on PATH.",
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl sandlot"},
@@ -68,7 +73,7 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		return fmt.Errorf("%w\nSee '%s --help' for usage", err, c.CommandPath())
 	})
 	cmd.AddCommand(r.lsCmd(), r.createCmd(), r.snapshotCmd(), r.cloneCmd(), r.pauseCmd(), r.resumeCmd(),
-		r.rollbackCmd(), r.execCmd(), r.deleteCmd())
+		r.rollbackCmd(), r.execCmd(), r.deleteCmd(), r.logsCmd(), r.cpCmd(), r.versionCmd())
 	return cmd
 }
 

@@ -35,28 +35,30 @@ func readyLine(s *sandlotv1.Sandbox) string {
 
 // waitUsable waits until each named sandbox is usable at (at least) its
 // generation in gens, and prints each one's ready line. A sandbox that
-// fails, is deleted, or goes away ends the wait with an error.
-func (s *session) waitUsable(ctx context.Context, w *waitFlags, gens map[string]int64) error {
+// fails, is deleted, or goes away ends the wait with an error. It
+// returns the sandboxes as last seen, by name.
+func (s *session) waitUsable(ctx context.Context, w *waitFlags, gens map[string]int64) ([]*sandlotv1.Sandbox, error) {
 	names := slices.Sorted(maps.Keys(gens))
 	reported := map[string]bool{}
 	what := fmt.Sprintf("%d sandbox(es) to be usable", len(gens))
 	if len(names) == 1 {
 		what = "sandbox/" + names[0] + " to be usable"
 	}
-	return s.wait(ctx, w, what, &sandlotv1.SandboxList{}, names, func(objs objects, p *progress) (bool, error) {
+	last := make([]*sandlotv1.Sandbox, len(names))
+	err := s.wait(ctx, w, what, &sandlotv1.SandboxList{}, names, func(objs objects, p *progress) (bool, error) {
 		usable := 0
-		for _, name := range names {
-			gen := gens[name]
+		for i, name := range names {
 			o, ok := objs[name]
 			if !ok {
 				return false, fmt.Errorf("sandbox %s was deleted while waiting for it", name)
 			}
 			sbx := o.(*sandlotv1.Sandbox)
+			last[i] = sbx
 			p.show("sandbox/"+name, sandboxState(sbx))
 			if err := sandboxFailed(sbx); err != nil {
 				return false, err
 			}
-			if sbx.Usable(gen) {
+			if sbx.Usable(gens[name]) {
 				usable++
 				if !reported[name] {
 					reported[name] = true
@@ -66,6 +68,7 @@ func (s *session) waitUsable(ctx context.Context, w *waitFlags, gens map[string]
 		}
 		return usable == len(gens), nil
 	})
+	return last, err
 }
 
 // sandboxFailed is why a sandbox will not become usable: it ended or is

@@ -16,13 +16,13 @@ import (
 type snapshotOptions struct {
 	name       string
 	waitRemote bool
-	waitFlags
+	changeFlags
 }
 
 // check refuses --wait-remote without --wait, after the wait flags'
 // own check (whose error comes first when both apply).
 func (o *snapshotOptions) check(cmd *cobra.Command) error {
-	if err := o.waitFlags.check(cmd); err != nil {
+	if err := o.changeFlags.check(cmd); err != nil {
 		return err
 	}
 	if o.waitRemote && !o.wait {
@@ -37,13 +37,14 @@ func (r *root) snapshotCmd() *cobra.Command {
 		Use:   "snapshot SANDBOX [--name NAME]",
 		Short: "Snapshot a running sandbox (memory, devices, disk) and report the snapshot's remoteStatus",
 		Example: "  kubectl sandlot snapshot my-sandbox --name before-upgrade --wait\n" +
-			"  kubectl sandlot snapshot my-sandbox --wait --wait-remote   # until other nodes may restore it",
+			"  kubectl sandlot snapshot my-sandbox --wait --wait-remote   # until other nodes may restore it\n" +
+			"  kubectl sandlot snapshot my-sandbox -o name",
 	}, o, func(ctx context.Context, s *session, sbx *sandlotv1.Sandbox) error {
 		return s.takeSnapshot(ctx, o, sbx)
 	})
 	cmd.Flags().StringVar(&o.name, "name", "", "the Snapshot's name (default: generated from the sandbox's)")
 	cmd.Flags().BoolVar(&o.waitRemote, "wait-remote", false, "with --wait, also wait until remoteStatus is Ready (restorable on any node)")
-	o.waitFlags.add(cmd, "timeout", "the snapshot is Ready")
+	o.changeFlags.add(cmd, "the snapshot is Ready")
 	return cmd
 }
 
@@ -54,15 +55,13 @@ func (s *session) takeSnapshot(ctx context.Context, o *snapshotOptions, sbx *san
 	if err != nil {
 		return err
 	}
-	if !o.wait {
-		return nil
+	if o.wait {
+		if snap, err = s.waitSnapshot(ctx, &o.waitFlags, snap.Name, o.waitRemote); err != nil {
+			return err
+		}
+		fmt.Fprintln(s.out, snapshotLine(snap))
 	}
-	snap, err = s.waitSnapshot(ctx, &o.waitFlags, snap.Name, o.waitRemote)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(s.out, snapshotLine(snap))
-	return nil
+	return o.out.emit(s.objects, snap)
 }
 
 // createSnapshot makes a Snapshot of sbx named name (generated when "").

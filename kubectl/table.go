@@ -178,3 +178,54 @@ func humanBytes(n int64) string {
 	}
 	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
+
+// templateTable: BASES counts the base snapshots of the current revision
+// (Ready of all nodes'), POOL the warm pool's Ready pods of what its
+// nodes keep (spec.warmPool on each node the pool runs on).
+func templateTable(list client.ObjectList, wide bool, now time.Time) *table {
+	t := &table{headers: []string{"NAME", "IMAGE", "BASES", "POOL", "AGE"}}
+	if wide {
+		t.headers = append(t.headers, "SLOTS", "VCPU", "MEMORY", "BASE")
+	}
+	for i := range list.(*sandlotv1.TemplateList).Items {
+		tpl := &list.(*sandlotv1.TemplateList).Items[i]
+		var ready, slots int32
+		for _, p := range tpl.Status.Pool {
+			ready, slots = ready+p.Ready, slots+p.Slots
+		}
+		pool := fmt.Sprintf("%d/%d", ready, tpl.Spec.WarmPool*int32(len(tpl.Status.Pool)))
+		cells := []string{tpl.Name, tpl.Spec.Image, baseCount(tpl), pool, age(tpl, now)}
+		if wide {
+			base := none
+			if c := meta.FindStatusCondition(tpl.Status.Conditions, sandlotv1.ConditionBaseSnapshotReady); c != nil {
+				base = c.Reason
+			}
+			vcpu, mem := none, none // unset: the node's defaults
+			if r := tpl.Spec.Resources; r.VCPU > 0 {
+				vcpu = fmt.Sprint(r.VCPU)
+			}
+			if r := tpl.Spec.Resources; r.MemoryMiB > 0 {
+				mem = fmt.Sprintf("%dMiB", r.MemoryMiB)
+			}
+			cells = append(cells, fmt.Sprint(slots), vcpu, mem, base)
+		}
+		t.add(tpl, cells...)
+	}
+	return t
+}
+
+// baseCount is "ready/total" of the base snapshots of the template's
+// current revision (all of them before the controller names one).
+func baseCount(tpl *sandlotv1.Template) string {
+	ready, total := 0, 0
+	for _, b := range tpl.Status.BaseSnapshots {
+		if tpl.Status.BaseRevision != "" && b.Revision != tpl.Status.BaseRevision {
+			continue
+		}
+		total++
+		if b.Phase == sandlotv1.BaseReady {
+			ready++
+		}
+	}
+	return fmt.Sprintf("%d/%d", ready, total)
+}

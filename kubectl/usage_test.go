@@ -40,16 +40,26 @@ func TestUsageErrorsExplainThemselves(t *testing.T) {
 		{[]string{"ls", "a", "b"}, []string{"expects at most one kind"}},
 		{[]string{"create", "a", "b", "--template", "t"}, []string{"expects at most one NAME"}},
 		{[]string{"create", "box"}, []string{"--template is required", "kubectl sandlot create --template python my-sandbox"}},
-		{[]string{"create", "--template", "t", "--timeout", "0s"}, []string{"--timeout: 0s is outside 1s..720h0m0s"}},
-		{[]string{"create", "--template", "t", "--timeout", "31d"}, []string{"invalid argument \"31d\"", "See 'kubectl sandlot create --help'"}},
+		{[]string{"create", "--template", "t", "--lifetime", "0s"}, []string{"--lifetime: 0s is outside 1s..720h0m0s"}},
+		{[]string{"create", "--template", "t", "--lifetime", "0"}, []string{"--lifetime: 0s is outside 1s..720h0m0s"}},
+		{[]string{"create", "--template", "t", "--lifetime", "2592001"}, []string{"--lifetime: 720h0m1s is outside 1s..720h0m0s"}},
+		{[]string{"create", "--template", "t", "--lifetime", "31d"}, []string{"invalid argument \"31d\"", "a duration (10m, 1h30m) or seconds (600)", "See 'kubectl sandlot create --help'"}},
+		{[]string{"create", "--template", "t", "--timeout", "10m"}, []string{"--timeout bounds --wait: add --wait (the sandbox's lifetime is --lifetime)"}},
 		{[]string{"create", "--template", "t", "--metadata", "novalue"}, []string{`--metadata "novalue": expected key=value`}},
 		{[]string{"create", "--template", "t", "--env", "1X=y"}, []string{`--env "1X=y": expected NAME=value`}},
-		{[]string{"create", "--template", "t", "--wait-timeout", "1m"}, []string{"--wait-timeout bounds --wait: add --wait"}},
+		{[]string{"create", "--template", "t", "--wait-timeout", "1m"}, []string{"--timeout bounds --wait: add --wait"}},
+		{[]string{"create", "--template", "t", "--wait", "--timeout", "0s"}, []string{"--timeout must be positive, got 0s"}},
 		{[]string{"pause", "box", "--timeout", "1m"}, []string{"--timeout bounds --wait: add --wait"}},
 		{[]string{"clone", "s", "--count", "101"}, []string{"--count 101 is outside 1..100"}},
 		{[]string{"rollback", "box"}, []string{"--to is required", "kubectl sandlot rollback my-sandbox --to before-upgrade"}},
 		{[]string{"snapshot", "box", "--bogus"}, []string{"unknown flag: --bogus", "See 'kubectl sandlot snapshot --help' for usage"}},
 		{[]string{"frobnicate"}, []string{`unknown command "frobnicate" for "kubectl sandlot"`}},
+		{[]string{"logs"}, []string{"kubectl sandlot logs expects exactly one SANDBOX, got 0", "kubectl sandlot logs my-sandbox -f --tail 20"}},
+		{[]string{"logs", "box", "--tail", "-2"}, []string{"--tail -2: want -1 (all) or more"}},
+		{[]string{"logs", "box", "--since", "-1m"}, []string{"--since -1m0s: want a positive duration"}},
+		{[]string{"cp", "a"}, []string{"expects SRC and DST, one of them SANDBOX:PATH, got 1", "kubectl sandlot cp ./data.csv my-sandbox:/home/user/data.csv"}},
+		{[]string{"cp", "a", "b"}, []string{"cp needs SANDBOX:PATH as SRC or DST"}},
+		{[]string{"version", "x"}, []string{"expects no arguments, got 1"}},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, "_"), func(t *testing.T) {
@@ -239,13 +249,30 @@ func TestDynamicCompletion(t *testing.T) {
 		{[]string{"clone", ""}, []string{"alpha-s1", "sleepy-s1", "alpha", "apex", "sleepy"}},
 		{[]string{"create", "--template", ""}, []string{"node", "python"}},
 		{[]string{"exec", ""}, []string{"alpha", "apex", "sleepy"}},
-		{[]string{"ls", ""}, []string{"sandboxes", "snapshots", "paused"}},
+		{[]string{"ls", ""}, []string{"sandboxes", "snapshots", "paused", "templates"}},
+		{[]string{"logs", "a"}, []string{"alpha", "apex"}},
+		{[]string{"logs", "alpha", ""}, nil},
+		{[]string{"cp", "alpha:"}, nil},
+		{[]string{"version", ""}, nil},
 	}
 	for _, c := range cases {
 		got, directive := completions(t, f, ns, c.args...)
 		if !slices.Equal(got, c.want) || directive != ":4" {
 			t.Errorf("complete %q: got %q %s, want %q :4 (no file completion)", c.args, got, directive, c.want)
 		}
+	}
+	// cp offers SANDBOX: of the sandboxes with a pod, without a space
+	// after it (:2); with none matching, the shell's files (no :4).
+	for _, args := range [][]string{{"cp", ""}, {"cp", "./x", ""}} {
+		if got, directive := completions(t, f, ns, args...); !slices.Equal(got, []string{"alpha:"}) || directive != ":2" {
+			t.Errorf("complete %q: got %q %s, want [alpha:] :2", args, got, directive)
+		}
+	}
+	if got, directive := completions(t, f, ns, "cp", "data"); len(got) != 0 || directive != ":2" {
+		t.Errorf("complete cp data: got %q %s, want nothing and :2 (files)", got, directive)
+	}
+	if got, directive := completions(t, f, ns, "cp", "alpha:/tmp/x", ""); len(got) != 0 || directive != ":0" {
+		t.Errorf("complete cp alpha:/tmp/x: got %q %s, want nothing and :0 (local files)", got, directive)
 	}
 	got, _ := completions(t, f, ns, "ls", "-n", ns[:4])
 	if !slices.Contains(got, ns) {

@@ -23,28 +23,33 @@ type objects map[string]client.Object
 // sees through the progress.
 type checkFunc func(objs objects, p *progress) (done bool, err error)
 
-// waitFlags are --wait and the bound of the wait.
+// waitFlags are --wait and --timeout, its bound (as in kubectl wait).
 type waitFlags struct {
 	wait    bool
 	timeout time.Duration
-	flag    string // the bound's flag name
+	// hint follows the error of --timeout without --wait (create: the
+	// lifetime --timeout was is --lifetime now).
+	hint string
 }
 
-// add binds --wait and the bound, named timeoutFlag (create's --timeout
-// is the sandbox's lifetime, so its bound is --wait-timeout).
-func (w *waitFlags) add(cmd *cobra.Command, timeoutFlag, what string) {
-	w.flag = timeoutFlag
+// add binds --wait and --timeout.
+func (w *waitFlags) add(cmd *cobra.Command, what string) {
 	cmd.Flags().BoolVar(&w.wait, "wait", false, "wait until "+what+", showing progress on stderr")
-	cmd.Flags().DurationVar(&w.timeout, timeoutFlag, 5*time.Minute, "how long --wait waits before it fails")
+	cmd.Flags().DurationVar(&w.timeout, "timeout", 5*time.Minute, "how long --wait waits before it fails")
 }
 
 // check refuses a bound without --wait: it would silently do nothing.
+// A deprecated alias of --timeout (create's --wait-timeout) counts too.
 func (w *waitFlags) check(cmd *cobra.Command) error {
-	if cmd.Flag(w.flag).Changed && !w.wait {
-		return errUsage(cmd, "--%s bounds --wait: add --wait", w.flag)
+	changed := cmd.Flag("timeout").Changed
+	if f := cmd.Flag("wait-timeout"); f != nil && f.Changed {
+		changed = true
+	}
+	if changed && !w.wait {
+		return errUsage(cmd, "--timeout bounds --wait: add --wait%s", w.hint)
 	}
 	if w.timeout <= 0 {
-		return errUsage(cmd, "--%s must be positive, got %v", w.flag, w.timeout)
+		return errUsage(cmd, "--timeout must be positive, got %v", w.timeout)
 	}
 	return nil
 }
@@ -75,8 +80,8 @@ func (s *session) wait(ctx context.Context, w *waitFlags, what string, list clie
 	p := newProgress(s.errOut)
 	err := watchUntil(ctx, s.c, list, opts, func(objs objects) (bool, error) { return check(objs, p) })
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("timed out after %v waiting for %s (last seen: %s); raise --%s to wait longer",
-			w.timeout, what, p.summary(), w.flag)
+		return fmt.Errorf("timed out after %v waiting for %s (last seen: %s); raise --timeout to wait longer",
+			w.timeout, what, p.summary())
 	}
 	return err
 }

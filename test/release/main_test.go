@@ -1,7 +1,8 @@
 // Package release drives a running `NODES=2 make up` cluster — sandlot
 // installed by its Helm chart, the s3 store on a local MinIO — end to end,
 // as a user would: the quickstart sample, `kubectl sandlot` (exec,
-// snapshot, clone, pause, resume on the other node, rollback), the E2B
+// snapshot, clone, pause, resume on the other node, rollback, version,
+// ls templates, -o json|name, logs, cp), the E2B
 // SDK through the chart's API Service, the controller's metrics,
 // restarts of the controller, the agents and containerd, `helm upgrade`
 // and `helm uninstall`. `make e2e` runs it; `make down` after it checks

@@ -38,6 +38,7 @@ func TestRelease(t *testing.T) {
 		{"snapshot and clone 5", snapshotAndClone},
 		{"pause, resume on the other node", pauseResumeElsewhere},
 		{"rollback", rollback},
+		{"kubectl sandlot version, ls templates, -o, logs, cp", pluginLikeKubectl},
 		{"E2B SDK through the API Service", e2bSmoke},
 		{"create histogram counts the creates", func(t *testing.T) { checkCreateCounts(t, before) }},
 		{"E2B template build through the API Service", e2bBuild},
@@ -133,7 +134,7 @@ func rollback(t *testing.T) {
 }
 
 // e2bSmoke runs test/e2b/smoke.mjs with the unchanged SDK against the
-// chart's API Service, with the key the chart generated.
+// chart's API Service, with a key issued in the API's pod.
 func e2bSmoke(t *testing.T) {
 	url, key := chartAPI(t)
 	cmd := exec.Command("node", "smoke.mjs")
