@@ -57,3 +57,49 @@ func configPath(opts *anypb.Any) (string, error) {
 	}
 	return o.ConfigPath, nil
 }
+
+// The cap on each shim's own memory (see shimcgroup.go), MiB.
+const (
+	defaultShimMemoryMaxMiB = node.DefaultShimMemoryMaxMiB
+	// minShimMemoryMaxMiB: below it an idle shim would be killed.
+	minShimMemoryMaxMiB = node.MinShimMemoryMaxMiB
+)
+
+// shimSelfConfig is what the node's shim config says of the shim process
+// itself (node.Config's shimMemoryMaxMiB), read before loadConfig's
+// checks: whatever else the config gets wrong, the shim is capped.
+type shimSelfConfig struct {
+	// ShimMemoryMaxMiB: a value below minShimMemoryMaxMiB is raised to it.
+	ShimMemoryMaxMiB *int `json:"shimMemoryMaxMiB"`
+}
+
+// loadShimMemoryMaxMiB is the config's cap on the shim's own memory (MiB,
+// 0: none); with an error, what the shim uses instead.
+func loadShimMemoryMaxMiB(opts *anypb.Any) (int, error) {
+	path, err := configPath(opts)
+	if err != nil || path == "" {
+		return defaultShimMemoryMaxMiB, err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return defaultShimMemoryMaxMiB, fmt.Errorf("sandlot shim config: %w", err)
+	}
+	var c shimSelfConfig
+	if err := json.Unmarshal(b, &c); err != nil {
+		return defaultShimMemoryMaxMiB, fmt.Errorf("sandlot shim config %s: %w", path, err)
+	}
+	return shimMemoryMaxMiB(c.ShimMemoryMaxMiB)
+}
+
+func shimMemoryMaxMiB(v *int) (int, error) {
+	switch {
+	case v == nil:
+		return defaultShimMemoryMaxMiB, nil
+	case *v < 0:
+		return defaultShimMemoryMaxMiB, fmt.Errorf("shimMemoryMaxMiB %d: want 0 (no cap) or at least %d (using %d)",
+			*v, minShimMemoryMaxMiB, defaultShimMemoryMaxMiB)
+	case *v > 0 && *v < minShimMemoryMaxMiB:
+		return minShimMemoryMaxMiB, fmt.Errorf("shimMemoryMaxMiB %d: below %d, which it is raised to", *v, minShimMemoryMaxMiB)
+	}
+	return *v, nil
+}

@@ -63,6 +63,7 @@ func baseDisk(ctx context.Context, dir, digest string, rootfs []*types.Mount, mo
 		return disk, nil
 	}
 	start := time.Now()
+	defer uncapped()() // mkfs.ext4 writes the disk as the shim's child
 	if err := buildDisk(rootfs, mountpoint, disk); err != nil {
 		return "", fmt.Errorf("base disk for image %s: %w", digest, err)
 	}

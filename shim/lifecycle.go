@@ -36,6 +36,12 @@ func (s *service) createApp(ctx context.Context, r *taskAPI.CreateTaskRequest, s
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
 	}
 	p.cfg = cfg
+	s.adoptOOMScore(ctx, spec)
+	if spec.Process != nil && spec.Process.OOMScoreAdj != nil {
+		// QEMU is the app container's process: its score, not the pause
+		// container's (CRI's -998, which the node's OOM killer skips).
+		p.oomScoreAdj = spec.Process.OOMScoreAdj
+	}
 	vs, adopt, err := s.vmSpec(ctx, r, spec, cfg)
 	if vs.release != nil {
 		defer vs.release() // the VM has mapped its data (or failed) by then

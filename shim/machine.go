@@ -20,12 +20,14 @@ type host struct {
 	network hostNetwork
 	// digest is the digest of the named image in the request's namespace.
 	digest func(ctx context.Context, image string) (string, error)
+	// self is the shim's own process: its cgroup, its OOM score.
+	self shimSelf
 }
 
 // realHost reaches the node: QEMU through vm/, the netns through podnet,
 // images through containerd's gRPC API at address.
 func realHost(address string) host {
-	return host{vms: qemu{}, network: podnetNetwork{},
+	return host{vms: qemu{}, network: podnetNetwork{}, self: processSelf{},
 		digest: func(ctx context.Context, image string) (string, error) {
 			return imageDigest(ctx, address, namespace(ctx), image)
 		}}
@@ -93,11 +95,15 @@ type hostNetwork interface {
 // qemu is the real hypervisor.
 type qemu struct{}
 
+// Boot, Restore and Snapshot write the VM's files (a restore copies its
+// disk layer, a snapshot its RAM), charged to the shim: its cap is off.
 func (qemu) Boot(ctx context.Context, a vm.Assets, cfg vm.Config, id identity.Identity) (machine, error) {
+	defer uncapped()()
 	return asMachine(vm.Boot(ctx, a, cfg, id))
 }
 
 func (qemu) Restore(ctx context.Context, qemuPath string, cfg vm.Config, dir string, id identity.Identity, roots vm.Roots) (machine, error) {
+	defer uncapped()()
 	return asMachine(vm.Restore(ctx, qemuPath, cfg, dir, id, roots))
 }
 
@@ -134,6 +140,11 @@ func (qemu) Compatible(m *vm.Manifest, cfg node.Config) error {
 type vmMachine struct{ *vm.VM }
 
 func (m vmMachine) Guest() guest { return controlGuest{m.Control()} }
+
+func (m vmMachine) Snapshot(ctx context.Context, dir string) (*vm.Manifest, error) {
+	defer uncapped()()
+	return m.VM.Snapshot(ctx, dir)
+}
 
 // controlGuest is a *control.Client seen through guest.
 type controlGuest struct{ *control.Client }

@@ -142,6 +142,9 @@ func (Manager) Stop(ctx context.Context, id string) (shim.StopStatus, error) {
 	if err := cleanupBundle(bundle); err != nil {
 		return shim.StopStatus{}, fmt.Errorf("clean up after the shim of %s: %w", id, err)
 	}
+	// The pod's sandbox: its shim's own cgroup (shimcgroup.go) too. Not
+	// an error to containerd: an empty cgroup left is swept by a later shim.
+	_ = removeShimCgroup(id)
 	return shim.StopStatus{ExitStatus: int(exitVMGone)}, nil
 }
 

@@ -72,10 +72,13 @@ func resolvConfOf(spec *specs.Spec) (dnsConfig, error) {
 // guard is the real netGuard: the pod's nftables filter and its DNS
 // forwarder.
 type guard struct {
-	filter  *podnet.Filter
-	fwd     *dnsfwd.Forwarder
-	base    podnet.Policy
-	closers []func() error
+	filter *podnet.Filter
+	fwd    *dnsfwd.Forwarder
+	base   podnet.Policy
+	// resolvable are the names the operator lets a closed sandbox's
+	// resolver answer (the node's network.resolveWhenClosed).
+	resolvable dnsfwd.Matcher
+	closers    []func() error
 }
 
 // startGuard opens the filter Attach made, serves the resolver in the
@@ -92,7 +95,8 @@ func startGuard(netns string, g guardSpec) (*guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	gd := &guard{filter: f, base: base, closers: []func() error{f.Close}}
+	gd := &guard{filter: f, base: base, closers: []func() error{f.Close},
+		resolvable: sandlotv1.NetworkRules{AllowDomains: g.Defaults.ResolveWhenClosed}.MatchDomain}
 	if len(g.DNS.Servers) > 0 {
 		if err := gd.serveDNS(netns, g.DNS.Servers); err != nil {
 			return nil, errors.Join(err, gd.Close())
@@ -160,7 +164,7 @@ func (g *guard) Apply(n *sandlotv1.SandboxNetwork, ingress []netip.Prefix) error
 	if g.fwd != nil {
 		// With egress closed, names allowOut does not match are not
 		// even asked upstream: a query is a message out (a DNS tunnel).
-		g.fwd.SetMatcher(rules.MatchDomain, rules.EgressClosed())
+		g.fwd.SetMatcher(rules.MatchDomain, rules.EgressClosed(), g.resolvable)
 	}
 	return g.filter.Update(p)
 }

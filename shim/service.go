@@ -76,7 +76,11 @@ func NewTaskService(ctx context.Context, publisher shim.Publisher, sd shutdown.S
 func newService(sd shutdown.Service, h host) *service {
 	s := &service{shutdown: sd, host: h, events: make(chan any, 128),
 		containers: map[string]*container{}, pods: map[string]*pod{}}
-	sd.RegisterCallback(func(context.Context) error { s.stopAll(); return nil })
+	sd.RegisterCallback(func(ctx context.Context) error {
+		s.stopAll()
+		s.unconfine(ctx) // last: the VMs' children are gone
+		return nil
+	})
 	return s
 }
 
@@ -127,7 +131,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 	var c *container
 	switch spec.Annotations[annContainerType] {
 	case "sandbox":
-		c, err = s.createPause(r, spec, std)
+		c, err = s.createPause(ctx, r, spec, std)
 	case "container":
 		c, err = s.createApp(ctx, r, spec, std)
 	default:
@@ -143,7 +147,7 @@ func (s *service) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (_ *
 }
 
 // createPause records the pod: its network namespace, hostname and UID.
-func (s *service) createPause(r *taskAPI.CreateTaskRequest, spec *specs.Spec, std stdio) (*container, error) {
+func (s *service) createPause(ctx context.Context, r *taskAPI.CreateTaskRequest, spec *specs.Spec, std stdio) (*container, error) {
 	cfg, err := loadConfig(r.Options)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
@@ -152,6 +156,7 @@ func (s *service) createPause(r *taskAPI.CreateTaskRequest, spec *specs.Spec, st
 	if uid == "" || filepath.Base(uid) != uid {
 		return nil, fmt.Errorf("%w: pod sandbox %s has no usable %s annotation", errdefs.ErrInvalidArgument, r.ID, annSandboxUID)
 	}
+	s.confine(ctx, r, spec)
 	p := &pod{id: r.ID, uid: uid, netns: netnsPath(spec), hostname: spec.Hostname, cfg: cfg, host: s.host}
 	if spec.Linux != nil {
 		p.cgroupsPath = spec.Linux.CgroupsPath

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -49,7 +50,18 @@ type Config struct {
 	// Network is the traffic policy every sandbox on the node starts
 	// from, enforced on its tap; a sandbox's spec.network adds to it.
 	Network NetworkConfig `json:"network"`
+	// ShimMemoryMaxMiB caps each pod's shim process: its own cgroup's
+	// memory.max, outside the pod's (nil: DefaultShimMemoryMaxMiB; 0: the
+	// shim stays in containerd's cgroup, uncapped). The shim reads it.
+	ShimMemoryMaxMiB *int `json:"shimMemoryMaxMiB,omitempty"`
 }
+
+// The cap on a shim's own memory: by default, and the least a shim runs
+// in.
+const (
+	DefaultShimMemoryMaxMiB = 128
+	MinShimMemoryMaxMiB     = 64
+)
 
 // NetworkConfig is the node's default sandbox traffic policy.
 type NetworkConfig struct {
@@ -67,6 +79,24 @@ type NetworkConfig struct {
 	IngressFrom []string `json:"ingressFrom,omitempty"`
 	// IngressOpen lets anyone open connections to every sandbox.
 	IngressOpen bool `json:"ingressOpen,omitempty"`
+	// ResolveWhenClosed are names (allowOut's domain form: "name" or
+	// "*.suffix") a sandbox's resolver still answers when its egress is
+	// closed, where it answers no other name (cluster names a workload
+	// looks up). An answer opens nothing.
+	ResolveWhenClosed []string `json:"resolveWhenClosed,omitempty"`
+}
+
+// resolvableName is a domain in allowOut's form, lower case.
+var resolvableName = regexp.MustCompile(`^(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
+
+// checkResolvable refuses a ResolveWhenClosed entry that is no domain.
+func (n NetworkConfig) checkResolvable() error {
+	for _, d := range n.ResolveWhenClosed {
+		if len(d) > 253 || !resolvableName.MatchString(d) {
+			return fmt.Errorf("network.resolveWhenClosed %q: want a lower-case domain, or *. and one", d)
+		}
+	}
+	return nil
 }
 
 // DefaultDenyOut: link-local (the cloud metadata address), private and
@@ -159,8 +189,14 @@ func (c Config) Validate() error {
 	if _, err := c.Network.Ingress(); err != nil {
 		errs = append(errs, fmt.Errorf("shim config: %w", err))
 	}
+	if err := c.Network.checkResolvable(); err != nil {
+		errs = append(errs, fmt.Errorf("shim config: %w", err))
+	}
 	if _, err := c.Network.Egress(); err != nil {
 		errs = append(errs, fmt.Errorf("shim config: %w", err))
+	}
+	if m := c.ShimMemoryMaxMiB; m != nil && *m != 0 && *m < MinShimMemoryMaxMiB {
+		errs = append(errs, fmt.Errorf("shim config: shimMemoryMaxMiB %d: want 0 (no cap) or at least %d", *m, MinShimMemoryMaxMiB))
 	}
 	if c.Accel != "" && c.Accel != "kvm" && c.Accel != "tcg" {
 		errs = append(errs, fmt.Errorf("shim config: accel %q: want kvm, tcg or empty (detect)", c.Accel))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,7 +68,16 @@ func (f *installFlags) bind(fs *flag.FlagSet) {
 		c.Network.IngressFrom = node.SplitList(v)
 		return nil
 	})
+	fs.Func("resolve-when-closed", "shim config: comma-separated domains (name or *.suffix) a sandbox's resolver answers while its egress is closed", func(v string) error {
+		c.Network.ResolveWhenClosed = node.SplitList(v)
+		return nil
+	})
 	fs.BoolVar(&c.Network.IngressOpen, "ingress-open", false, "shim config: anyone may open connections to every sandbox")
+	fs.Func("shim-memory-max-mib", fmt.Sprintf("shim config: cap on each pod's shim process, MiB (0: uncapped; default %d)", node.DefaultShimMemoryMaxMiB), func(v string) error {
+		n, err := strconv.Atoi(v)
+		c.ShimMemoryMaxMiB = &n
+		return err
+	})
 	fs.StringVar(&f.ctrConfig, "containerd-config", "/etc/containerd/config.toml", "containerd's main config on the host (must import --containerd-dropin)")
 	fs.StringVar(&f.dropIn, "containerd-dropin", "", "containerd drop-in registering the runtime (empty: do not register it)")
 	fs.BoolVar(&f.runtimePath, "runtime-path", false, "name the shim binary in the drop-in (runtime_path) instead of relying on containerd's PATH")

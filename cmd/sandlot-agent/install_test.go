@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -40,8 +41,15 @@ func TestInstallFlags(t *testing.T) {
 		t.Errorf("err = %v: want the missing restart command named", err)
 	}
 	f, rest = parse()
-	if o, err := f.options(rest); err != nil || o.Containerd != nil {
-		t.Errorf("no drop-in: %+v, %v; want the runtime left unregistered", o.Containerd, err)
+	if o, err := f.options(rest); err != nil || o.Containerd != nil || o.ShimConfig.ShimMemoryMaxMiB != nil {
+		t.Errorf("no flags: drop-in %+v, shim memory cap %v, %v; want the runtime left unregistered, the shim's default cap",
+			o.Containerd, o.ShimConfig.ShimMemoryMaxMiB, err)
+	}
+	for _, n := range []int{0, 256} {
+		f, rest = parse("--shim-memory-max-mib=" + strconv.Itoa(n))
+		if o, err := f.options(rest); err != nil || o.ShimConfig.ShimMemoryMaxMiB == nil || *o.ShimConfig.ShimMemoryMaxMiB != n {
+			t.Errorf("--shim-memory-max-mib=%d: %v, %v", n, o.ShimConfig.ShimMemoryMaxMiB, err)
+		}
 	}
 }
 

@@ -124,15 +124,27 @@ func orDefault(d, def time.Duration) time.Duration {
 type names struct {
 	match Matcher
 	// only: other names get NXDOMAIN without asking upstream (the
-	// sandbox's egress is closed, and a query is itself a message out).
-	only bool
+	// sandbox's egress is closed, and a query is itself a message out),
+	// but those resolvable matches: names the operator lets be resolved
+	// then (cluster names), answered and never learned.
+	only       bool
+	resolvable Matcher
 }
 
 // SetMatcher sets which names are learned from now on (nil: none) and,
-// with onlyMatched, that no other name is resolved. It is safe to call
-// while serving, as the sandbox's rules change.
-func (f *Forwarder) SetMatcher(m Matcher, onlyMatched bool) {
-	f.names.Store(&names{match: m, only: onlyMatched})
+// with onlyMatched, that no other name is resolved except those
+// resolvable matches (nil: none). It is safe to call while serving, as
+// the sandbox's rules change.
+func (f *Forwarder) SetMatcher(m Matcher, onlyMatched bool, resolvable Matcher) {
+	f.names.Store(&names{match: m, only: onlyMatched, resolvable: resolvable})
+}
+
+// answered reports whether a query for name is resolved at all.
+func (n *names) answered(name string) bool {
+	if n == nil || !n.only || n.allowed(name) {
+		return true
+	}
+	return n.resolvable != nil && !strings.ContainsRune(name, '\\') && n.resolvable(name)
 }
 
 // allowed reports whether name is one the sandbox's rules open.

@@ -58,7 +58,7 @@ func TestLearnAllowed(t *testing.T) {
 	rec := &recorder{}
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec})
 	rules := sandlotv1.NetworkRules{AllowDomains: []string{"a.example.com", "short.example.com", "long.example.com", "www.example.org", "v6.example.com"}}
-	h.f.SetMatcher(rules.MatchDomain, false)
+	h.f.SetMatcher(rules.MatchDomain, false, nil)
 
 	q := new(dns.Msg).SetQuestion("A.Example.COM.", dns.TypeA)
 	q.Id = 0x1234
@@ -92,7 +92,7 @@ func TestLearnBeforeReply(t *testing.T) {
 	up := startUpstream(t)
 	rec := &recorder{hold: make(chan learned), release: make(chan struct{})}
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec})
-	h.f.SetMatcher(matchAll, false)
+	h.f.SetMatcher(matchAll, false, nil)
 	done := make(chan *dns.Msg)
 	go func() {
 		r, _ := h.exchange("udp", new(dns.Msg).SetQuestion("a.example.com.", dns.TypeA))
@@ -116,7 +116,7 @@ func TestDisallowedAnsweredNotLearned(t *testing.T) {
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec})
 	r := h.query(t, "udp", "other.example.net.", dns.TypeA) // no matcher yet
 	rules := sandlotv1.NetworkRules{AllowDomains: []string{"a.example.com"}}
-	h.f.SetMatcher(rules.MatchDomain, false)
+	h.f.SetMatcher(rules.MatchDomain, false, nil)
 	r2 := h.query(t, "udp", "other.example.net.", dns.TypeA)
 	for _, r := range []*dns.Msg{r, r2} {
 		if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != "203.0.113.9" {
@@ -134,7 +134,7 @@ func TestWildcardMatchDomain(t *testing.T) {
 	rec := &recorder{}
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec})
 	rules := sandlotv1.NetworkRules{AllowDomains: []string{"*.wild.test"}}
-	h.f.SetMatcher(rules.MatchDomain, false)
+	h.f.SetMatcher(rules.MatchDomain, false, nil)
 	h.query(t, "udp", "wild.test.", dns.TypeA) // *. is subdomains only
 	h.query(t, "udp", "sub.wild.test.", dns.TypeA)
 	wantLearned(t, rec, learned{addrs("203.0.113.21"), 300 * time.Second})
@@ -144,7 +144,7 @@ func TestEscapedNameNotLearned(t *testing.T) {
 	up := startUpstream(t)
 	rec := &recorder{}
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec})
-	h.f.SetMatcher(matchAll, false)
+	h.f.SetMatcher(matchAll, false, nil)
 	if r := h.query(t, "udp", `evil\.x.echo.test.`, dns.TypeA); len(r.Answer) != 1 {
 		t.Fatalf("reply = %v", r)
 	}
@@ -156,13 +156,13 @@ func TestMatcherSwappedLive(t *testing.T) {
 	up := startUpstream(t)
 	rec := &recorder{}
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec, MinTTL: time.Second, MaxTTL: 2 * time.Minute})
-	h.f.SetMatcher(sandlotv1.NetworkRules{AllowDomains: []string{"a.example.com"}}.MatchDomain, false)
+	h.f.SetMatcher(sandlotv1.NetworkRules{AllowDomains: []string{"a.example.com"}}.MatchDomain, false, nil)
 	h.query(t, "udp", "a.example.com.", dns.TypeA)
 	h.query(t, "udp", "other.example.net.", dns.TypeA)
-	h.f.SetMatcher(sandlotv1.NetworkRules{AllowDomains: []string{"other.example.net"}}.MatchDomain, false)
+	h.f.SetMatcher(sandlotv1.NetworkRules{AllowDomains: []string{"other.example.net"}}.MatchDomain, false, nil)
 	h.query(t, "udp", "a.example.com.", dns.TypeA)
 	h.query(t, "udp", "other.example.net.", dns.TypeA)
-	h.f.SetMatcher(nil, false)
+	h.f.SetMatcher(nil, false, nil)
 	h.query(t, "udp", "other.example.net.", dns.TypeA)
 	wantLearned(t, rec,
 		learned{addrs("192.0.2.1", "192.0.2.2"), 60 * time.Second},
@@ -174,7 +174,7 @@ func TestTruncatedRetriedOverTCP(t *testing.T) {
 	up := startUpstream(t)
 	rec := &recorder{}
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec})
-	h.f.SetMatcher(matchAll, false)
+	h.f.SetMatcher(matchAll, false, nil)
 	var all []netip.Addr
 	for i := range bigCount {
 		all = append(all, bigAddr(i))
@@ -199,7 +199,7 @@ func TestTCPClient(t *testing.T) {
 	up := startUpstream(t)
 	rec := &recorder{}
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec})
-	h.f.SetMatcher(matchAll, false)
+	h.f.SetMatcher(matchAll, false, nil)
 	if r := h.query(t, "tcp", "big.example.com.", dns.TypeA); r.Truncated || len(r.Answer) != bigCount {
 		t.Fatalf("TCP reply: TC=%v, %d answers", r.Truncated, len(r.Answer))
 	}
@@ -232,7 +232,7 @@ func TestUpstreamFailover(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			rec := &recorder{}
 			h := startForwarder(t, Config{Upstreams: []string{first, up.addr}, Learner: rec, Timeout: 200 * time.Millisecond})
-			h.f.SetMatcher(matchAll, false)
+			h.f.SetMatcher(matchAll, false, nil)
 			for _, network := range []string{"udp", "tcp"} {
 				if r := h.query(t, network, "a.example.com.", dns.TypeA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 2 {
 					t.Fatalf("%s reply = %v", network, r)
@@ -249,7 +249,7 @@ func TestAllUpstreamsDead(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	rec := &recorder{}
 	h := startForwarder(t, Config{Upstreams: []string{deadAddr(t), blackhole(t)}, Learner: rec, Timeout: timeout})
-	h.f.SetMatcher(matchAll, false)
+	h.f.SetMatcher(matchAll, false, nil)
 	for _, network := range []string{"udp", "tcp"} {
 		start := time.Now()
 		r := h.query(t, network, "a.example.com.", dns.TypeA)
@@ -267,7 +267,7 @@ func TestBusyServfail(t *testing.T) {
 	up := startUpstream(t)
 	rec := &recorder{hold: make(chan learned), release: make(chan struct{})}
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec, MaxInflight: 1})
-	h.f.SetMatcher(matchAll, false)
+	h.f.SetMatcher(matchAll, false, nil)
 	first := make(chan *dns.Msg)
 	go func() {
 		r, _ := h.exchange("udp", new(dns.Msg).SetQuestion("a.example.com.", dns.TypeA))
@@ -331,7 +331,7 @@ func TestEgressClosedNoTunnel(t *testing.T) {
 	rec := &recorder{}
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec})
 	rules := sandlotv1.NetworkRules{AllowDomains: []string{"a.example.com"}}
-	h.f.SetMatcher(rules.MatchDomain, true)
+	h.f.SetMatcher(rules.MatchDomain, true, nil)
 	for _, name := range []string{"c2VjcmV0.other.example.net.", `a\.example.com.x.example.net.`, "a.example.com.svc.cluster.local."} {
 		for _, network := range []string{"udp", "tcp"} {
 			if r := h.query(t, network, name, dns.TypeTXT); r.Rcode != dns.RcodeNameError || len(r.Answer) != 0 {
@@ -342,7 +342,7 @@ func TestEgressClosedNoTunnel(t *testing.T) {
 	if r := h.query(t, "udp", "a.example.com.", dns.TypeA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 2 {
 		t.Fatalf("an allowed name with egress closed: %v", r)
 	}
-	h.f.SetMatcher(rules.MatchDomain, false)
+	h.f.SetMatcher(rules.MatchDomain, false, nil)
 	if r := h.query(t, "udp", "other.example.net.", dns.TypeA); r.Rcode != dns.RcodeSuccess {
 		t.Fatalf("with egress open again: %v", r)
 	}
@@ -350,4 +350,30 @@ func TestEgressClosedNoTunnel(t *testing.T) {
 		t.Fatalf("upstream asked %q, want only %q", got, want)
 	}
 	wantLearned(t, rec, learned{addrs("192.0.2.1", "192.0.2.2"), 60 * time.Second})
+}
+
+// TestEgressClosedResolvesOperatorNames: with egress closed, the names
+// the operator lets be resolved (cluster names) are answered but never
+// learned (an answer opens nothing); any other name still gets NXDOMAIN
+// without a query upstream.
+func TestEgressClosedResolvesOperatorNames(t *testing.T) {
+	up := startUpstream(t)
+	rec := &recorder{}
+	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: rec})
+	cluster := sandlotv1.NetworkRules{AllowDomains: []string{"*.echo.test"}} // the upstream answers these
+	h.f.SetMatcher(nil, true, cluster.MatchDomain)
+	if r := h.query(t, "udp", "api.echo.test.", dns.TypeA); r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
+		t.Fatalf("an operator's cluster name with egress closed: %v", r)
+	}
+	for _, name := range []string{"c2VjcmV0.other.example.net.", `x\.echo.test.`, "echo.test.evil.example."} {
+		if r := h.query(t, "udp", name, dns.TypeA); r.Rcode != dns.RcodeNameError {
+			t.Fatalf("%s with egress closed: %v, want NXDOMAIN", name, r)
+		}
+	}
+	if got, want := up.asked(), []string{"udp api.echo.test."}; !slices.Equal(got, want) {
+		t.Fatalf("upstream asked %q, want only %q", got, want)
+	}
+	if n := len(rec.got()); n != 0 {
+		t.Fatalf("%d answers learned, want none: a resolvable name opens nothing", n)
+	}
 }

@@ -55,7 +55,7 @@ func badQueries(t testing.TB) map[string]struct {
 func TestMalformedUDP(t *testing.T) {
 	up := startUpstream(t)
 	h := startForwarder(t, Config{Upstreams: []string{up.addr}, Learner: &recorder{}})
-	h.f.SetMatcher(matchAll, false)
+	h.f.SetMatcher(matchAll, false, nil)
 	c, err := net.Dial("udp", h.udp)
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +167,7 @@ func FuzzQuery(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { _ = fwd.Close() })
-	fwd.SetMatcher(matchAll, false)
+	fwd.SetMatcher(matchAll, false, nil)
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		for _, tcp := range []bool{false, true} {
 			checkReply(t, raw, fwd.handle(t.Context(), raw, tcp), tcp)

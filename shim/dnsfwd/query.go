@@ -24,7 +24,7 @@ func (f *Forwarder) handle(ctx context.Context, raw []byte, tcp bool) []byte {
 	if q == nil {
 		return refusal
 	}
-	if n := f.names.Load(); n != nil && n.only && !n.allowed(q.Question[0].Name) {
+	if !f.names.Load().answered(q.Question[0].Name) {
 		return reply(q, dns.RcodeNameError) // NXDOMAIN: a search list goes on to the next name
 	}
 	r, out, err := f.resolve(ctx, q, tcp)

@@ -435,6 +435,8 @@ func TestSchemaRejects(t *testing.T) {
 		"misspelt value":                       {"agent": map[string]any{"registerRuntim": true}},
 		"bad accel":                            {"agent": map[string]any{"accel": "hvf"}},
 		"admission flag not a boolean":         {"admission": map[string]any{"allowPlainRuntimeClassPods": "yes"}},
+		"shim memory cap below the floor":      {"node": map[string]any{"shimMemoryMaxMiB": 32}},
+		"negative shim memory cap":             {"node": map[string]any{"shimMemoryMaxMiB": -1}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, _, err := release(vals)
@@ -536,5 +538,21 @@ func TestRenderQEMU(t *testing.T) {
 		if got := slices.Contains(args, "--qemu="+tc.qemu); got != tc.want {
 			t.Errorf("node.qemu %q: agent args %v", tc.qemu, args)
 		}
+	}
+}
+
+// TestRenderShimMemory: node.shimMemoryMaxMiB reaches the shim config the
+// agent installs (and its uninstall takes the same flags); 0 turns the cap
+// off.
+func TestRenderShimMemory(t *testing.T) {
+	for _, tc := range []struct {
+		vals map[string]any
+		want string
+	}{{nil, "--shim-memory-max-mib=128"}, {map[string]any{"node": map[string]any{"shimMemoryMaxMiB": 0}}, "--shim-memory-max-mib=0"},
+		{map[string]any{"node": map[string]any{"shimMemoryMaxMiB": 512}}, "--shim-memory-max-mib=512"}} {
+		var ds appsv1.DaemonSet
+		render(t, tc.vals).into(t, "DaemonSet", "sandlot-agent", &ds)
+		hasArg(t, ds.Spec.Template.Spec.InitContainers[0].Args, tc.want)
+		hasArg(t, ds.Spec.Template.Spec.Containers[0].Lifecycle.PreStop.Exec.Command, tc.want)
 	}
 }

@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 		// The operator lets an allowOut open the metadata-like host (a
 		// platform denial otherwise): TestAllowOutRules opens it, and
 		// TestClosedByDefault finds it closed without one.
-		o.Values = map[string]any{"network": map[string]any{"openOut": []any{inet.IPMeta + "/32"}}}
+		// resolveWhenClosed: a cluster name a closed sandbox still resolves
+		// (TestPlatformDenials; the answer opens nothing).
+		o.Values = map[string]any{"network": map[string]any{"openOut": []any{inet.IPMeta + "/32"},
+			"resolveWhenClosed": []any{clusterName}}}
 	})
 }

@@ -24,7 +24,8 @@ import (
 // with the reason; an allowOut domain whose answer is that Service's
 // address resolves but opens nothing; and with egress closed, a name
 // allowOut does not match resolves to nothing and never reaches the
-// upstream DNS (no tunnel out through queries).
+// upstream DNS (no tunnel out through queries), but the cluster name the
+// operator lets be resolved (network.resolveWhenClosed).
 func TestPlatformDenials(t *testing.T) {
 	k := sbxtest.Client(t, c)
 	kubeService(t, k)
@@ -44,6 +45,9 @@ func TestPlatformDenials(t *testing.T) {
 		resolves("private.allowed.test", inet.IPPrivate), refused(inet.IPPrivate+":443"),
 		resolves("api.allowed.test", inet.IPAllowed), reached(inet.IPAllowed),
 		unresolved(tunnel),
+		// The operator's cluster name: answered with egress closed (the
+		// chart's network.resolveWhenClosed), and still refused above.
+		resolves(clusterName, inet.IPPrivate),
 	)
 	if tnet.Asked(tunnel) {
 		t.Errorf("the upstream DNS was asked %s by a sandbox whose egress is closed", tunnel)
@@ -52,6 +56,10 @@ func TestPlatformDenials(t *testing.T) {
 		t.Errorf("the upstream DNS was never asked api.allowed.test: the resolver's record of names is not what this test reads")
 	}
 }
+
+// clusterName is the kubernetes Service's name, which the suite's
+// network.resolveWhenClosed lets a closed sandbox resolve.
+const clusterName = "kubernetes.default.svc.cluster.local"
 
 // kubeService checks that inet.IPPrivate is the kubernetes Service: the
 // address whose opening would hand a guest the API server.

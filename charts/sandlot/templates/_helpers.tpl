@@ -106,6 +106,9 @@ uninstall removes what install wrote), restart command excluded.
 {{- if .Values.network.ingressOpen }}
 - --ingress-open
 {{- end }}
+{{- with .Values.network.resolveWhenClosed }}
+- {{ printf "--resolve-when-closed=%v" (join "," .) | quote }}
+{{- end }}
 {{- with $n.qemu }}
 - {{ printf "--qemu=%v" (.) | quote }}
 {{- end }}
@@ -120,6 +123,9 @@ uninstall removes what install wrote), restart command excluded.
 {{- end }}
 {{- with $n.layerMiB }}
 - {{ printf "--layer-mib=%d" (int .) | quote }}
+{{- end }}
+{{- if hasKey $n "shimMemoryMaxMiB" }}
+- {{ printf "--shim-memory-max-mib=%d" (int $n.shimMemoryMaxMiB) | quote }}
 {{- end }}
 {{- if $a.registerRuntime }}
 - {{ printf "--containerd-config=%v" ($a.containerd.configPath) | quote }}
