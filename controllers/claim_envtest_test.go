@@ -294,3 +294,50 @@ func pooledOnTwoNodesOf(t *testing.T, a, b string, perNode int, kind string) (*h
 	})
 	return h, h.runPool("python", 2*perNode), stop
 }
+
+// TestClaimEnvStaysOutOfThePod: a sandbox's env reaches its claimed pool
+// VM through the sandbox's Secret, never the pod's claim annotation
+// (anyone who may get pods reads those); only for a Secret an older
+// controller made without it does the claim carry the env itself.
+func TestClaimEnvStaysOutOfThePod(t *testing.T) {
+	h := withController(t, "env-node", 512)
+	h.editTemplate("python", func(spec *sandlotv1.TemplateSpec) { spec.WarmPool = 2 })
+	pool := h.runPool("python", 2)
+	h.waitPoolReady("python", "env-node", 2)
+	// As an older controller left it: the token, no env.
+	h.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sandlotv1.TokenSecretName("older"),
+		Labels: map[string]string{sandlotv1.LabelSandbox: "older"}}, Data: map[string][]byte{sandlotv1.TokenSecretKey: []byte("t")}})
+	for _, name := range []string{"fresh", "older"} {
+		sbx := newSandbox(name, sandlotv1.SandboxSource{Template: "python"})
+		sbx.Spec.Env = []sandlotv1.EnvVar{{Name: "API_TOKEN", Value: "s3cr3t-" + name}}
+		h.create(sbx)
+	}
+	claimEnv := map[string]map[string]string{}
+	h.eventually(20*time.Second, "both sandboxes claim pool pods", func() error {
+		for _, name := range []string{"fresh", "older"} {
+			pod := h.sandbox(name).Status.PodName
+			if !pool[pod] {
+				return errorf("%s in pod %q", name, pod)
+			}
+			a, err := sandlotv1.DecodeVMAnnotations(h.pod(pod).Annotations)
+			if err != nil || a.Claim == nil {
+				return errorf("pod %s's claim: %v", pod, err)
+			}
+			claimEnv[name] = a.Claim.Env
+		}
+		return nil
+	})
+	if claimEnv["fresh"] != nil {
+		t.Errorf("the claim of a sandbox whose Secret holds its env carries %v, want none", claimEnv["fresh"])
+	}
+	if claimEnv["older"]["API_TOKEN"] != "s3cr3t-older" {
+		t.Errorf("the claim of a sandbox whose older Secret lacks its env carries %v, want the env", claimEnv["older"])
+	}
+	secret := &corev1.Secret{}
+	if err := h.c.Get(context.Background(), h.key(sandlotv1.TokenSecretName("fresh")), secret); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(secret.Data[sandlotv1.EnvSecretKey]); got != `{"API_TOKEN":"s3cr3t-fresh"}` {
+		t.Errorf("Secret env %q, want the sandbox's spec.env", got)
+	}
+}

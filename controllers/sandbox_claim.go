@@ -62,10 +62,11 @@ func (r *SandboxReconciler) claimPoolPod(ctx context.Context, sbx *sandlotv1.San
 	if err != nil {
 		return nil, err
 	}
+	legacyEnv := r.envNotInSecret(ctx, sbx, src)
 	for _, c := range candidates {
 		// The env is not in the claim: the agent reads the sandbox's from
 		// its Secret and the template's from the pod.
-		claim := &sandlotv1.PoolClaim{Sandbox: sbx.Name, SandboxID: sbx.Status.SandboxID, Restore: c.restore}
+		claim := &sandlotv1.PoolClaim{Sandbox: sbx.Name, SandboxID: sbx.Status.SandboxID, Restore: c.restore, Env: legacyEnv}
 		switch won, err := r.claim(ctx, sbx, c.pod, claim); {
 		case err != nil:
 			return nil, err
@@ -288,4 +289,21 @@ func envMap(env []sandlotv1.EnvVar) map[string]string {
 		m[e.Name] = e.Value
 	}
 	return m
+}
+
+// envNotInSecret is the env a claim must carry itself: none, unless the
+// sandbox has an env its Secret lacks (a Secret an older controller made,
+// before the env moved there), which would otherwise be lost.
+func (r *SandboxReconciler) envNotInSecret(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource) map[string]string {
+	if len(sbx.Spec.Env) == 0 {
+		return nil
+	}
+	secret := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: sbx.Namespace, Name: sandlotv1.TokenSecretName(sbx.Name)}
+	// Not found (yet, in the cache) is this controller's Secret, made with
+	// the env: only one found without it is an older controller's.
+	if err := r.Get(ctx, key, secret); err != nil || secret.Data[sandlotv1.EnvSecretKey] != nil {
+		return nil
+	}
+	return envMap(src.Env)
 }
