@@ -232,12 +232,16 @@ func (s *Server) updateTemplate(_ http.ResponseWriter, r *http.Request) (int, an
 	if why := s.reservedName(key.Namespace, key.Name); *req.Public && why != "" {
 		return 0, nil, errorf(http.StatusBadRequest, "%s", why)
 	}
+	// A merge patch of the label alone: an update would be refused (409)
+	// whenever the controller wrote the template's status in between, as
+	// it does just after a build.
+	orig := tpl.DeepCopy()
 	if *req.Public {
 		metav1.SetMetaDataLabel(&tpl.ObjectMeta, sandlotv1.LabelPublic, "true")
 	} else {
 		delete(tpl.Labels, sandlotv1.LabelPublic)
 	}
-	if err := s.kube.Update(r.Context(), tpl); err != nil {
+	if err := s.kube.Patch(r.Context(), tpl, client.MergeFrom(orig)); err != nil {
 		return 0, nil, kubeError("update template "+key.Name, err)
 	}
 	// Every read of templates goes through the cache: the answer waits
