@@ -133,6 +133,7 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request) (int, any, *
 		return 0, nil, aerr
 	}
 	s.adoptBuildFiles(r.Context(), tpl)
+	s.adoptRegistrySecret(r.Context(), tpl)
 	s.consumeBuildRequest(r.Context(), tpl.Namespace, name, buildID)
 	return http.StatusAccepted, nil, nil
 }
@@ -153,10 +154,8 @@ func parseBuildID(id string) (cpu, mem int, ok bool) {
 func (s *Server) buildSpec(r *http.Request, name string, req buildStart) (sandlotv1.TemplateSpec, *apiError) {
 	spec := sandlotv1.TemplateSpec{Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 512}}
 	switch {
-	case len(req.FromImageRegistry) > 0 && string(req.FromImageRegistry) != "null":
-		return spec, errorf(http.StatusBadRequest, "fromImageRegistry is not supported: registry credentials are not taken "+
-			"through this API; store them as an image pull Secret of your namespace's default ServiceAccount (or a "+
-			"Template's spec.imagePullSecrets) and build fromImage")
+	case len(req.FromImageRegistry) > 0 && string(req.FromImageRegistry) != "null" && req.FromImage == "":
+		return spec, errorf(http.StatusBadRequest, "fromImageRegistry goes with fromImage: the credentials of its registry")
 	case (req.FromImage == "") == (req.FromTemplate == ""):
 		return spec, errorf(http.StatusBadRequest, "give exactly one of fromImage and fromTemplate")
 	case req.FromTemplate != "":
@@ -183,6 +182,9 @@ func (s *Server) buildSpec(r *http.Request, name string, req buildStart) (sandlo
 		spec.Image = req.FromImage
 	}
 	if err := s.checkSteps(r, req.Steps); err != nil {
+		return spec, err
+	}
+	if err := s.withRegistry(r, name, req.FromImageRegistry, &spec); err != nil {
 		return spec, err
 	}
 	spec.Build = &sandlotv1.TemplateBuild{Steps: req.Steps, StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, Force: req.Force}
@@ -239,6 +241,9 @@ func (s *Server) putTemplate(r *http.Request, name string, spec sandlotv1.Templa
 		return nil, kubeError("get template "+name, err)
 	}
 	tpl.Spec.Image, tpl.Spec.Resources, tpl.Spec.Build = spec.Image, spec.Resources, spec.Build
+	if spec.ImagePullSecrets != nil { // a build without credentials keeps the template's
+		tpl.Spec.ImagePullSecrets = spec.ImagePullSecrets
+	}
 	// A build makes a copy of a public template the team's own.
 	delete(tpl.Annotations, AnnotationPublicSource)
 	delete(tpl.Annotations, AnnotationPublicSpec)

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -142,7 +143,9 @@ func refuseBadBuilds(t *testing.T, f *fixture, start string) {
 		msg  string
 	}{
 		"no base":            {map[string]any{"steps": []map[string]any{}}, "exactly one of fromImage and fromTemplate"},
-		"a registry":         {map[string]any{"fromImage": "img", "fromImageRegistry": map[string]any{"type": "registry", "username": "u", "password": "p"}}, "fromImageRegistry is not supported"},
+		"an aws registry":    {map[string]any{"fromImage": "img", "fromImageRegistry": map[string]any{"type": "aws", "awsAccessKeyId": "k"}}, `type "aws" is not supported`},
+		"a registry alone":   {map[string]any{"fromTemplate": "nope", "fromImageRegistry": map[string]any{"type": "registry", "username": "u", "password": "p"}}, "goes with fromImage"},
+		"no password":        {map[string]any{"fromImage": "img", "fromImageRegistry": map[string]any{"type": "registry", "username": "u"}}, "both username and password"},
 		"an unknown step":    {map[string]any{"fromImage": "img", "steps": []map[string]any{{"type": "ADD", "args": []string{"a", "b"}}}}, `step type "ADD"`},
 		"files not uploaded": {map[string]any{"fromImage": "img", "steps": []map[string]any{{"type": "COPY", "args": []string{"a", "/b"}, "filesHash": strings.Repeat("cd", 32)}}}, "were not uploaded"},
 		"an odd ENV":         {map[string]any{"fromImage": "img", "steps": []map[string]any{{"type": "ENV", "args": []string{"A"}}}}, "name, value pairs"},
@@ -180,5 +183,46 @@ func TestBuildResourcesWithinTheOperatorsMaximum(t *testing.T) {
 		case tc.wantError != "" && (err == nil || err.Code != http.StatusBadRequest || !strings.Contains(err.Message, tc.wantError)):
 			t.Errorf("%d vCPU, %d MiB: %v, want 400 %q", tc.cpu, tc.mem, err, tc.wantError)
 		}
+	}
+}
+
+// TestBuildFromAPrivateRegistry: the SDK's fromImage(image, {username,
+// password}) becomes a pull Secret of the team's namespace for that
+// registry, named by the template's spec.imagePullSecrets and owned by
+// the template; the credentials appear nowhere else.
+func TestBuildFromAPrivateRegistry(t *testing.T) {
+	f := setup(t)
+	req := decode[map[string]any](t, f.api(t, "POST", "/v3/templates", map[string]any{"name": "private-app"}), http.StatusAccepted)
+	buildID, _ := req["buildID"].(string)
+	image := "registry.example:5000/team/app:1"
+	body := map[string]any{"fromImage": image, "fromImageRegistry": map[string]any{"type": "registry", "username": "bot", "password": "hunter2"}}
+	if r := f.api(t, "POST", "/v2/templates/private-app/builds/"+buildID, body); r.code != http.StatusAccepted {
+		t.Fatalf("start a build from a private registry: %d %s", r.code, r.body)
+	}
+	tpl := &sandlotv1.Template{}
+	if err := f.c.Get(context.Background(), client.ObjectKey{Namespace: testNS, Name: "private-app"}, tpl); err != nil {
+		t.Fatal(err)
+	}
+	if len(tpl.Spec.ImagePullSecrets) != 1 || tpl.Spec.ImagePullSecrets[0].Name != "private-app-registry" {
+		t.Fatalf("template pulls with %v, want its registry Secret", tpl.Spec.ImagePullSecrets)
+	}
+	if raw, _ := json.Marshal(tpl); strings.Contains(string(raw), "hunter2") {
+		t.Fatalf("the template holds the password: %s", raw)
+	}
+	sec := &corev1.Secret{}
+	if err := f.c.Get(context.Background(), client.ObjectKey{Namespace: testNS, Name: "private-app-registry"}, sec); err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Auths map[string]struct{ Username, Password, Auth string } `json:"auths"`
+	}
+	if err := json.Unmarshal(sec.Data[corev1.DockerConfigJsonKey], &cfg); err != nil || sec.Type != corev1.SecretTypeDockerConfigJson {
+		t.Fatalf("pull secret %s of type %s: %v", sec.Data, sec.Type, err)
+	}
+	if a := cfg.Auths["registry.example:5000"]; a.Username != "bot" || a.Password != "hunter2" || a.Auth != "Ym90Omh1bnRlcjI=" {
+		t.Fatalf("pull secret auths %+v, want bot's for registry.example:5000", cfg.Auths)
+	}
+	if !metav1.IsControlledBy(sec, tpl) {
+		t.Fatalf("pull secret owners %v, want the template", sec.OwnerReferences)
 	}
 }
