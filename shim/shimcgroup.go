@@ -47,8 +47,9 @@ import (
 // During that bulk work (boot, restore, snapshot, a base disk's build) the
 // cap is lifted; after it, a limit that only comes down brings it back as
 // the page cache left is written back and reclaimed (lift, recap): the cap
-// bounds the shim's steady state, which is what a flooding guest grows. The shim leaves and removes its cgroup when it
-// exits; containerd's `shim delete` removes the cgroup of one that died.
+// bounds the shim's steady state, which is what a flooding guest grows.
+// The shim leaves and removes its cgroup when it exits; containerd's
+// `shim delete` removes the cgroup of one that died.
 
 // shimCgroupParent holds every shim's cgroup, below the hierarchy's root.
 const shimCgroupParent = "sandlot-shims"

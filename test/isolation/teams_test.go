@@ -142,8 +142,13 @@ func TestTeamNamesCannotBeHijacked(t *testing.T) {
 	callAPI(t, keyB, "PATCH", "/templates/tools", map[string]any{"public": true}).want(t, "team B publishing tools", http.StatusOK, "tools")
 	callAPI(t, keyA, "POST", "/sandboxes", map[string]any{"templateID": "tools"}).want(t, "team A creating bare tools",
 		http.StatusNotFound, "tools")
-	if a := callAPI(t, keyA, "POST", "/sandboxes", map[string]any{"templateID": "base"}); a.code == http.StatusCreated || strings.Contains(a.body, teamB) {
-		t.Fatalf("team A's create of the SDK default: %d %s; want its own default template (missing here), never team B's", a.code, a.body)
+	// Team A has no default template here: its create of the SDK default
+	// must fail naming its own, never fall through to team B's "base".
+	a := callAPI(t, keyA, "POST", "/sandboxes", map[string]any{"templateID": "base"})
+	a.want(t, "team A's create of the SDK default", http.StatusNotFound, "resolves to the default template")
+	a.want(t, "team A's create of the SDK default", http.StatusNotFound, "does not exist in namespace default")
+	if strings.Contains(a.body, teamB) {
+		t.Fatalf("team A's create of the SDK default names team B's template: %s", a.body)
 	}
 	mirrors := &sandlotv1.TemplateList{}
 	if err := k.List(ctx, mirrors, client.InNamespace("default")); err != nil {
