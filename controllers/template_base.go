@@ -73,16 +73,19 @@ func imageFailure(image, node, reason string) string {
 
 // decideBuild is a node's build as a pure function of what exists.
 func decideBuild(w builderWorld, entry sandlotv1.BaseSnapshot) buildStep {
-	if w.Entry != nil && (w.Entry.Phase == sandlotv1.BaseReady || w.Entry.Phase == sandlotv1.BaseFailed) {
+	if w.Entry != nil && w.Entry.Phase == sandlotv1.BaseReady {
 		return buildStep{Entry: *w.Entry, DeleteBuilder: w.Builder != nil}
 	}
+	if w.Entry != nil && w.Entry.Phase == sandlotv1.BaseFailed {
+		return decideRetry(w)
+	}
+	entry.Attempts = attemptOf(w.Entry)
 	building := func(msg string) buildStep {
 		entry.Phase, entry.Reason, entry.Message = sandlotv1.BaseBuilding, sandlotv1.ReasonBuilding, msg
 		return buildStep{Entry: entry}
 	}
 	failed := func(reason, msg string) buildStep {
-		entry.Phase, entry.Reason, entry.Message = sandlotv1.BaseFailed, reason, msg
-		return buildStep{Entry: entry, DeleteBuilder: w.Builder != nil}
+		return buildStep{Entry: failedEntry(entry, reason, msg, w.Now), DeleteBuilder: w.Builder != nil}
 	}
 	if w.Snap != nil {
 		switch w.Snap.Status.Phase {
@@ -100,14 +103,18 @@ func decideBuild(w builderWorld, entry sandlotv1.BaseSnapshot) buildStep {
 		return buildStep{CreateBuilder: true, Entry: building("booting the image").Entry}
 	}
 	if w.Builder.Status.Phase.Terminal() {
-		return failed(sandlotv1.ReasonBuildFailed, fmt.Sprintf("the builder sandbox %s: %s", w.Builder.Status.Reason, w.Builder.Status.Message))
+		return failed(builderFailure(w.Builder, w.Pod))
 	}
 	if w.Pod == nil {
 		return building("waiting for the builder's pod")
 	}
 	for _, cs := range w.Pod.Status.ContainerStatuses {
 		if cs.State.Waiting != nil && imageMissingReasons[cs.State.Waiting.Reason] {
-			return failed(sandlotv1.ReasonImageMissing, imageFailure(cs.Image, entry.Node, cs.State.Waiting.Reason))
+			reason := sandlotv1.ReasonImageMissing
+			if cs.State.Waiting.Reason == "InvalidImageName" {
+				reason = sandlotv1.ReasonInvalidImage // no later attempt can pass
+			}
+			return failed(reason, imageFailure(cs.Image, entry.Node, cs.State.Waiting.Reason))
 		}
 	}
 	if w.Build && (w.Built != nil || podReady(w.Pod)) {

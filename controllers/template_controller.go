@@ -126,17 +126,24 @@ func (r *TemplateReconciler) build(ctx context.Context, tpl *sandlotv1.Template)
 	})
 	tpl.Status.BaseRevision = baseRevision(tpl)
 	setBaseCondition(&tpl.Status, tpl.Status.BaseRevision, tpl.Generation, eligible)
+	return ctrl.Result{RequeueAfter: r.requeueAfter(tpl, current, pools, time.Now())}, nil
+}
+
+// requeueAfter is when to look again: soon while a base builds, uploads
+// or a pool fills, at the next retry of a failed build, else never (0).
+func (r *TemplateReconciler) requeueAfter(tpl *sandlotv1.Template, current map[string]sandlotv1.BaseSnapshot,
+	pools []sandlotv1.NodePool, now time.Time) time.Duration {
 	for _, e := range current {
 		if e.Phase == sandlotv1.BaseBuilding || (e.Phase == sandlotv1.BaseReady && e.RemoteStatus == sandlotv1.RemoteInProgress) {
-			return ctrl.Result{RequeueAfter: buildPoll}, nil
+			return buildPoll
 		}
 	}
 	for _, p := range pools {
 		if p.Starting > 0 || p.Ready != tpl.Spec.WarmPool || int(p.Slots) != r.slotsOf(tpl) {
-			return ctrl.Result{RequeueAfter: buildPoll}, nil
+			return buildPoll
 		}
 	}
-	return ctrl.Result{}, nil
+	return retryWait(current, now)
 }
 
 // retire drops the older bases and the stale build checkpoints of the

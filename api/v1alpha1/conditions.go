@@ -86,6 +86,9 @@ const (
 	ReasonImageMissing = "ImageMissing"
 	ReasonProbeTimeout = "ProbeTimeout"
 	ReasonBuildFailed  = "BuildFailed"
+	// ReasonBuilderLost: the builder's pod went before its build ended
+	// (evicted, its node lost or shut down): built again with backoff.
+	ReasonBuilderLost = "BuilderLost"
 )
 
 // Reasons of ConditionRolledBack.

@@ -168,11 +168,20 @@ type BaseSnapshot struct {
 	// +optional
 	RemoteStatus RemoteStatus `json:"remoteStatus,omitempty"`
 	// Reason and Message say why it is not Ready (ImageMissing,
-	// ProbeTimeout, BuildFailed).
+	// BuilderLost, ProbeTimeout, BuildFailed, InvalidImage).
 	// +optional
 	Reason string `json:"reason,omitempty"`
 	// +optional
 	Message string `json:"message,omitempty"`
+	// Attempts counts the builds of this revision on the node, the
+	// current one included: a failure that can pass (ImageMissing,
+	// BuilderLost) is built again with backoff.
+	// +optional
+	Attempts int32 `json:"attempts,omitempty"`
+	// RetryAt is when a Failed build that can pass is tried again; unset
+	// for one that cannot (it stays Failed until the spec changes).
+	// +optional
+	RetryAt *metav1.Time `json:"retryAt,omitempty"`
 }
 
 // NodePool is a node's warm pool: Ready pods hold a restored, paused VM a
