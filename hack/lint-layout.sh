@@ -8,6 +8,8 @@
 #                  included (they share api/node)
 #   api            api/ imports nothing of the module outside api/ (its tests:
 #                  api/ and test/ only)
+#   snapshot       api/snapshot (the snapshot format) imports the standard
+#                  library only
 #   file-length    non-test, non-generated .go files <= 500 lines, unless a
 #                  `// long: <why>` comment comes before the package clause
 #   func-length    functions in those files <= 60 lines (the `func` line to
@@ -109,6 +111,12 @@ while read -r line; do
 	[[ -z "$line" ]] && continue
 	fail api "${line% *}'s tests import ${line#* } (api/'s tests: api/ and test/ only)"
 done < <(under api <<<"$tests" | awk '$2 != "api" && index($2, "api/") != 1 && $2 != "test" && index($2, "test/") != 1')
+
+# snapshot: the format vm/, the shim, the agent and the store share.
+while read -r dep; do
+	[[ -z "$dep" ]] && continue
+	fail snapshot "api/snapshot depends on $dep (the snapshot format uses the standard library only)"
+done < <(go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./api/snapshot | grep -vxF "$MOD/api/snapshot")
 
 # file-length and func-length, on the files gofmt checks (gofmt puts a
 # top-level func's closing brace in column 0).

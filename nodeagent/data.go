@@ -22,9 +22,9 @@ import (
 
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
 	"github.com/sandlot-dev/sandlot/api/node/stageapi"
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
-	"github.com/sandlot-dev/sandlot/vm"
 )
 
 // DataReconciler makes the data the controller assigned to this node —
@@ -196,7 +196,7 @@ func (r *DataReconciler) recover(ctx context.Context, snap dataObject) (ctrl.Res
 	if err := r.waitForShim(ctx, snap); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := vm.Verify(r.Store.Dir(k)); err == nil {
+	if err := snapshot.Verify(r.Store.Dir(k)); err == nil {
 		log.FromContext(ctx).Info("the shim completed the snapshot after the agent restarted: committing it", "object", snap.GetName())
 		return ctrl.Result{RequeueAfter: remotePoll}, r.commit(ctx, snap)
 	}
@@ -335,7 +335,7 @@ func (r *DataReconciler) sandboxPod(ctx context.Context, snap dataObject) (*core
 
 // applyManifest records what the snapshot holds. Location is the data's
 // directory on this node (the local store's restore path).
-func applyManifest(st *sandlotv1.DataStatus, m *vm.Manifest, dir string) {
+func applyManifest(st *sandlotv1.DataStatus, m *snapshot.Manifest, dir string) {
 	st.Location = dir
 	st.TotalBytes = m.TotalBytes(dir)
 	st.DirtyBytes = m.DirtyBytes
@@ -358,7 +358,7 @@ func (r *DataReconciler) finish(ctx context.Context, snap dataObject) error {
 		return err
 	}
 	dir := r.Store.Dir(key(snap))
-	m, err := vm.ReadManifest(dir)
+	m, err := snapshot.ReadManifest(dir)
 	if err != nil {
 		return fmt.Errorf("manifest of %s: %w", snap.GetName(), err)
 	}

@@ -10,9 +10,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
-	"github.com/sandlot-dev/sandlot/vm"
 )
 
 // TestRestoreHolds: the store may evict a key only when no live pod on
@@ -33,17 +33,17 @@ func TestRestoreHolds(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		m := &vm.Manifest{Version: vm.ManifestVersion, State: vm.FileRef{Path: vm.StateFile},
-			Disk: vm.FileRef{Path: vm.DiskFile}, Memory: vm.FileRef{Path: memory},
-			BaseDisk: vm.FileRef{Path: "../../disks/d/" + baseDiskFile}}
+		m := &snapshot.Manifest{Version: snapshot.ManifestVersion, State: snapshot.FileRef{Path: snapshot.StateFile},
+			Disk: snapshot.FileRef{Path: snapshot.DiskFile}, Memory: snapshot.FileRef{Path: memory},
+			BaseDisk: snapshot.FileRef{Path: "../../disks/d/" + baseDiskFile}}
 		if err := m.Write(dir); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// base <- snap (its VM was restored from base) ; other stands alone.
-	manifest("snapshots/base", vm.MemoryFile)
-	manifest("snapshots/snap", "../base/"+vm.MemoryFile)
-	manifest("snapshots/other", vm.MemoryFile)
+	manifest("snapshots/base", snapshot.MemoryFile)
+	manifest("snapshots/snap", "../base/"+snapshot.MemoryFile)
+	manifest("snapshots/other", snapshot.MemoryFile)
 
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sandlot-dev/sandlot/api/node/stageapi"
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/vm"
@@ -50,7 +51,7 @@ func (l *layout) confine(key, dir string) error {
 	if !l.shared {
 		return nil
 	}
-	m, err := vm.ReadManifest(dir)
+	m, err := snapshot.ReadManifest(dir)
 	if err != nil {
 		return err
 	}
@@ -58,7 +59,7 @@ func (l *layout) confine(key, dir string) error {
 	if err != nil {
 		return err
 	}
-	return m.Confine(dir, vm.Roots{Store: root})
+	return vm.Confine(m, dir, vm.Roots{Store: root})
 }
 
 // refusalReporter records a refusal on the data's object.

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/sandlot-dev/sandlot/api/node/stageapi"
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
-	"github.com/sandlot-dev/sandlot/vm"
 )
 
 // TestLayoutConfine: on a shared store, open hands out a snapshot only
@@ -22,7 +22,7 @@ func TestLayoutConfine(t *testing.T) {
 	}
 	l := &layout{store: local, shared: true}
 	ctx := context.Background()
-	commit := func(key string, files map[string]string, m *vm.Manifest) {
+	commit := func(key string, files map[string]string, m *snapshot.Manifest) {
 		t.Helper()
 		dir := local.Dir(key)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -43,12 +43,12 @@ func TestLayoutConfine(t *testing.T) {
 		}
 	}
 	commit("disks/x", map[string]string{baseDiskFile: "ext4"}, nil)
-	snap := map[string]string{vm.StateFile: "s", vm.DiskFile: "d", vm.MemoryFile: "m"}
-	manifest := func(memory string) *vm.Manifest {
-		return &vm.Manifest{Version: vm.ManifestVersion, State: vm.FileRef{Path: vm.StateFile}, Disk: vm.FileRef{Path: vm.DiskFile},
-			Memory: vm.FileRef{Path: memory}, BaseDisk: vm.FileRef{Path: "../../disks/x/" + baseDiskFile}}
+	snap := map[string]string{snapshot.StateFile: "s", snapshot.DiskFile: "d", snapshot.MemoryFile: "m"}
+	manifest := func(memory string) *snapshot.Manifest {
+		return &snapshot.Manifest{Version: snapshot.ManifestVersion, State: snapshot.FileRef{Path: snapshot.StateFile}, Disk: snapshot.FileRef{Path: snapshot.DiskFile},
+			Memory: snapshot.FileRef{Path: memory}, BaseDisk: snapshot.FileRef{Path: "../../disks/x/" + baseDiskFile}}
 	}
-	commit("snapshots/ok", snap, manifest(vm.MemoryFile))
+	commit("snapshots/ok", snap, manifest(snapshot.MemoryFile))
 	_, release, err := l.open(ctx, "snapshots/ok")
 	if err != nil {
 		t.Fatalf("open of a confined snapshot: %v", err)

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
-	"github.com/sandlot-dev/sandlot/vm"
 )
 
 // A snapshot's manifest names two files outside its directory by the
@@ -50,7 +50,7 @@ func storeRoot(dir, key string) (string, error) {
 // yet) so it restores on any node of the store.
 func (l *layout) makePortable(ctx context.Context, key string) error {
 	dir := l.store.Dir(key)
-	m, err := vm.ReadManifest(dir)
+	m, err := snapshot.ReadManifest(dir)
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func (l *layout) makePortable(ctx context.Context, key string) error {
 // shareBaseDisk puts a base disk into the store once per sha256 (a hard
 // link when the image cache shares the store's filesystem, else a copy)
 // and returns its path there.
-func (l *layout) shareBaseDisk(ctx context.Context, disk vm.FileRef) (string, error) {
+func (l *layout) shareBaseDisk(ctx context.Context, disk snapshot.FileRef) (string, error) {
 	if len(disk.SHA256) != 64 {
 		return "", fmt.Errorf("base disk %s has no sha256 in the manifest", disk.Path)
 	}
@@ -119,10 +119,10 @@ func (l *layout) shareBaseDisk(ctx context.Context, disk vm.FileRef) (string, er
 	if err := linkOrCopy(disk.Path, dst); err != nil {
 		return "", fmt.Errorf("base disk into the store: %w", err)
 	}
-	// Its sha256 sidecar (vm.DiskSHA256) goes in with it, committed and
-	// signed: a snapshot of a VM restored from here reads it rather than
-	// hash the disk and write an unsigned file into the shared store.
-	if err := os.WriteFile(dst+".sha256", []byte(disk.SHA256+"\n"), 0o400); err != nil {
+	// Its sha256 sidecar (snapshot.DiskSHA256) goes in with it, committed
+	// and signed: a snapshot of a VM restored from here reads it rather
+	// than hash the disk and write an unsigned file into the shared store.
+	if err := snapshot.WriteDiskSum(dst, disk.SHA256); err != nil {
 		return "", fmt.Errorf("base disk's sha256 into the store: %w", err)
 	}
 	if _, err := l.store.Commit(ctx, key); err != nil {
@@ -148,7 +148,7 @@ func discardUncommitted(ctx context.Context, st store.Store, key string) error {
 // deps are the store keys key's manifest refers to.
 func (l *layout) deps(key string) ([]string, error) {
 	dir := l.store.Dir(key)
-	m, err := vm.ReadManifest(dir)
+	m, err := snapshot.ReadManifest(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +157,7 @@ func (l *layout) deps(key string) ([]string, error) {
 		return nil, err
 	}
 	var keys []string
-	for _, ref := range []vm.FileRef{m.Memory, m.BaseDisk} {
+	for _, ref := range []snapshot.FileRef{m.Memory, m.BaseDisk} {
 		if filepath.IsAbs(ref.Path) || !strings.HasPrefix(ref.Path, "..") {
 			continue // inside the snapshot, or a node-local path (local store)
 		}

@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	"github.com/sandlot-dev/sandlot/nodeagent"
-	"github.com/sandlot-dev/sandlot/vm"
 )
 
 // fakeShims stands in for the shims of the test's node behind the
@@ -151,25 +151,25 @@ func (v *fakeVM) Restore(ctx context.Context, req *controlapi.RestoreRequest) (*
 }
 
 // writeSnapshot writes what a shim's Snapshot leaves in dir: the data
-// files and, last, a manifest whose checksums match them (vm.Verify
+// files and, last, a manifest whose checksums match them (snapshot.Verify
 // passes), naming a base disk outside the store as the image cache's.
 func writeSnapshot(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("fake snapshot dir: %w", err)
 	}
-	m := &vm.Manifest{Version: vm.ManifestVersion, Created: time.Now().UTC(), Accel: "tcg", QEMUVersion: "7.2.0",
+	m := &snapshot.Manifest{Version: snapshot.ManifestVersion, Created: time.Now().UTC(), Accel: "tcg", QEMUVersion: "7.2.0",
 		CPU: "fake-cpu", VCPU: 1, MemoryMiB: 256, DirtyBytes: 4096, PausedNanos: int64(3 * time.Millisecond),
-		BaseDisk: vm.FileRef{Path: "/var/lib/sandlot/images/base.ext4", Size: 1 << 20, SHA256: strings.Repeat("ab", 32)}}
+		BaseDisk: snapshot.FileRef{Path: "/var/lib/sandlot/images/base.ext4", Size: 1 << 20, SHA256: strings.Repeat("ab", 32)}}
 	for _, f := range []struct {
-		ref  *vm.FileRef
+		ref  *snapshot.FileRef
 		name string
-	}{{&m.State, vm.StateFile}, {&m.Disk, vm.DiskFile}, {&m.Memory, vm.MemoryFile}} {
+	}{{&m.State, snapshot.StateFile}, {&m.Disk, snapshot.DiskFile}, {&m.Memory, snapshot.MemoryFile}} {
 		data := []byte("fake " + f.name + " of a VM\n")
 		if err := os.WriteFile(filepath.Join(dir, f.name), data, 0o600); err != nil {
 			return fmt.Errorf("fake snapshot file: %w", err)
 		}
 		sum := sha256.Sum256(data)
-		*f.ref = vm.FileRef{Path: f.name, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}
+		*f.ref = snapshot.FileRef{Path: f.name, Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}
 	}
 	return m.Write(dir)
 }

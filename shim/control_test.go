@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/ttrpc"
 
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	"github.com/sandlot-dev/sandlot/vm"
 )
 
@@ -36,7 +37,7 @@ func TestControlAPI(t *testing.T) {
 		t.Fatalf("resume: %v, VM %s", err, m.State())
 	}
 	snap, err := api.Snapshot(h.ctx, &controlapi.SnapshotRequest{Dir: t.TempDir()})
-	var man vm.Manifest
+	var man snapshot.Manifest
 	if err != nil || json.Unmarshal(snap.ManifestJson, &man) != nil || man.Labels[labelInitPID] != "101" {
 		t.Fatalf("snapshot = %+v, %v", snap, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/sandlot-dev/sandlot/api/node"
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/guest/control"
 	"github.com/sandlot-dev/sandlot/guest/identity"
@@ -57,8 +58,8 @@ func (h *fakeHypervisor) last() *fakeMachine {
 	return h.machines[len(h.machines)-1]
 }
 
-func (h *fakeHypervisor) Compatible(*vm.Manifest, node.Config) error { return h.compatErr }
-func (h *fakeHypervisor) Warm(node.Config)                           {}
+func (h *fakeHypervisor) Compatible(*snapshot.Manifest, node.Config) error { return h.compatErr }
+func (h *fakeHypervisor) Warm(node.Config)                                 {}
 
 // fakeMachine is a VM in memory; its guest is a fakeGuest.
 type fakeMachine struct {
@@ -117,10 +118,10 @@ func (m *fakeMachine) move(from, to vm.State) error {
 	return nil
 }
 
-func (m *fakeMachine) Snapshot(context.Context, string) (*vm.Manifest, error) {
+func (m *fakeMachine) Snapshot(context.Context, string) (*snapshot.Manifest, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return &vm.Manifest{Version: vm.ManifestVersion, Labels: maps.Clone(m.labels), PausedNanos: 1}, nil
+	return &snapshot.Manifest{Version: snapshot.ManifestVersion, Labels: maps.Clone(m.labels), PausedNanos: 1}, nil
 }
 
 func (m *fakeMachine) SetIdentity(_ context.Context, id identity.Identity) (control.SetIdentityResult, error) {

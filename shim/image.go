@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/sandlot-dev/sandlot/vm"
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 )
 
 // imageDigest asks containerd for the digest of the image the container
@@ -68,7 +68,7 @@ func baseDisk(ctx context.Context, dir, digest string, rootfs []*types.Mount, mo
 		return "", fmt.Errorf("base disk for image %s: %w", digest, err)
 	}
 	// Its sha256 once, now: every snapshot's manifest records it.
-	if _, err := vm.DiskSHA256(disk); err != nil {
+	if _, err := snapshot.DiskSHA256(disk); err != nil {
 		return "", err
 	}
 	logf(ctx, "base disk %s built in %v", disk, time.Since(start))

@@ -18,8 +18,8 @@ import (
 
 	"github.com/sandlot-dev/sandlot/api/node"
 	"github.com/sandlot-dev/sandlot/api/node/stageapi"
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	"github.com/sandlot-dev/sandlot/guest/control"
-	"github.com/sandlot-dev/sandlot/vm"
 )
 
 // createApp starts the pod's VM for its app container: restored from the
@@ -168,7 +168,7 @@ func (s *service) restoreSource(dir, digest string, cfg node.Config) (int, error
 	if !filepath.IsAbs(dir) {
 		return 0, fmt.Errorf("%w: snapshot location %q is not a directory on this node", errdefs.ErrInvalidArgument, dir)
 	}
-	m, err := vm.ReadManifest(dir)
+	m, err := snapshot.ReadManifest(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return 0, fmt.Errorf("%w: unknown snapshot: %w", errdefs.ErrNotFound, err)

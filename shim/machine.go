@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sandlot-dev/sandlot/api/node"
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	"github.com/sandlot-dev/sandlot/guest/control"
 	"github.com/sandlot-dev/sandlot/guest/identity"
 	"github.com/sandlot-dev/sandlot/shim/podnet"
@@ -37,7 +38,7 @@ func realHost(address string) host {
 type hypervisor interface {
 	Boot(ctx context.Context, a vm.Assets, cfg vm.Config, id identity.Identity) (machine, error)
 	Restore(ctx context.Context, qemu string, cfg vm.Config, dir string, id identity.Identity, roots vm.Roots) (machine, error)
-	Compatible(m *vm.Manifest, cfg node.Config) error
+	Compatible(m *snapshot.Manifest, cfg node.Config) error
 	// Warm readies what a first restore reads of the node (a start
 	// slot's, before its claim): QEMU's version.
 	Warm(cfg node.Config)
@@ -54,7 +55,7 @@ type machine interface {
 	Announce(ctx context.Context) error
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
-	Snapshot(ctx context.Context, dir string) (*vm.Manifest, error)
+	Snapshot(ctx context.Context, dir string) (*snapshot.Manifest, error)
 	SetIdentity(ctx context.Context, id identity.Identity) (control.SetIdentityResult, error)
 	Stats() (vm.Stats, error)
 	Stop() error
@@ -121,7 +122,7 @@ func asMachine(v *vm.VM, err error) (machine, error) {
 func (qemu) Warm(cfg node.Config) { _, _ = vm.QEMUVersion(cfg.QEMU) }
 
 // Compatible checks this node's QEMU, accel and CPU can restore m.
-func (qemu) Compatible(m *vm.Manifest, cfg node.Config) error {
+func (qemu) Compatible(m *snapshot.Manifest, cfg node.Config) error {
 	accel := cfg.Accel
 	if accel == "" {
 		var err error
@@ -141,7 +142,7 @@ type vmMachine struct{ *vm.VM }
 
 func (m vmMachine) Guest() guest { return controlGuest{m.Control()} }
 
-func (m vmMachine) Snapshot(ctx context.Context, dir string) (*vm.Manifest, error) {
+func (m vmMachine) Snapshot(ctx context.Context, dir string) (*snapshot.Manifest, error) {
 	defer uncapped()()
 	return m.VM.Snapshot(ctx, dir)
 }

@@ -14,6 +14,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/grpc/codes"
 
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/vm"
 )
@@ -156,7 +157,7 @@ func restoreFrom(dir func(h *harness) string) appEdit {
 func (h *harness) snapshotDir(labels map[string]string) string {
 	h.t.Helper()
 	dir := h.t.TempDir()
-	if err := (&vm.Manifest{Version: vm.ManifestVersion, Labels: labels}).Write(dir); err != nil {
+	if err := (&snapshot.Manifest{Version: snapshot.ManifestVersion, Labels: labels}).Write(dir); err != nil {
 		h.t.Fatal(err)
 	}
 	return dir

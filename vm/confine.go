@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 )
 
 // A manifest is data: whoever can write the store it came from (a bucket,
@@ -37,7 +39,7 @@ func (e *ConfineError) Error() string {
 	return fmt.Sprintf("manifest %s %q refused: %s", e.Field, e.Path, e.Reason)
 }
 
-// Confine checks every file the manifest of the snapshot in dir names:
+// Confine checks every file m, the manifest of the snapshot in dir, names:
 // the snapshot's own files (state, disk, memoryLayer) inside dir, the
 // memory base inside dir or a store root, the base disk inside dir, a
 // store root or an image directory. Paths are resolved (symlinks
@@ -45,7 +47,7 @@ func (e *ConfineError) Error() string {
 // path QEMU cannot read as options or a protocol. With no roots only
 // dir is allowed. A missing file is an ordinary error; a refused one a
 // *ConfineError.
-func (m *Manifest) Confine(dir string, roots ...Roots) error {
+func Confine(m *snapshot.Manifest, dir string, roots ...Roots) error {
 	own, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return fmt.Errorf("snapshot %s: %w", dir, err)
@@ -57,7 +59,7 @@ func (m *Manifest) Confine(dir string, roots ...Roots) error {
 	stores = append([]string{own}, stores...)
 	refs := []struct {
 		field   string
-		ref     *FileRef
+		ref     *snapshot.FileRef
 		allowed []string
 	}{
 		{"state", &m.State, stores[:1]},
@@ -112,7 +114,7 @@ func resolveRoots(roots []Roots) (stores, images []string, err error) {
 }
 
 // confineRef checks one file against the directories allowed for it.
-func confineRef(dir, field string, f FileRef, allowed []string, noRoots bool) error {
+func confineRef(dir, field string, f snapshot.FileRef, allowed []string, noRoots bool) error {
 	refuse := func(format string, args ...any) error {
 		return &ConfineError{Field: field, Path: f.Path, Reason: fmt.Sprintf(format, args...)}
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 )
 
 // confineFixture is a store with two snapshots (b restored from a), a
@@ -25,8 +27,8 @@ func newConfineFixture(t *testing.T) confineFixture {
 	f.snap = filepath.Join(f.store, "snapshots", "b")
 	f.other = filepath.Join(f.store, "snapshots", "a")
 	for _, p := range []string{
-		filepath.Join(f.snap, StateFile), filepath.Join(f.snap, DiskFile), filepath.Join(f.snap, LayerFile),
-		filepath.Join(f.other, MemoryFile), filepath.Join(f.other, StateFile),
+		filepath.Join(f.snap, snapshot.StateFile), filepath.Join(f.snap, snapshot.DiskFile), filepath.Join(f.snap, snapshot.LayerFile),
+		filepath.Join(f.other, snapshot.MemoryFile), filepath.Join(f.other, snapshot.StateFile),
 		filepath.Join(f.store, "disks", "x", "base.ext4"), filepath.Join(f.images, "sha256-x.ext4"), f.secret,
 	} {
 		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
@@ -40,10 +42,10 @@ func newConfineFixture(t *testing.T) confineFixture {
 }
 
 // manifest is a restored VM's snapshot, as makePortable leaves it.
-func (f confineFixture) manifest() *Manifest {
-	return &Manifest{State: FileRef{Path: StateFile}, Disk: FileRef{Path: DiskFile},
-		Memory: FileRef{Path: "../a/memory"}, MemoryLayer: &FileRef{Path: LayerFile},
-		BaseDisk: FileRef{Path: "../../disks/x/base.ext4"}}
+func (f confineFixture) manifest() *snapshot.Manifest {
+	return &snapshot.Manifest{State: snapshot.FileRef{Path: snapshot.StateFile}, Disk: snapshot.FileRef{Path: snapshot.DiskFile},
+		Memory: snapshot.FileRef{Path: "../a/memory"}, MemoryLayer: &snapshot.FileRef{Path: snapshot.LayerFile},
+		BaseDisk: snapshot.FileRef{Path: "../../disks/x/base.ext4"}}
 }
 
 func (f confineFixture) roots() Roots { return Roots{Store: f.store, Images: []string{f.images}} }
@@ -60,39 +62,39 @@ func TestConfine(t *testing.T) {
 	if err := unix.Mkfifo(filepath.Join(f.other, "fifo"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	escape, inside := link("escape", f.secret), link("inside", filepath.Join(f.other, MemoryFile))
+	escape, inside := link("escape", f.secret), link("inside", filepath.Join(f.other, snapshot.MemoryFile))
 	storeLink := filepath.Join(t.TempDir(), "store-link")
 	if err := os.Symlink(f.store, storeLink); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
 		name   string
-		edit   func(m *Manifest)
+		edit   func(m *snapshot.Manifest)
 		roots  []Roots
 		field  string // "" : allowed
 		reason string
 	}{
-		{"relative inside, ../other inside the store", func(m *Manifest) {}, nil, "", ""},
-		{"absolute inside the store", func(m *Manifest) { m.Memory.Path = filepath.Join(f.other, MemoryFile) }, nil, "", ""},
-		{"base disk in the image cache", func(m *Manifest) { m.BaseDisk.Path = filepath.Join(f.images, "sha256-x.ext4") }, nil, "", ""},
-		{"symlink that stays inside", func(m *Manifest) { m.Memory.Path = inside }, nil, "", ""},
-		{"store root behind a symlink", func(m *Manifest) {}, []Roots{{Store: storeLink}}, "", ""},
-		{"no roots: ../other refused", func(m *Manifest) {}, []Roots{}, "memory", "no store or image roots"},
-		{"absolute outside", func(m *Manifest) { m.Memory.Path = f.secret }, nil, "memory", "outside"},
-		{"/etc/shadow as base disk", func(m *Manifest) { m.BaseDisk.Path = "/etc/shadow" }, nil, "baseDisk", ""},
-		{"relative escape", func(m *Manifest) { m.BaseDisk.Path = "../../../outside/secret" }, nil, "baseDisk", "outside"},
-		{"symlink escaping", func(m *Manifest) { m.Memory.Path = escape }, nil, "memory", "resolves to " + f.secret},
-		{"memory from the image cache", func(m *Manifest) { m.Memory.Path = filepath.Join(f.images, "sha256-x.ext4") }, nil, "memory", "outside"},
-		{"state of another snapshot", func(m *Manifest) { m.State.Path = "../a/state" }, nil, "state", "outside"},
-		{"layer outside its snapshot", func(m *Manifest) { m.MemoryLayer.Path = "../a/memory" }, nil, "memoryLayer", "outside"},
-		{"nbd protocol", func(m *Manifest) { m.BaseDisk.Path = "nbd:127.0.0.1:10809" }, nil, "baseDisk", "protocol"},
-		{"file: protocol", func(m *Manifest) { m.Memory.Path = "file:/etc/shadow" }, nil, "memory", "protocol"},
-		{"json: protocol", func(m *Manifest) { m.BaseDisk.Path = `json:{"file":{"driver":"file"}}` }, nil, "baseDisk", "protocol"},
-		{"comma", func(m *Manifest) { m.Memory.Path = "../a/memory,share=on" }, nil, "memory", "','"},
-		{"device (as /dev/kvm)", func(m *Manifest) { m.BaseDisk.Path = "/dev/null" }, []Roots{{Store: f.store, Images: []string{"/dev"}}}, "baseDisk", "not a regular file"},
-		{"fifo inside the store", func(m *Manifest) { m.Memory.Path = "../a/fifo" }, nil, "memory", "not a regular file"},
-		{"directory", func(m *Manifest) { m.Memory.Path = "../a" }, nil, "memory", "not a regular file"},
-		{"empty path", func(m *Manifest) { m.Disk.Path = "" }, nil, "disk", "empty"},
+		{"relative inside, ../other inside the store", func(m *snapshot.Manifest) {}, nil, "", ""},
+		{"absolute inside the store", func(m *snapshot.Manifest) { m.Memory.Path = filepath.Join(f.other, snapshot.MemoryFile) }, nil, "", ""},
+		{"base disk in the image cache", func(m *snapshot.Manifest) { m.BaseDisk.Path = filepath.Join(f.images, "sha256-x.ext4") }, nil, "", ""},
+		{"symlink that stays inside", func(m *snapshot.Manifest) { m.Memory.Path = inside }, nil, "", ""},
+		{"store root behind a symlink", func(m *snapshot.Manifest) {}, []Roots{{Store: storeLink}}, "", ""},
+		{"no roots: ../other refused", func(m *snapshot.Manifest) {}, []Roots{}, "memory", "no store or image roots"},
+		{"absolute outside", func(m *snapshot.Manifest) { m.Memory.Path = f.secret }, nil, "memory", "outside"},
+		{"/etc/shadow as base disk", func(m *snapshot.Manifest) { m.BaseDisk.Path = "/etc/shadow" }, nil, "baseDisk", ""},
+		{"relative escape", func(m *snapshot.Manifest) { m.BaseDisk.Path = "../../../outside/secret" }, nil, "baseDisk", "outside"},
+		{"symlink escaping", func(m *snapshot.Manifest) { m.Memory.Path = escape }, nil, "memory", "resolves to " + f.secret},
+		{"memory from the image cache", func(m *snapshot.Manifest) { m.Memory.Path = filepath.Join(f.images, "sha256-x.ext4") }, nil, "memory", "outside"},
+		{"state of another snapshot", func(m *snapshot.Manifest) { m.State.Path = "../a/state" }, nil, "state", "outside"},
+		{"layer outside its snapshot", func(m *snapshot.Manifest) { m.MemoryLayer.Path = "../a/memory" }, nil, "memoryLayer", "outside"},
+		{"nbd protocol", func(m *snapshot.Manifest) { m.BaseDisk.Path = "nbd:127.0.0.1:10809" }, nil, "baseDisk", "protocol"},
+		{"file: protocol", func(m *snapshot.Manifest) { m.Memory.Path = "file:/etc/shadow" }, nil, "memory", "protocol"},
+		{"json: protocol", func(m *snapshot.Manifest) { m.BaseDisk.Path = `json:{"file":{"driver":"file"}}` }, nil, "baseDisk", "protocol"},
+		{"comma", func(m *snapshot.Manifest) { m.Memory.Path = "../a/memory,share=on" }, nil, "memory", "','"},
+		{"device (as /dev/kvm)", func(m *snapshot.Manifest) { m.BaseDisk.Path = "/dev/null" }, []Roots{{Store: f.store, Images: []string{"/dev"}}}, "baseDisk", "not a regular file"},
+		{"fifo inside the store", func(m *snapshot.Manifest) { m.Memory.Path = "../a/fifo" }, nil, "memory", "not a regular file"},
+		{"directory", func(m *snapshot.Manifest) { m.Memory.Path = "../a" }, nil, "memory", "not a regular file"},
+		{"empty path", func(m *snapshot.Manifest) { m.Disk.Path = "" }, nil, "disk", "empty"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -102,7 +104,7 @@ func TestConfine(t *testing.T) {
 			if roots == nil {
 				roots = []Roots{f.roots()}
 			}
-			err := m.Confine(f.snap, roots...)
+			err := Confine(m, f.snap, roots...)
 			checkConfined(t, err, tc.field, tc.reason)
 		})
 	}
@@ -132,7 +134,7 @@ func TestConfineMissingFile(t *testing.T) {
 	f := newConfineFixture(t)
 	m := f.manifest()
 	m.Memory.Path = "../gone/memory"
-	err := m.Confine(f.snap, f.roots())
+	err := Confine(m, f.snap, f.roots())
 	var ce *ConfineError
 	if err == nil || errors.As(err, &ce) || !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), "memory") {
 		t.Fatalf("Confine = %v, want a not-exist error naming memory", err)
@@ -141,7 +143,7 @@ func TestConfineMissingFile(t *testing.T) {
 
 func TestConfineRelativeRoot(t *testing.T) {
 	f := newConfineFixture(t)
-	if err := f.manifest().Confine(f.snap, Roots{Store: "store"}); err == nil || !strings.Contains(err.Error(), "not absolute") {
+	if err := Confine(f.manifest(), f.snap, Roots{Store: "store"}); err == nil || !strings.Contains(err.Error(), "not absolute") {
 		t.Fatalf("Confine with a relative root = %v", err)
 	}
 }

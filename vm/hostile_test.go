@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 )
 
 // hostileVM is a VM as a jailed QEMU leaves it: its run, disk and RAM
@@ -58,7 +60,7 @@ func TestSnapshotRefusesPlantedFiles(t *testing.T) {
 				s.plant(dirOf(v), name, kind)
 				snap := s.snapshotDir()
 				done := make(chan error, 1)
-				go func() { done <- v.saveFiles(snap, &Manifest{}) }()
+				go func() { done <- v.saveFiles(snap, &snapshot.Manifest{}) }()
 				select {
 				case err := <-done:
 					refusedAs(t, err, what)
@@ -78,11 +80,11 @@ func TestSnapshotTakesTheVMsOwnFiles(t *testing.T) {
 	s := newScene(t)
 	v := hostileVM(s)
 	snap := s.snapshotDir()
-	m := &Manifest{}
+	m := &snapshot.Manifest{}
 	if err := v.saveFiles(snap, m); err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]string{StateFile: "device state", DiskFile: "layer data", MemoryFile: "guest RAM"} {
+	for name, want := range map[string]string{snapshot.StateFile: "device state", snapshot.DiskFile: "layer data", snapshot.MemoryFile: "guest RAM"} {
 		if b, err := os.ReadFile(filepath.Join(snap, name)); err != nil || !bytes.Contains(b, []byte(want)) {
 			t.Errorf("%s: %v, want %q in it", name, err, want)
 		}

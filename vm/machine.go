@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	"github.com/sandlot-dev/sandlot/guest/control"
 	"github.com/sandlot-dev/sandlot/guest/identity"
 	"github.com/sandlot-dev/sandlot/vm/qmp"
@@ -72,7 +73,7 @@ type VM struct {
 
 	// base is the memory file a restored VM maps copy-on-write (nil for a
 	// booted VM, whose RAM file is its own).
-	base *Manifest
+	base *snapshot.Manifest
 	// ramID is a restored VM's base memory file as /proc/<pid>/maps names
 	// it (device and inode): found even if the file is unlinked later.
 	ramID string

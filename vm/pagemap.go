@@ -11,9 +11,11 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 )
 
-const pageSize = 4096
+const pageSize = snapshot.PageSize
 
 // pagemap bits (Documentation/admin-guide/mm/pagemap.rst).
 const (

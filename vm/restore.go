@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	"github.com/sandlot-dev/sandlot/guest/identity"
 )
 
@@ -43,12 +44,12 @@ func Restore(ctx context.Context, qemu string, cfg Config, dir string, id identi
 
 // restorable reads the manifest and checks this host can restore it and
 // may open every file it names (before anything opens one).
-func restorable(qemu string, cfg *Config, dir string, roots []Roots) (*Manifest, error) {
-	m, err := ReadManifest(dir)
+func restorable(qemu string, cfg *Config, dir string, roots []Roots) (*snapshot.Manifest, error) {
+	m, err := snapshot.ReadManifest(dir)
 	if err != nil {
 		return nil, err
 	}
-	if err := m.Confine(dir, roots...); err != nil {
+	if err := Confine(m, dir, roots...); err != nil {
 		return nil, err
 	}
 	cfg.VCPU, cfg.MemoryMiB = m.VCPU, m.MemoryMiB
@@ -62,13 +63,13 @@ func restorable(qemu string, cfg *Config, dir string, roots []Roots) (*Manifest,
 	if err := m.Compatible(cfg.Accel, qv, CPUFingerprint()); err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", dir, err)
 	}
-	if err := m.checkFiles(dir); err != nil {
+	if err := m.CheckFiles(dir); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-func (v *VM) restore(ctx context.Context, dir string, m *Manifest) error {
+func (v *VM) restore(ctx context.Context, dir string, m *snapshot.Manifest) error {
 	trace := newTrace("restore " + v.cfg.Name)
 	defer trace.done()
 	// The files the manifest names, confined and checked: not fixed names

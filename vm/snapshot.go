@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 )
 
 // Snapshot saves the VM into dir (which must not exist) and lets it run
@@ -18,7 +20,7 @@ import (
 // pages a restored VM changed over its base — and the writable layer.
 // Checksums and the manifest are written after the VM runs again (the
 // data is made durable in the background after that).
-func (v *VM) Snapshot(ctx context.Context, dir string) (*Manifest, error) {
+func (v *VM) Snapshot(ctx context.Context, dir string) (*snapshot.Manifest, error) {
 	return v.SnapshotWith(ctx, dir, SnapshotOptions{})
 }
 
@@ -31,7 +33,7 @@ type SnapshotOptions struct {
 }
 
 // SnapshotWith is Snapshot with options.
-func (v *VM) SnapshotWith(ctx context.Context, dir string, o SnapshotOptions) (*Manifest, error) {
+func (v *VM) SnapshotWith(ctx context.Context, dir string, o SnapshotOptions) (*snapshot.Manifest, error) {
 	v.ops.Lock()
 	defer v.ops.Unlock()
 	if st := v.State(); st != Running && st != Paused {
@@ -49,7 +51,7 @@ func (v *VM) SnapshotWith(ctx context.Context, dir string, o SnapshotOptions) (*
 	return m, nil
 }
 
-func (v *VM) snapshot(ctx context.Context, dir string, o SnapshotOptions) (*Manifest, error) {
+func (v *VM) snapshot(ctx context.Context, dir string, o SnapshotOptions) (*snapshot.Manifest, error) {
 	wasRunning := v.State() == Running
 	dropped, err := v.prepareGuest(ctx, wasRunning, v.base == nil && !o.KeepNetwork)
 	if err != nil {
@@ -123,12 +125,12 @@ func (v *VM) makeStage() (string, error) {
 // publishSnapshot moves a sealed snapshot from its staging directory into
 // dir: the data files (sparse ones by their extents), then the manifest,
 // whose presence means complete.
-func publishSnapshot(stage, dir string, m *Manifest) error {
-	extents := map[string][][2]int64{DiskFile: m.DiskExtents}
+func publishSnapshot(stage, dir string, m *snapshot.Manifest) error {
+	extents := map[string][][2]int64{snapshot.DiskFile: m.DiskExtents}
 	if m.MemoryLayer != nil {
-		extents[LayerFile] = LayerExtents(m.LayerRuns)
+		extents[snapshot.LayerFile] = snapshot.LayerExtents(m.LayerRuns)
 	}
-	for _, name := range []string{StateFile, DiskFile, MemoryFile, LayerFile} {
+	for _, name := range []string{snapshot.StateFile, snapshot.DiskFile, snapshot.MemoryFile, snapshot.LayerFile} {
 		src := filepath.Join(stage, name)
 		if _, err := os.Stat(src); errors.Is(err, os.ErrNotExist) {
 			continue
@@ -137,11 +139,11 @@ func publishSnapshot(stage, dir string, m *Manifest) error {
 			return fmt.Errorf("move %s into the store: %w", name, err)
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(stage, ManifestFile))
+	b, err := os.ReadFile(filepath.Join(stage, snapshot.ManifestFile))
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, ManifestFile), b, 0o400); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, snapshot.ManifestFile), b, 0o400); err != nil {
 		return err
 	}
 	return syncDir(dir)
@@ -164,7 +166,7 @@ func syncLater(dir string) {
 }
 
 // save stops a running VM, saves it and lets it run on.
-func (v *VM) save(ctx context.Context, dir string, wasRunning bool) (*Manifest, error) {
+func (v *VM) save(ctx context.Context, dir string, wasRunning bool) (*snapshot.Manifest, error) {
 	m, err := v.newManifest()
 	if err != nil {
 		return nil, err
@@ -216,7 +218,7 @@ func (v *VM) restoreNetwork(ctx context.Context) error {
 	return nil
 }
 
-func (v *VM) newManifest() (*Manifest, error) {
+func (v *VM) newManifest() (*snapshot.Manifest, error) {
 	qv, err := QEMUVersion(v.QEMU)
 	if err != nil {
 		return nil, err
@@ -225,20 +227,20 @@ func (v *VM) newManifest() (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	diskSum, err := DiskSHA256(v.spec.BaseDisk)
+	diskSum, err := snapshot.DiskSHA256(v.spec.BaseDisk)
 	if err != nil {
 		return nil, err
 	}
 	v.mu.Lock()
 	labels := maps.Clone(v.cfg.Labels)
 	v.mu.Unlock()
-	return &Manifest{Version: ManifestVersion, Created: time.Now().UTC(), Accel: v.spec.Accel, QEMUVersion: qv,
+	return &snapshot.Manifest{Version: snapshot.ManifestVersion, Created: time.Now().UTC(), Accel: v.spec.Accel, QEMUVersion: qv,
 		CPU: CPUFingerprint(), VCPU: v.spec.VCPU, MemoryMiB: v.spec.MemoryMiB,
-		BaseDisk: FileRef{Path: v.spec.BaseDisk, Size: fi.Size(), SHA256: diskSum}, Labels: labels}, nil
+		BaseDisk: snapshot.FileRef{Path: v.spec.BaseDisk, Size: fi.Size(), SHA256: diskSum}, Labels: labels}, nil
 }
 
 // saveWhilePaused is the part of a snapshot the VM waits for.
-func (v *VM) saveWhilePaused(ctx context.Context, dir string, m *Manifest) error {
+func (v *VM) saveWhilePaused(ctx context.Context, dir string, m *snapshot.Manifest) error {
 	// Device state only: xen-save-devices-state skips RAM sections, which
 	// x-ignore-shared cannot do for a restored VM's private mapping.
 	// QEMU writes it where it can (a jailed QEMU sees only its own
@@ -255,7 +257,7 @@ func (v *VM) saveWhilePaused(ctx context.Context, dir string, m *Manifest) error
 // directories QEMU can write: each is read beneath its directory, only if
 // it is the VM's own regular file with one link (a link planted in its
 // place is refused, not followed).
-func (v *VM) saveFiles(dir string, m *Manifest) error {
+func (v *VM) saveFiles(dir string, m *snapshot.Manifest) error {
 	if err := v.collectState(dir); err != nil {
 		return err
 	}
@@ -263,7 +265,7 @@ func (v *VM) saveFiles(dir string, m *Manifest) error {
 		return err
 	}
 	var err error
-	m.DiskExtents, err = copyVMFile(v.spec.Layer, filepath.Join(dir, DiskFile))
+	m.DiskExtents, err = copyVMFile(v.spec.Layer, filepath.Join(dir, snapshot.DiskFile))
 	if err != nil {
 		return fmt.Errorf("writable layer: %w", err)
 	}
@@ -271,7 +273,7 @@ func (v *VM) saveFiles(dir string, m *Manifest) error {
 }
 
 // stateSaving is the device state QEMU writes in its run directory.
-const stateSaving = StateFile + ".saving"
+const stateSaving = snapshot.StateFile + ".saving"
 
 // collectState moves the device state QEMU saved in its run directory
 // into the snapshot: read beneath the run directory (not a link QEMU put
@@ -282,7 +284,7 @@ func (v *VM) collectState(dir string) error {
 		return fmt.Errorf("device state: %w", err)
 	}
 	defer run.Close()
-	_, err = copyFromDir(run, stateSaving, filepath.Join(dir, StateFile))
+	_, err = copyFromDir(run, stateSaving, filepath.Join(dir, snapshot.StateFile))
 	if rmErr := run.Remove(stateSaving); err == nil {
 		err = rmErr
 	}
@@ -292,9 +294,9 @@ func (v *VM) collectState(dir string) error {
 	return nil
 }
 
-func (v *VM) saveMemory(dir string, m *Manifest) error {
+func (v *VM) saveMemory(dir string, m *snapshot.Manifest) error {
 	if v.base == nil {
-		if _, err := copyVMFile(v.spec.MemoryPath, filepath.Join(dir, MemoryFile)); err != nil {
+		if _, err := copyVMFile(v.spec.MemoryPath, filepath.Join(dir, snapshot.MemoryFile)); err != nil {
 			return fmt.Errorf("guest RAM: %w", err)
 		}
 		return nil
@@ -307,9 +309,9 @@ func (v *VM) saveMemory(dir string, m *Manifest) error {
 		// The base this VM maps is gone (or replaced): a layer over it
 		// could never be restored, so the snapshot takes all of the RAM.
 		m.FullRAM = true
-		return copyMapping(v.PID(), mp, filepath.Join(dir, MemoryFile))
+		return copyMapping(v.PID(), mp, filepath.Join(dir, snapshot.MemoryFile))
 	}
-	rs, err := captureLayer(v.PID(), mp, filepath.Join(dir, LayerFile))
+	rs, err := captureLayer(v.PID(), mp, filepath.Join(dir, snapshot.LayerFile))
 	m.LayerRuns = rs
 	for _, r := range rs {
 		m.DirtyBytes += (r[1] - r[0]) * pageSize
@@ -318,22 +320,22 @@ func (v *VM) saveMemory(dir string, m *Manifest) error {
 }
 
 // seal checksums the files and writes the manifest, last.
-func (v *VM) seal(dir string, m *Manifest) error {
+func (v *VM) seal(dir string, m *snapshot.Manifest) error {
 	var err error
-	if m.State, err = fileRef(dir, StateFile); err != nil {
+	if m.State, err = snapshot.NewFileRef(dir, snapshot.StateFile); err != nil {
 		return err
 	}
-	if m.Disk, err = dataRef(dir, DiskFile, m.DiskExtents); err != nil {
+	if m.Disk, err = snapshot.NewDataRef(dir, snapshot.DiskFile, m.DiskExtents); err != nil {
 		return err
 	}
 	if v.base == nil || m.FullRAM {
-		if m.Memory, err = fileRef(dir, MemoryFile); err != nil {
+		if m.Memory, err = snapshot.NewFileRef(dir, snapshot.MemoryFile); err != nil {
 			return err
 		}
-		m.DirtyBytes = allocated(filepath.Join(dir, MemoryFile))
+		m.DirtyBytes = allocated(filepath.Join(dir, snapshot.MemoryFile))
 	} else {
 		m.Memory = v.base.Memory // the base this VM maps, by absolute path
-		layer, err := dataRef(dir, LayerFile, LayerExtents(m.LayerRuns))
+		layer, err := snapshot.NewDataRef(dir, snapshot.LayerFile, snapshot.LayerExtents(m.LayerRuns))
 		if err != nil {
 			return err
 		}

@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 )
 
 // TestCopyNonZeroKeepsHoles: the fallback copy (a source whose holes
@@ -46,67 +47,6 @@ func TestCopyNonZeroKeepsHoles(t *testing.T) {
 	}
 }
 
-// The disk layer is sealed by its data extents: Verify reads those, and
-// a changed byte in one is caught; a sparse copy keeps what it checks.
-func TestDiskLayerSealedByItsExtents(t *testing.T) {
-	dir := t.TempDir()
-	src := filepath.Join(dir, "layer")
-	f, err := os.Create(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(64 << 20); err != nil {
-		t.Fatal(err)
-	}
-	for _, off := range []int64{1 << 20, 40 << 20} {
-		if _, err := f.WriteAt(bytes.Repeat([]byte{0xab}, 8192), off); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f.Close()
-	snap := filepath.Join(dir, "snap")
-	if err := os.Mkdir(snap, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	m := &Manifest{Version: ManifestVersion}
-	if m.DiskExtents, err = copySparse(src, filepath.Join(snap, DiskFile), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{StateFile, MemoryFile} {
-		if err := os.WriteFile(filepath.Join(snap, name), []byte(name), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for name, ref := range map[string]*FileRef{StateFile: &m.State, MemoryFile: &m.Memory} {
-		if *ref, err = fileRef(snap, name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if m.Disk, err = dataRef(snap, DiskFile, m.DiskExtents); err != nil {
-		t.Fatal(err)
-	}
-	if m.Disk.SHA256 != "" || len(m.Disk.DataSHA256) != 64 || m.Disk.Size != 64<<20 {
-		t.Fatalf("disk ref %+v: want its data extents' sha256 and its full size", m.Disk)
-	}
-	if err := m.Write(snap); err != nil {
-		t.Fatal(err)
-	}
-	if err := Verify(snap); err != nil {
-		t.Fatalf("intact snapshot: %v", err)
-	}
-	disk, err := os.OpenFile(filepath.Join(snap, DiskFile), os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := disk.WriteAt([]byte{0xac}, 40<<20+100); err != nil {
-		t.Fatal(err)
-	}
-	disk.Close()
-	if err := Verify(snap); err == nil || !strings.Contains(err.Error(), DiskFile+" changed") {
-		t.Fatalf("a byte changed in an extent: %v, want the disk named", err)
-	}
-}
-
 // A snapshot staged on the node (its store is a FUSE mount) moves into
 // the store whole: the files by their extents, the manifest last; what
 // arrives verifies and the disk layer is still sparse.
@@ -133,22 +73,22 @@ func TestPublishSnapshotFromStaging(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	m := &Manifest{Version: ManifestVersion}
-	if m.DiskExtents, err = copySparse(layer, filepath.Join(stage, DiskFile), 0o400); err != nil {
+	m := &snapshot.Manifest{Version: snapshot.ManifestVersion}
+	if m.DiskExtents, err = copySparse(layer, filepath.Join(stage, snapshot.DiskFile), 0o400); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{StateFile, MemoryFile} {
+	for _, name := range []string{snapshot.StateFile, snapshot.MemoryFile} {
 		if err := os.WriteFile(filepath.Join(stage, name), []byte(name+" bytes"), 0o400); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if m.State, err = fileRef(stage, StateFile); err != nil {
+	if m.State, err = snapshot.NewFileRef(stage, snapshot.StateFile); err != nil {
 		t.Fatal(err)
 	}
-	if m.Memory, err = fileRef(stage, MemoryFile); err != nil {
+	if m.Memory, err = snapshot.NewFileRef(stage, snapshot.MemoryFile); err != nil {
 		t.Fatal(err)
 	}
-	if m.Disk, err = dataRef(stage, DiskFile, m.DiskExtents); err != nil {
+	if m.Disk, err = snapshot.NewDataRef(stage, snapshot.DiskFile, m.DiskExtents); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Write(stage); err != nil {
@@ -157,10 +97,10 @@ func TestPublishSnapshotFromStaging(t *testing.T) {
 	if err := publishSnapshot(stage, dir, m); err != nil {
 		t.Fatal(err)
 	}
-	if err := Verify(dir); err != nil {
+	if err := snapshot.Verify(dir); err != nil {
 		t.Fatalf("published snapshot: %v", err)
 	}
-	if got := allocated(filepath.Join(dir, DiskFile)); got > 4<<20 {
+	if got := allocated(filepath.Join(dir, snapshot.DiskFile)); got > 4<<20 {
 		t.Fatalf("published disk layer takes %d bytes: holes filled", got)
 	}
 }

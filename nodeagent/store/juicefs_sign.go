@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandlot-dev/sandlot/vm"
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 )
 
 // Whoever can write the JuiceFS volume can change a key's files after
@@ -117,13 +117,13 @@ func (j *JuiceFS) sign(key string, files []fileEntry) error {
 // knownSums are the sha256 this node computed when it wrote dir's files,
 // so signing them reads nothing back through FUSE: the snapshot's own
 // files in its manifest (the VM layer hashes them as it seals the
-// snapshot) and a base disk's in its sidecar (vm.DiskSHA256).
+// snapshot) and a base disk's in its sidecar (snapshot.ReadDiskSum).
 func knownSums(dir string) map[string]fileEntry {
 	known := map[string]fileEntry{}
 	// A sparse layer is sealed by the sha256 of its data extents
 	// (DataSHA256) instead of the whole file's.
-	if m, err := vm.ReadManifest(dir); err == nil {
-		for _, f := range []*vm.FileRef{&m.State, &m.Disk, &m.Memory, m.MemoryLayer} {
+	if m, err := snapshot.ReadManifest(dir); err == nil {
+		for _, f := range []*snapshot.FileRef{&m.State, &m.Disk, &m.Memory, m.MemoryLayer} {
 			switch {
 			case f == nil || f.Path == "" || strings.Contains(f.Path, "/"):
 			case len(f.SHA256) == 64:
@@ -133,9 +133,9 @@ func knownSums(dir string) map[string]fileEntry {
 			}
 		}
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "base.ext4.sha256")); err == nil {
-		if fi, err := os.Stat(filepath.Join(dir, "base.ext4")); err == nil && len(strings.TrimSpace(string(b))) == 64 {
-			known["base.ext4"] = fileEntry{Path: "base.ext4", Size: fi.Size(), SHA256: strings.TrimSpace(string(b))}
+	if sum, ok := snapshot.ReadDiskSum(filepath.Join(dir, "base.ext4")); ok {
+		if fi, err := os.Stat(filepath.Join(dir, "base.ext4")); err == nil {
+			known["base.ext4"] = fileEntry{Path: "base.ext4", Size: fi.Size(), SHA256: sum}
 		}
 	}
 	return known
@@ -311,7 +311,7 @@ func checkContent(key, p string, f fileEntry) error {
 		if err != nil {
 			return err
 		}
-		sum, err := vm.ExtentsSHA256(p, f.Extents)
+		sum, err := snapshot.ExtentsSHA256(p, f.Extents)
 		if err != nil {
 			return err
 		}

@@ -14,10 +14,10 @@ import (
 
 	s3 "github.com/minio/minio-go/v7"
 
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/nodeagent/store/storetest"
 	miniotest "github.com/sandlot-dev/sandlot/test/minio"
-	"github.com/sandlot-dev/sandlot/vm"
 )
 
 // A writer of the bucket (not a node of the cluster) changes what a
@@ -189,8 +189,8 @@ func TestS3IntegrityEditedManifest(t *testing.T) {
 	committed(t, a, key, 2<<20)
 	edit := bucketEdit{srv, srv.Bucket}
 	payload, sig := edit.marker(t, key)
-	forged, _ := json.Marshal(vm.Manifest{Version: vm.ManifestVersion, Memory: vm.FileRef{Path: "/etc/passwd"},
-		State: vm.FileRef{Path: vm.StateFile}, Disk: vm.FileRef{Path: vm.DiskFile}})
+	forged, _ := json.Marshal(snapshot.Manifest{Version: snapshot.ManifestVersion, Memory: snapshot.FileRef{Path: "/etc/passwd"},
+		State: snapshot.FileRef{Path: snapshot.StateFile}, Disk: snapshot.FileRef{Path: snapshot.DiskFile}})
 	edit.put(t, key+"/manifest.json", forged)
 	refused(t, b, bRoot, key, key+"/manifest.json holds")
 

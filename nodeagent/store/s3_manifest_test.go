@@ -12,9 +12,9 @@ import (
 
 	s3 "github.com/minio/minio-go/v7"
 
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	"github.com/sandlot-dev/sandlot/nodeagent/store/storetest"
 	miniotest "github.com/sandlot-dev/sandlot/test/minio"
-	"github.com/sandlot-dev/sandlot/vm"
 )
 
 // TestS3UploadTakesTheManifestsSums: a snapshot's sparse disk layer is
@@ -34,7 +34,7 @@ func TestS3UploadTakesTheManifestsSums(t *testing.T) {
 		t.Fatal(err)
 	}
 	const size = 1 << 30
-	disk := filepath.Join(dir, vm.DiskFile)
+	disk := filepath.Join(dir, snapshot.DiskFile)
 	f, err := os.Create(disk)
 	if err != nil {
 		t.Fatal(err)
@@ -52,8 +52,8 @@ func TestS3UploadTakesTheManifestsSums(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(data[8<<20 : 10<<20])
-	m := &vm.Manifest{Version: vm.ManifestVersion, DiskExtents: extents,
-		Disk: vm.FileRef{Path: vm.DiskFile, Size: size, DataSHA256: hex.EncodeToString(sum[:])}}
+	m := &snapshot.Manifest{Version: snapshot.ManifestVersion, DiskExtents: extents,
+		Disk: snapshot.FileRef{Path: snapshot.DiskFile, Size: size, DataSHA256: hex.EncodeToString(sum[:])}}
 	if err := m.Write(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestS3UploadTakesTheManifestsSums(t *testing.T) {
 		t.Fatal(err)
 	}
 	storetest.WaitReady(t, a, key, 2*time.Minute)
-	info, err := srv.Client().StatObject(ctx, srv.Bucket, key+"/"+vm.DiskFile, s3.StatObjectOptions{})
+	info, err := srv.Client().StatObject(ctx, srv.Bucket, key+"/"+snapshot.DiskFile, s3.StatObjectOptions{})
 	if err != nil || info.Size != 2<<20 {
 		t.Fatalf("disk object: %d bytes (%v), want the manifest's 2 MiB extent", info.Size, err)
 	}
@@ -70,7 +70,7 @@ func TestS3UploadTakesTheManifestsSums(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer release()
-	have, err := os.ReadFile(filepath.Join(got, vm.DiskFile))
+	have, err := os.ReadFile(filepath.Join(got, snapshot.DiskFile))
 	if err != nil || !bytes.Equal(have, data) {
 		t.Fatalf("disk layer differs after the download (%v)", err)
 	}

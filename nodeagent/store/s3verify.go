@@ -15,11 +15,13 @@ import (
 	"sync"
 
 	"github.com/minio/minio-go/v7"
+
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 )
 
-// manifestName is the snapshot's manifest (vm.ManifestFile): its exact
-// bytes are signed on their own as well.
-const manifestName = "manifest.json"
+// manifestName is the snapshot's manifest: its exact bytes are signed on
+// their own as well.
+const manifestName = snapshot.ManifestFile
 
 // signedMarker is the marker object: the marker's exact JSON and its
 // signature (a JSON re-encoding could differ in bytes, so the signature

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/nodeagent/store/storetest"
-	"github.com/sandlot-dev/sandlot/vm"
 )
 
 // TestDiskLayerSignedByItsExtents: a snapshot's disk layer, sealed by the
@@ -26,7 +26,7 @@ func TestDiskLayerSignedByItsExtents(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	m := &vm.Manifest{Version: vm.ManifestVersion, DiskExtents: [][2]int64{{1 << 20, 64 << 10}, {100 << 20, 64 << 10}}}
+	m := &snapshot.Manifest{Version: snapshot.ManifestVersion, DiskExtents: [][2]int64{{1 << 20, 64 << 10}, {100 << 20, 64 << 10}}}
 	layer := filepath.Join(t.TempDir(), "layer")
 	writeSparse(t, layer, 256<<20, m.DiskExtents)
 	data, err := os.ReadFile(layer)
@@ -37,8 +37,8 @@ func TestDiskLayerSignedByItsExtents(t *testing.T) {
 	for _, e := range m.DiskExtents {
 		h.Write(data[e[0] : e[0]+e[1]])
 	}
-	writeSparse(t, filepath.Join(dir, vm.DiskFile), 256<<20, m.DiskExtents)
-	m.Disk = vm.FileRef{Path: vm.DiskFile, Size: 256 << 20, DataSHA256: hex.EncodeToString(h.Sum(nil))}
+	writeSparse(t, filepath.Join(dir, snapshot.DiskFile), 256<<20, m.DiskExtents)
+	m.Disk = snapshot.FileRef{Path: snapshot.DiskFile, Size: 256 << 20, DataSHA256: hex.EncodeToString(h.Sum(nil))}
 	if err := m.Write(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestDiskLayerSignedByItsExtents(t *testing.T) {
 	} else {
 		release()
 	}
-	f, err := os.OpenFile(filepath.Join(mb.Dir, sub, key, vm.DiskFile), os.O_WRONLY, 0)
+	f, err := os.OpenFile(filepath.Join(mb.Dir, sub, key, snapshot.DiskFile), os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

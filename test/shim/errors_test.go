@@ -12,9 +12,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/crienv"
-	"github.com/sandlot-dev/sandlot/vm"
 )
 
 // TestBadInput: what the shim cannot run is a clear CRI error, and the
@@ -71,7 +71,7 @@ func foreignSnapshot(t *testing.T, src, dst, key, value string) string {
 	if out, err := exec.Command("cp", "-a", src, dst).CombinedOutput(); err != nil {
 		t.Fatalf("cp: %v: %s", err, out)
 	}
-	path := filepath.Join(dst, vm.ManifestFile)
+	path := filepath.Join(dst, snapshot.ManifestFile)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

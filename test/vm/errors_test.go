@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	"github.com/sandlot-dev/sandlot/vm"
 )
 
@@ -35,7 +36,7 @@ func copySnapshot(t *testing.T) string {
 
 func editManifest(t *testing.T, dir string, edit func(m map[string]any)) {
 	t.Helper()
-	p := filepath.Join(dir, vm.ManifestFile)
+	p := filepath.Join(dir, snapshot.ManifestFile)
 	b, _ := os.ReadFile(p)
 	m := map[string]any{}
 	if err := json.Unmarshal(b, &m); err != nil {
@@ -57,18 +58,18 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 		want   string
 	}{
 		{"corrupt device state", func(t *testing.T, dir string) {
-			f, _ := os.OpenFile(filepath.Join(dir, vm.StateFile), os.O_WRONLY, 0)
+			f, _ := os.OpenFile(filepath.Join(dir, snapshot.StateFile), os.O_WRONLY, 0)
 			f.WriteAt([]byte("garbage!"), 100)
 			f.Close()
 		}, "device state is corrupt"},
 		{"truncated memory", func(t *testing.T, dir string) {
-			os.Truncate(filepath.Join(dir, vm.MemoryFile), 4096)
+			os.Truncate(filepath.Join(dir, snapshot.MemoryFile), 4096)
 		}, "truncated or replaced"},
 		{"missing disk layer", func(t *testing.T, dir string) {
-			os.Remove(filepath.Join(dir, vm.DiskFile))
+			os.Remove(filepath.Join(dir, snapshot.DiskFile))
 		}, "no such file"},
 		{"corrupt manifest", func(t *testing.T, dir string) {
-			os.WriteFile(filepath.Join(dir, vm.ManifestFile), []byte("{not json"), 0o644)
+			os.WriteFile(filepath.Join(dir, snapshot.ManifestFile), []byte("{not json"), 0o644)
 		}, "corrupt manifest"},
 		{"another QEMU", func(t *testing.T, dir string) {
 			editManifest(t, dir, func(m map[string]any) { m["qemuVersion"] = "9.9.9" })

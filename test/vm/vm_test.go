@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	"github.com/sandlot-dev/sandlot/test/poll"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 	"github.com/sandlot-dev/sandlot/vm"
@@ -209,7 +210,7 @@ func TestConcurrentClones(t *testing.T) {
 			t.Fatalf("%s sees %q: a sibling's write leaked", g.Name, got)
 		}
 	}
-	if err := vm.Verify(snap); err != nil {
+	if err := snapshot.Verify(snap); err != nil {
 		t.Fatalf("the snapshot changed under its clones: %v", err)
 	}
 }
@@ -358,7 +359,7 @@ func TestSnapshotWhenBaseIsGone(t *testing.T) {
 	defer cancel()
 	v, g := restoreClone(t, ctx, dir, "orphan", "10.0.2.52", 52)
 	sum := run(t, ctx, g, "head -c 8M /dev/urandom > /tmp/mine && sha256sum /tmp/mine")
-	if err := os.Remove(filepath.Join(dir, vm.MemoryFile)); err != nil {
+	if err := os.Remove(filepath.Join(dir, snapshot.MemoryFile)); err != nil {
 		t.Fatal(err)
 	}
 	snap := filepath.Join(t.TempDir(), "full")

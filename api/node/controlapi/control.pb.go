@@ -214,7 +214,7 @@ func (x *SnapshotRequest) GetDir() string {
 
 type SnapshotResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// manifest_json is the snapshot's vm.Manifest as written to manifest.json.
+	// manifest_json is the snapshot's manifest (api/snapshot) as written to manifest.json.
 	ManifestJson []byte `protobuf:"bytes,1,opt,name=manifest_json,json=manifestJson,proto3" json:"manifest_json,omitempty"`
 	// paused_nanos: how long the VM's vCPUs were stopped for it.
 	PausedNanos int64 `protobuf:"varint,2,opt,name=paused_nanos,json=pausedNanos,proto3" json:"paused_nanos,omitempty"`

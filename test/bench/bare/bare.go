@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/api/snapshot"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 	"github.com/sandlot-dev/sandlot/vm"
 	"github.com/sandlot-dev/sandlot/vm/qmp"
@@ -43,13 +44,13 @@ func (c *Clone) PID() int { return c.cmd.Process.Pid }
 // is not timed.
 type Staged struct {
 	snap, dir, layer string
-	m                *vm.Manifest
+	m                *snapshot.Manifest
 }
 
 // Stage copies snap's writable disk into dir (created; removed by the
 // clone's Stop, or by Discard if it never starts).
 func Stage(snap, dir string) (*Staged, error) {
-	m, err := vm.ReadManifest(snap)
+	m, err := snapshot.ReadManifest(snap)
 	if err != nil {
 		return nil, fmt.Errorf("stage a bare clone of %s: %w", snap, err)
 	}
@@ -57,7 +58,7 @@ func Stage(snap, dir string) (*Staged, error) {
 		return nil, fmt.Errorf("stage a bare clone of %s: %w", snap, err)
 	}
 	layer := filepath.Join(dir, "disk.raw")
-	if out, err := exec.Command("cp", "--sparse=always", filepath.Join(snap, vm.DiskFile), layer).CombinedOutput(); err != nil {
+	if out, err := exec.Command("cp", "--sparse=always", filepath.Join(snap, snapshot.DiskFile), layer).CombinedOutput(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("stage a bare clone of %s: cp: %w: %s", snap, err, out)
 	}
@@ -75,7 +76,7 @@ func (s *Staged) Discard() { _ = os.RemoveAll(s.dir) }
 // (called after cont) returned, with the time from QEMU's exec until then.
 func (s *Staged) Start(ctx context.Context, g vmtest.Guest, ready func(context.Context) error) (*Clone, time.Duration, error) {
 	m := s.m
-	spec := vm.Spec{Name: "bare", Accel: m.Accel, VCPU: m.VCPU, MemoryMiB: m.MemoryMiB, MemoryPath: filepath.Join(s.snap, vm.MemoryFile),
+	spec := vm.Spec{Name: "bare", Accel: m.Accel, VCPU: m.VCPU, MemoryMiB: m.MemoryMiB, MemoryPath: filepath.Join(s.snap, snapshot.MemoryFile),
 		BaseDisk: m.BaseDisk.Path, Layer: s.layer, QMPSocket: filepath.Join(s.dir, "qmp.sock"), ControlSocket: filepath.Join(s.dir, "ctl.sock"),
 		Net: g.Net, Incoming: true, Sandbox: true}
 	args, err := spec.Args()
@@ -90,7 +91,7 @@ func (s *Staged) Start(ctx context.Context, g vmtest.Guest, ready func(context.C
 		s.Discard()
 		return nil, 0, fmt.Errorf("bare clone of %s: %w", s.snap, err)
 	}
-	if err := load(ctx, spec.QMPSocket, filepath.Join(s.snap, vm.StateFile)); err != nil {
+	if err := load(ctx, spec.QMPSocket, filepath.Join(s.snap, snapshot.StateFile)); err != nil {
 		c.Stop()
 		return nil, 0, fmt.Errorf("bare clone of %s: %w", s.snap, err)
 	}

@@ -1,4 +1,10 @@
-package vm
+// Package snapshot is the on-disk format of a sandlot snapshot: the
+// files of a snapshot directory, its manifest (what it holds, what may
+// restore it, the checksums that seal it) and the sha256 sidecar of a base
+// disk. The VM layer writes it, the shim and the node agent read it, the
+// store signs and checks it; all of them parse a manifest here and only
+// here. Standard library only, so any of them may import it.
+package snapshot
 
 import (
 	"crypto/sha256"
@@ -7,16 +13,17 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
 
 // ManifestVersion is the snapshot format; restores refuse other versions.
 const ManifestVersion = 1
+
+// PageSize is the unit of a memory layer's page runs (LayerRuns).
+const PageSize = 4096
 
 // Snapshot file names inside a snapshot directory.
 const (
@@ -48,7 +55,8 @@ type Manifest struct {
 	// DiskExtents are the data runs {offset, length} of Disk: a restore
 	// copies those (null, from a manifest before them: what SEEK_DATA finds).
 	DiskExtents [][2]int64 `json:"diskExtents"`
-	// LayerRuns are the page runs [first, end) MemoryLayer holds.
+	// LayerRuns are the page runs [first, end) MemoryLayer holds, in
+	// pages of PageSize.
 	LayerRuns [][2]int64 `json:"layerRuns,omitempty"`
 	// FullRAM marks a restored VM's snapshot that holds all of its RAM
 	// because its base was gone: the fallback, reported as such.
@@ -62,7 +70,7 @@ type Manifest struct {
 }
 
 // FileRef is a file of (or used by) a snapshot. A restore opens it only
-// inside the roots it was given (Manifest.Confine).
+// inside the roots it was given (vm.Confine).
 type FileRef struct {
 	Path   string `json:"path"` // relative to the snapshot dir, or absolute
 	Size   int64  `json:"size"`
@@ -158,10 +166,11 @@ func (m *Manifest) Compatible(accel, qemuVersion, cpu string) error {
 	return nil
 }
 
-// checkFiles verifies every file the snapshot needs exists with its size,
-// and that the small ones (state) still hash right. Large files are
-// checked by size here and by Verify in full.
-func (m *Manifest) checkFiles(dir string) error {
+// CheckFiles verifies every file the snapshot needs exists with its size,
+// and that the small ones (state) still hash right: what a restore checks
+// before it opens them. Large files are checked by size here and by Verify
+// in full.
+func (m *Manifest) CheckFiles(dir string) error {
 	refs := []FileRef{m.State, m.Disk, m.Memory}
 	if m.MemoryLayer != nil {
 		refs = append(refs, *m.MemoryLayer)
@@ -233,7 +242,7 @@ func (m *Manifest) ExtentsOf(f FileRef) [][2]int64 {
 func LayerExtents(runs [][2]int64) [][2]int64 {
 	ext := make([][2]int64, 0, len(runs))
 	for _, r := range runs {
-		ext = append(ext, [2]int64{r[0] * pageSize, (r[1] - r[0]) * pageSize})
+		ext = append(ext, [2]int64{r[0] * PageSize, (r[1] - r[0]) * PageSize})
 	}
 	return ext
 }
@@ -269,9 +278,9 @@ func fileSHA256(p string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// fileRef describes a snapshot file for the manifest (its data is made
-// durable after the snapshot answers: syncLater).
-func fileRef(dir, name string) (FileRef, error) {
+// NewFileRef describes the file name of dir for the manifest by its whole
+// content's sha256.
+func NewFileRef(dir, name string) (FileRef, error) {
 	p := filepath.Join(dir, name)
 	fi, err := os.Stat(p)
 	if err != nil {
@@ -281,8 +290,9 @@ func fileRef(dir, name string) (FileRef, error) {
 	return FileRef{Path: name, Size: fi.Size(), SHA256: sum}, err
 }
 
-// dataRef describes the sparse disk layer by its data extents.
-func dataRef(dir, name string, extents [][2]int64) (FileRef, error) {
+// NewDataRef describes a sparse file of dir (the disk layer, the memory
+// layer) by the sha256 of its data extents (DataSHA256).
+func NewDataRef(dir, name string, extents [][2]int64) (FileRef, error) {
 	p := filepath.Join(dir, name)
 	fi, err := os.Stat(p)
 	if err != nil {
@@ -292,107 +302,49 @@ func dataRef(dir, name string, extents [][2]int64) (FileRef, error) {
 	return FileRef{Path: name, Size: fi.Size(), DataSHA256: sum}, err
 }
 
-// CPUFingerprint digests the host CPU's model and flags: a restored VM
-// sees the same CPU as the VM it was taken from.
-func CPUFingerprint() string {
-	b, _ := os.ReadFile("/proc/cpuinfo")
-	var model, flags string
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, _ := strings.Cut(line, ":")
-		switch strings.TrimSpace(k) {
-		case "model name":
-			model = strings.TrimSpace(v)
-		case "flags":
-			flags = strings.TrimSpace(v)
-		}
-		if model != "" && flags != "" {
-			break
-		}
+// DiskSumSuffix names a base disk's sha256 sidecar: "<disk>.sha256", the
+// sum in hex and a newline.
+const DiskSumSuffix = ".sha256"
+
+// ReadDiskSum is the sha256 in disk's sidecar; ok is false when there is
+// none (or it holds no sha256).
+func ReadDiskSum(disk string) (sum string, ok bool) {
+	b, err := os.ReadFile(disk + DiskSumSuffix)
+	if sum = strings.TrimSpace(string(b)); err != nil || len(sum) != 64 {
+		return "", false
 	}
-	sum := sha256.Sum256([]byte(model + "\n" + flags))
-	return hex.EncodeToString(sum[:8])
+	return sum, true
 }
 
-var (
-	qemuVersions   sync.Map // binary -> version
-	versionPattern = "QEMU emulator version "
-)
-
-// QEMUVersion is the version `qemu --version` prints, cached per binary.
-func QEMUVersion(bin string) (string, error) { return QEMUVersionIn("", bin) }
-
-// QEMUVersionIn is QEMUVersion of the QEMU of the root filesystem at root
-// ("" is this one): run chrooted there, with that system's libraries —
-// how a node agent in a container reads its node's QEMU (the node's / is
-// mounted in the container).
-func QEMUVersionIn(root, bin string) (string, error) {
-	if bin == "" {
-		bin = "qemu-system-x86_64"
-	}
-	key := root + "\x00" + bin
-	if v, ok := qemuVersions.Load(key); ok {
-		return v.(string), nil
-	}
-	cmd, err := RootCommand(root, bin, "--version")
-	if err != nil {
-		return "", err
-	}
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("%s --version in %q (is qemu-system-x86 installed?): %w", bin, root, err)
-	}
-	first, _, _ := strings.Cut(string(out), "\n")
-	v, ok := strings.CutPrefix(first, versionPattern)
-	if !ok {
-		return "", fmt.Errorf("%s --version: unexpected %q", bin, first)
-	}
-	v, _, _ = strings.Cut(v, " ")
-	qemuVersions.Store(key, v)
-	return v, nil
+// WriteDiskSum writes disk's sidecar, read-only.
+func WriteDiskSum(disk, sum string) error {
+	return os.WriteFile(disk+DiskSumSuffix, []byte(sum+"\n"), 0o400)
 }
 
-// DiskSHA256 is a base disk's sha256, read from the "<disk>.sha256"
-// sidecar the image cache writes when it builds the disk (base disks are
+// DiskSHA256 is a base disk's sha256, read from its sidecar (ReadDiskSum),
+// which the image cache writes when it builds the disk (base disks are
 // large and never change); without one it is computed and the sidecar
 // written for the next snapshot.
 func DiskSHA256(disk string) (string, error) {
-	if b, err := os.ReadFile(disk + ".sha256"); err == nil && len(strings.TrimSpace(string(b))) == 64 {
-		return strings.TrimSpace(string(b)), nil
+	if sum, ok := ReadDiskSum(disk); ok {
+		return sum, nil
 	}
 	sum, err := fileSHA256(disk)
 	if err != nil {
 		return "", fmt.Errorf("base disk sha256: %w", err)
 	}
-	_ = os.WriteFile(disk+".sha256", []byte(sum+"\n"), 0o400) // a cache: a read-only dir just recomputes
+	_ = WriteDiskSum(disk, sum) // a cache: a read-only dir just recomputes
 	return sum, nil
 }
 
-// rootPATH is where RootCommand looks for a program in another root.
-var rootPATH = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
-
-// RootCommand is a command run chrooted in root ("" is this root) with
-// that system's programs and libraries: a container with a node's / at
-// root runs the node's own QEMU or systemctl. The program is looked up
-// in root's PATH directories, not this one's.
-func RootCommand(root, name string, args ...string) (*exec.Cmd, error) {
-	if root == "" {
-		return exec.Command(name, args...), nil
+// allocated is the bytes a file really occupies (its blocks).
+func allocated(p string) int64 {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return 0
 	}
-	path := name
-	if !strings.Contains(name, "/") {
-		path = ""
-		for _, dir := range rootPATH {
-			if fi, err := os.Stat(filepath.Join(root, dir, name)); err == nil && fi.Mode()&0o111 != 0 {
-				path = filepath.Join(dir, name)
-				break
-			}
-		}
-		if path == "" {
-			return nil, fmt.Errorf("%s: not found in %s's %s", name, root, strings.Join(rootPATH, ":"))
-		}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
 	}
-	cmd := &exec.Cmd{Path: path, Args: append([]string{name}, args...), Dir: "/",
-		Env:         []string{"PATH=" + strings.Join(rootPATH, ":")},
-		SysProcAttr: &syscall.SysProcAttr{Chroot: root}}
-	return cmd, nil
+	return fi.Size()
 }
