@@ -41,6 +41,14 @@ var (
 		Name: "sandlot_pool_claims_total",
 		Help: "Starts of a template's sandboxes by outcome: hit (claimed a warm pool pod), slot (claimed a start slot) or miss (no pool pod was free).",
 	}, []string{"template", "result"})
+	createFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandlot_sandbox_create_failures_total",
+		Help: "Sandboxes that failed before they first ran, by source and reason (the Sandbox's status reason: PodFailed, PodLost, SourceFailed, ...; Other for any other).",
+	}, []string{"source", "reason"})
+	buildFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandlot_template_build_failures_total",
+		Help: "Failed attempts at a template's base build on a node, by reason: ImageMissing and BuilderLost are retried with backoff; BuildFailed, ProbeTimeout and InvalidImage are final until the spec changes.",
+	}, []string{"reason"})
 )
 
 // state is the registered stateCollector; SetupAll points it at its
@@ -48,7 +56,7 @@ var (
 var state = &stateCollector{}
 
 func init() {
-	metrics.Registry.MustRegister(createSeconds, resumeSeconds, poolClaims, state)
+	metrics.Registry.MustRegister(createSeconds, resumeSeconds, poolClaims, createFailures, buildFailures, state)
 }
 
 // startObserved is what a status change says about a start: which
@@ -115,12 +123,17 @@ func (s *startsSeen) first(sbx *sandlotv1.Sandbox, resume bool) bool {
 	if resume {
 		key = sbx.Status.LastResumedAt.UTC().Format(time.RFC3339Nano)
 	}
+	return s.mark(sbx.UID, key)
+}
+
+// mark records key as uid's last event counted; false when it was already.
+func (s *startsSeen) mark(uid types.UID, key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.last[sbx.UID] == key {
+	if s.last[uid] == key {
 		return false
 	}
-	s.last[sbx.UID] = key
+	s.last[uid] = key
 	return true
 }
 

@@ -108,6 +108,7 @@ func (r *SandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	} else {
 		r.written.wrote(req.NamespacedName, orig.ResourceVersion, sbx.ResourceVersion)
 		observeStart(orig, sbx, r.now())
+		observeCreateFailure(orig, sbx)
 	}
 	return res, err
 }

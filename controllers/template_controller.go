@@ -75,6 +75,9 @@ func (r *TemplateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if perr := patchStatus(ctx, r.Client, r.Recorder, orig, tpl); perr != nil {
 		return ctrl.Result{}, errors.Join(err, perr)
 	}
+	if tpl.ResourceVersion != orig.ResourceVersion { // written, not refused as stale
+		observeBuildFailures(orig.Status.BaseSnapshots, tpl.Status.BaseSnapshots)
+	}
 	return res, err
 }
 

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
@@ -20,6 +21,7 @@ func TestBaseBuildRetried(t *testing.T) {
 	h := newHarness(t)
 	h.runKubelet()
 	startController(t)
+	missing := counter(t, "sandlot_template_build_failures_total", "reason", sandlotv1.ReasonImageMissing)
 	h.addNode("retry-node", "8", "16Gi", nil)
 	tpl := h.acceptedTemplate("late-image", 512)
 	first := h.waitPhase(h.baseBuilder("late-image"), sandlotv1.SandboxStarting)
@@ -36,6 +38,12 @@ func TestBaseBuildRetried(t *testing.T) {
 	if wait := time.Until(failed.RetryAt.Time); wait > 20*time.Second {
 		t.Fatalf("first retry in %v, want about 15s", wait)
 	}
+	h.eventually(5*time.Second, "the failed attempt counted", func() error {
+		if got := counter(t, "sandlot_template_build_failures_total", "reason", sandlotv1.ReasonImageMissing) - missing; got != 1 {
+			return fmt.Errorf("ImageMissing build failures moved by %v, want 1", got)
+		}
+		return nil
+	})
 	h.gone(first)
 	h.baseEntry("late-image", "retry-node", func(e sandlotv1.BaseSnapshot) error {
 		if e.Phase != sandlotv1.BaseBuilding || e.Attempts != 2 || e.RetryAt != nil {
@@ -50,6 +58,29 @@ func TestBaseBuildRetried(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// counter is the value of the counter name's series whose label is value
+// in the controller's registry (0 when it has none yet).
+func counter(t *testing.T, name, label, value string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // baseBuilder waits for a builder of the template (no build steps).

@@ -27,10 +27,59 @@ var (
 		Name: "sandlot_api_proxy_requests_total",
 		Help: "Sandbox traffic by outcome: forwarded, refused (token), unavailable (unknown, paused, not running), resumed (autoResume).",
 	}, []string{"outcome"})
+	createFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandlot_api_create_failures_total",
+		Help: "Sandbox creates (POST /sandboxes) that failed, by reason: Invalid, RateLimited, TemplateNotFound, QuotaExceeded, " +
+			"Refused, SandboxFailed, Deleted, Timeout, ClientGone, Error.",
+	}, []string{"reason"})
 )
 
 func init() {
-	registry.MustRegister(requests, requestSeconds, proxied, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry.MustRegister(requests, requestSeconds, proxied, createFailures,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+}
+
+// Where a create stands, for the reason of its failure.
+type createStage int
+
+const (
+	createRequest createStage = iota // the request, its rate, the Sandbox object
+	createResolve                    // the template ID
+	createStart                      // the Sandbox's create
+	createWait                       // its start, until usable
+)
+
+// createFailureReason names a failed create from where it failed and the
+// answer's code: a bounded set, never the message.
+func createFailureReason(stage createStage, code int) string {
+	switch {
+	case code == http.StatusTooManyRequests && stage == createStart:
+		return "QuotaExceeded" // the team's ResourceQuota (kubeError)
+	case code == http.StatusTooManyRequests:
+		return "RateLimited"
+	case code == http.StatusNotFound && stage == createResolve:
+		return "TemplateNotFound"
+	case code == http.StatusGone:
+		return "Deleted"
+	case code == http.StatusGatewayTimeout:
+		return "Timeout"
+	case code == 499:
+		return "ClientGone"
+	case stage == createRequest && code >= 400 && code < 500:
+		return "Invalid"
+	case stage == createStart && code >= 400 && code < 500:
+		return "Refused" // the API server refused the Sandbox
+	case stage == createWait:
+		return "SandboxFailed" // it failed to start
+	}
+	return "Error"
+}
+
+// observeCreateFailure counts a create that answered err (nil: none).
+func observeCreateFailure(stage createStage, err *apiError) {
+	if err != nil {
+		createFailures.WithLabelValues(createFailureReason(stage, err.Code)).Inc()
+	}
 }
 
 // MetricsHandler serves the API's metrics in Prometheus' format.

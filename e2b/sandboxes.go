@@ -34,7 +34,9 @@ var sandboxIDPattern = regexp.MustCompile(`^[a-z0-9]{20}$`)
 
 // createSandbox is charged to the key's create rate once the request is
 // valid (a malformed one costs nothing) and before anything is looked up.
-func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) (code int, body any, aerr *apiError) {
+	stage := createRequest
+	defer func() { observeCreateFailure(stage, aerr) }()
 	var req newSandbox
 	if err := decodeBody(r, &req); err != nil {
 		return 0, nil, err
@@ -45,15 +47,22 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) (int, any
 	if err := s.allowCreate(w, r, 1); err != nil {
 		return 0, nil, err
 	}
+	stage = createResolve
 	source, err := s.resolveTemplate(r.Context(), req.TemplateID)
 	if err != nil {
 		return 0, nil, err
 	}
+	stage = createRequest
 	sbx, err := s.newSandboxObject(teamOf(r.Context()), &req, source)
 	if err != nil {
 		return 0, nil, err
 	}
-	if sbx, err = s.startSandbox(r.Context(), sbx); err != nil {
+	stage = createStart
+	if err := s.kube.Create(r.Context(), sbx); err != nil {
+		return 0, nil, kubeError("create the sandbox", err)
+	}
+	stage = createWait
+	if sbx, err = s.awaitStart(r.Context(), sbx); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusCreated, s.sandboxJSON(r.Context(), sbx), nil
@@ -96,6 +105,12 @@ func (s *Server) startSandbox(ctx context.Context, sbx *sandlotv1.Sandbox) (*san
 	if err := s.kube.Create(ctx, sbx); err != nil {
 		return nil, kubeError("create the sandbox", err)
 	}
+	return s.awaitStart(ctx, sbx)
+}
+
+// awaitStart waits until the created sbx is usable; one that does not
+// get there is deleted.
+func (s *Server) awaitStart(ctx context.Context, sbx *sandlotv1.Sandbox) (*sandlotv1.Sandbox, *apiError) {
 	ready, aerr := s.waitUsable(ctx, sbx.Namespace, sbx.Name, sbx.Generation)
 	if aerr != nil {
 		// Nothing half-made stays behind a failed create.

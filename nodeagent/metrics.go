@@ -36,13 +36,34 @@ var (
 	}, []string{"start"})
 )
 
+// The agent's failure counters; their reason label is one of a known set
+// (failures.go), never free text.
+var (
+	snapshotFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandlot_agent_snapshot_failures_total",
+		Help: "Snapshots and pause packages that failed on this node, by kind and reason (AgentRestarted, SandboxNotRunning, " +
+			"ShimUnreachable, SnapshotFailed, StoreFailed; Other).",
+	}, []string{"kind", "reason"})
+	uploadFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandlot_agent_upload_failures_total",
+		Help: "Data whose upload to the shared store failed (remote status Failed: no other node can restore it), by kind and reason.",
+	}, []string{"kind", "reason"})
+	restoreFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandlot_agent_restore_failures_total",
+		Help: "Restores whose data this node's agent did not hand to the shim, by reason (NotFound, Refused, " +
+			"IntegrityCheckFailed, ManifestRejected, Error).",
+	}, []string{"reason"})
+)
+
 func init() {
-	metrics.Registry.MustRegister(dataSeconds, dataBytes, remoteReadySeconds, restoreSeconds)
+	metrics.Registry.MustRegister(dataSeconds, dataBytes, remoteReadySeconds, restoreSeconds,
+		snapshotFailures, uploadFailures, restoreFailures)
 }
 
 // observeData records what a status change of data says: Ready (its
 // duration and size) and remote Ready (the time after Ready).
 func observeData(kind string, created metav1.Time, old, cur sandlotv1.DataStatus) {
+	observeDataFailure(kind, old, cur)
 	if old.Phase != sandlotv1.DataReady && cur.Phase == sandlotv1.DataReady && cur.CompletionTime != nil {
 		dataSeconds.WithLabelValues(kind).Observe(cur.CompletionTime.Sub(created.Time).Seconds())
 		dataBytes.WithLabelValues(kind).Observe(float64(cur.TotalBytes))

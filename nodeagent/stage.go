@@ -85,6 +85,7 @@ func (s *StageServer) stage(w http.ResponseWriter, r *http.Request) {
 	switch err := s.guard.authorize(r.Context(), req); {
 	case errors.Is(err, errStageRefused):
 		log.FromContext(r.Context()).Info("refused a stage request", "key", key, "reason", err.Error())
+		observeRestoreFailure(restoreRefused)
 		writeError(w, http.StatusForbidden, err)
 		return
 	case err != nil:
@@ -93,6 +94,7 @@ func (s *StageServer) stage(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	dir, release, err := s.layout.open(r.Context(), key)
+	observeStageError(err)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		writeError(w, http.StatusNotFound, err)
