@@ -10,6 +10,9 @@
 #                  api/ and test/ only)
 #   snapshot       api/snapshot (the snapshot format) imports the standard
 #                  library only
+#   store          nodeagent/store depends on neither vm/ nor api/v1alpha1,
+#                  tests included (it has api/snapshot and its own
+#                  RemoteState; the agent maps that to the API)
 #   file-length    non-test, non-generated .go files <= 500 lines, unless a
 #                  `// long: <why>` comment comes before the package clause
 #   func-length    functions in those files <= 60 lines (the `func` line to
@@ -117,6 +120,14 @@ while read -r dep; do
 	[[ -z "$dep" ]] && continue
 	fail snapshot "api/snapshot depends on $dep (the snapshot format uses the standard library only)"
 done < <(go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./api/snapshot | grep -vxF "$MOD/api/snapshot")
+
+# store: the snapshot store knows the format, not the VMM or the CRDs.
+while read -r dep; do
+	[[ -z "$dep" ]] && continue
+	fail store "nodeagent/store depends on $dep (it uses api/snapshot and its own RemoteState; go list -test -deps ./nodeagent/store/...)"
+done < <(go list -e -test -deps ./nodeagent/store/... |
+	awk -v m="$MOD" '{ p = $1 } p == m "/vm" || index(p, m "/vm/") == 1 || p == m "/api/v1alpha1" { print substr(p, length(m) + 2) }' |
+	sort -u)
 
 # file-length and func-length, on the files gofmt checks (gofmt puts a
 # top-level func's closing brace in column 0).

@@ -381,7 +381,7 @@ func (r *DataReconciler) followRemote(ctx context.Context, snap dataObject) (ctr
 		return ctrl.Result{}, err
 	}
 	setRemote(st, snap.GetGeneration(), rs)
-	if !remoteFinal(rs.Remote) {
+	if !remoteFinal(st.RemoteStatus) {
 		return ctrl.Result{RequeueAfter: remotePollAfter(st.CompletionTime)}, nil
 	}
 	return ctrl.Result{}, nil
@@ -406,16 +406,13 @@ func remoteFinal(r sandlotv1.RemoteStatus) bool {
 // setRemote records a remote status and, for a store other nodes read,
 // the RemoteReady condition with the store's reason (retries, failure).
 func setRemote(st *sandlotv1.DataStatus, gen int64, rs store.Status) {
-	if rs.Remote == sandlotv1.RemotePending { // queued behind other uploads: under way for the user
-		rs.Remote = sandlotv1.RemoteInProgress
-		if rs.Message == "" {
-			rs.Message = "upload queued"
-		}
+	if rs.Remote == store.RemotePending && rs.Message == "" {
+		rs.Message = "upload queued"
 	}
-	st.RemoteStatus = rs.Remote
+	st.RemoteStatus = remoteStatus(rs.Remote)
 	cond := metav1.Condition{Type: sandlotv1.ConditionRemoteReady, Status: metav1.ConditionFalse,
-		Reason: string(rs.Remote), Message: rs.Message, ObservedGeneration: gen}
-	switch rs.Remote {
+		Reason: string(st.RemoteStatus), Message: rs.Message, ObservedGeneration: gen}
+	switch st.RemoteStatus {
 	case sandlotv1.RemoteNotApplicable:
 		return
 	case sandlotv1.RemoteReady:

@@ -137,10 +137,10 @@ func TestSnapshotFailureIsAWarning(t *testing.T) {
 type remoteStore struct {
 	*store.Local
 	mu     sync.Mutex
-	remote sandlotv1.RemoteStatus
+	remote store.RemoteState
 }
 
-func (s *remoteStore) set(r sandlotv1.RemoteStatus) {
+func (s *remoteStore) set(r store.RemoteState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.remote = r
@@ -154,7 +154,7 @@ func (s *remoteStore) Status(ctx context.Context, key string) (store.Status, err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st.Remote, st.Message = s.remote, "upload "+string(s.remote)
-	if s.remote == sandlotv1.RemoteReady {
+	if s.remote == store.RemoteReady {
 		st.ReadyTime = time.Now()
 	}
 	return st, nil
@@ -168,7 +168,7 @@ func TestPausedSandboxRemoteStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &remoteStore{Local: local, remote: sandlotv1.RemoteInProgress}
+	st := &remoteStore{Local: local, remote: store.RemoteInProgress}
 	a := startAgent(t, st)
 	const id = "pausedsandbox0000001"
 	_, pod, _ := a.runningSandbox("paused", id)
@@ -184,7 +184,7 @@ func TestPausedSandboxRemoteStatus(t *testing.T) {
 	}
 	a.waitEvent(ps, corev1.EventTypeNormal, "Persisted", "Ready=True")
 
-	st.set(sandlotv1.RemoteReady)
+	st.set(store.RemoteReady)
 	a.eventually("remote status Ready", func() error {
 		if err := a.get(ps); err != nil {
 			return err

@@ -11,7 +11,6 @@ import (
 	"sync"
 
 	"github.com/sandlot-dev/sandlot/api/snapshot"
-	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 )
 
@@ -107,7 +106,7 @@ func (l *layout) shareBaseDisk(ctx context.Context, disk snapshot.FileRef) (stri
 	defer l.diskMu.Unlock()
 	// Committed and not Failed: shared already, or under way. A Failed
 	// upload is committed afresh (a new upload run) below.
-	if st, err := l.store.Status(ctx, key); err == nil && st.Remote != sandlotv1.RemoteFailed {
+	if st, err := l.store.Status(ctx, key); err == nil && st.Remote != store.RemoteFailed {
 		return dst, nil
 	}
 	if err := discardUncommitted(ctx, l.store, key); err != nil {
@@ -178,7 +177,7 @@ func (l *layout) deps(key string) ([]string, error) {
 // node can restore it only when all of them are Ready.
 func (l *layout) remote(ctx context.Context, key string) (store.Status, error) {
 	st, err := l.store.Status(ctx, key)
-	if err != nil || st.Remote != sandlotv1.RemoteReady {
+	if err != nil || st.Remote != store.RemoteReady {
 		return st, err
 	}
 	deps, err := l.deps(key)
@@ -190,7 +189,7 @@ func (l *layout) remote(ctx context.Context, key string) (store.Status, error) {
 		if err != nil {
 			return store.Status{}, fmt.Errorf("%s depends on %s: %w", key, d, err)
 		}
-		if ds.Remote != sandlotv1.RemoteReady {
+		if ds.Remote != store.RemoteReady {
 			ds.Message = fmt.Sprintf("waiting for %s: %s", d, ds.Message)
 			return ds, nil
 		}

@@ -11,8 +11,6 @@ import (
 	"sort"
 	"sync"
 	"time"
-
-	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
 // JuiceFSConfig configures the juicefs backend.
@@ -161,7 +159,7 @@ func (j *JuiceFS) Commit(ctx context.Context, key string) (Info, error) {
 		return Info{}, err
 	}
 	if ok, _ := exists(j.readyPath(key)); ok {
-		return Info{Key: key, Bytes: rec.Bytes, Remote: api.RemoteReady}, nil
+		return Info{Key: key, Bytes: rec.Bytes, Remote: RemoteReady}, nil
 	}
 	if err := j.sign(key, rec.Files); err != nil {
 		return Info{}, fmt.Errorf("store: commit %s: sign: %w", key, err)
@@ -174,7 +172,7 @@ func (j *JuiceFS) Commit(ctx context.Context, key string) (Info, error) {
 		return Info{}, fmt.Errorf("store: commit %s: %w", key, err)
 	}
 	j.watch(key, time.Now())
-	return Info{Key: key, Bytes: rec.Bytes, Remote: api.RemoteInProgress}, nil
+	return Info{Key: key, Bytes: rec.Bytes, Remote: RemoteInProgress}, nil
 }
 
 // touch creates an empty file durably.
@@ -281,7 +279,7 @@ func (j *JuiceFS) Open(ctx context.Context, key string) (string, func(), error) 
 	if err != nil {
 		return "", nil, fmt.Errorf("store: open %s: %w", key, err)
 	}
-	if st.Remote != api.RemoteReady && !st.own {
+	if st.Remote != RemoteReady && !st.own {
 		return "", nil, fmt.Errorf("store: open %s: %w: %s", key, ErrNotReady, st.Message)
 	}
 	if err := j.verify(key); err != nil {
@@ -324,14 +322,14 @@ func (j *JuiceFS) status(key string) (jfsStatus, error) {
 	}
 	st := jfsStatus{Status: Status{Bytes: sumSizes(files)}, own: contains(nodes, j.cfg.Node)}
 	if fi, err := os.Stat(j.readyPath(key)); err == nil {
-		st.Remote, st.ReadyTime = api.RemoteReady, fi.ModTime().UTC()
+		st.Remote, st.ReadyTime = RemoteReady, fi.ModTime().UTC()
 		return st, nil
 	}
 	if ok, _ := exists(j.failedPath(key)); ok {
-		st.Remote, st.Message = api.RemoteFailed, j.failMessage(key, nodes)
+		st.Remote, st.Message = RemoteFailed, j.failMessage(key, nodes)
 		return st, nil
 	}
-	st.Remote = api.RemoteInProgress
+	st.Remote = RemoteInProgress
 	st.Message = j.waitMessage(key, nodes, st.own)
 	return st, nil
 }

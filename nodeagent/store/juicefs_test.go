@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/nodeagent/store/storetest"
 	"github.com/sandlot-dev/sandlot/test/poll"
@@ -92,12 +91,12 @@ func TestJuiceFSPerKey(t *testing.T) {
 	key := "snapshots/staging"
 	snap := commitStaged(t, a, fa, key, 9<<20)
 	st := waitMessage(t, a, key, "writeback staging")
-	if st.Remote != api.RemoteInProgress || !strings.Contains(st.Message, "8 blocks") {
+	if st.Remote != store.RemoteInProgress || !strings.Contains(st.Message, "8 blocks") {
 		t.Fatalf("Status while staged = %+v, want InProgress with its 8 blocks", st)
 	}
 	commitStaged(t, a, nil, "snapshots/uploaded", 1<<20)
 	storetest.WaitReady(t, a, "snapshots/uploaded", 10*time.Second)
-	if st, _ := a.Status(ctx, key); st.Remote != api.RemoteInProgress {
+	if st, _ := a.Status(ctx, key); st.Remote != store.RemoteInProgress {
 		t.Fatalf("Status of the staged key beside a Ready one = %+v, want InProgress", st)
 	}
 	if _, _, err := b.Open(ctx, key); !errors.Is(err, store.ErrNotReady) {
@@ -148,13 +147,13 @@ func TestJuiceFSDeadline(t *testing.T) {
 	key := "snapshots/late"
 	commitStaged(t, a, f, key, 1<<20)
 	st := waitMessage(t, a, key, "after 300ms")
-	if st.Remote != api.RemoteFailed || !strings.Contains(st.Message, "4 blocks") || !strings.Contains(st.Message, "failed 3 times") {
+	if st.Remote != store.RemoteFailed || !strings.Contains(st.Message, "4 blocks") || !strings.Contains(st.Message, "failed 3 times") {
 		t.Fatalf("Status past the deadline = %+v, want Failed with its 4 blocks left and the client's 3 failed requests", st)
 	}
 	if _, err := a.Commit(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := a.Status(ctx, key); st.Remote != api.RemoteInProgress {
+	if st, _ := a.Status(ctx, key); st.Remote != store.RemoteInProgress {
 		t.Fatalf("Status after a new Commit = %+v, want InProgress", st)
 	}
 	f.drain(t)
@@ -173,7 +172,7 @@ func TestJuiceFSWrongStagingDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := waitMessage(t, a, key, "no-such-uuid")
-	if st.Remote != api.RemoteInProgress {
+	if st.Remote != store.RemoteInProgress {
 		t.Fatalf("Status = %+v, want InProgress", st)
 	}
 }
@@ -195,7 +194,7 @@ func TestJuiceFSResume(t *testing.T) {
 	a.Close() // "crash" with snapshots/resume-a pending
 	fa.drain(t)
 	a2 := mustJFS(t, fa.config(t, mount, "node-a"))
-	if st, err := a2.Status(ctx, "snapshots/resume-a"); err != nil || st.Remote != api.RemoteInProgress {
+	if st, err := a2.Status(ctx, "snapshots/resume-a"); err != nil || st.Remote != store.RemoteInProgress {
 		t.Fatalf("Status before Resume = %+v, %v; want InProgress", st, err)
 	}
 	if err := a2.Resume(ctx); err != nil {
@@ -204,7 +203,7 @@ func TestJuiceFSResume(t *testing.T) {
 	storetest.WaitReady(t, a2, "snapshots/resume-a", 10*time.Second)
 	// b's key is b's to watch, not a2's.
 	a2.Close()
-	if st, err := a2.Status(ctx, "snapshots/resume-b"); err != nil || st.Remote != api.RemoteInProgress || !strings.Contains(st.Message, "node-b") {
+	if st, err := a2.Status(ctx, "snapshots/resume-b"); err != nil || st.Remote != store.RemoteInProgress || !strings.Contains(st.Message, "node-b") {
 		t.Fatalf("other node's key = %+v, %v; want InProgress waiting for node-b", st, err)
 	}
 }

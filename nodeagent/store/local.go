@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
 // metaDir holds a store's own files under its root; keys cannot start
@@ -75,7 +73,7 @@ func (l *Local) Commit(ctx context.Context, key string) (Info, error) {
 	if err := writeJSON(l.recordPath(key), rec); err != nil {
 		return Info{}, fmt.Errorf("store: commit %s: record: %w", key, err)
 	}
-	return Info{Key: key, Bytes: rec.Bytes, Remote: api.RemoteNotApplicable}, nil
+	return Info{Key: key, Bytes: rec.Bytes, Remote: RemoteNotApplicable}, nil
 }
 
 // commitRecord scans a written snapshot dir.
@@ -124,7 +122,7 @@ func (l *Local) Status(ctx context.Context, key string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	return Status{Remote: api.RemoteNotApplicable, Message: "local store: the data stays on this node", Bytes: rec.Bytes}, nil
+	return Status{Remote: RemoteNotApplicable, Message: "local store: the data stays on this node", Bytes: rec.Bytes}, nil
 }
 
 // Delete implements Store. The record goes first: a crash midway leaves

@@ -14,8 +14,6 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
-
-	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
 // S3Config configures the s3 backend.
@@ -148,14 +146,14 @@ const (
 // s3State is what this node knows of a key, persisted per key so a
 // restarted process resumes unfinished uploads.
 type s3State struct {
-	Key        string           `json:"key"`
-	Origin     string           `json:"origin"`
-	Remote     api.RemoteStatus `json:"remote"`
-	Message    string           `json:"message,omitempty"`
-	Files      []upFile         `json:"files"`
-	Bytes      int64            `json:"bytes"`
-	CommitTime time.Time        `json:"commitTime"`
-	ReadyTime  time.Time        `json:"readyTime,omitzero"`
+	Key        string      `json:"key"`
+	Origin     string      `json:"origin"`
+	Remote     RemoteState `json:"remote"`
+	Message    string      `json:"message,omitempty"`
+	Files      []upFile    `json:"files"`
+	Bytes      int64       `json:"bytes"`
+	CommitTime time.Time   `json:"commitTime"`
+	ReadyTime  time.Time   `json:"readyTime,omitzero"`
 }
 
 type upFile struct {
@@ -266,7 +264,7 @@ func (s *S3) Commit(ctx context.Context, key string) (Info, error) {
 	defer unlock()
 	if st, ok, err := s.loadState(key); err != nil {
 		return Info{}, fmt.Errorf("store: commit %s: %w", key, err)
-	} else if ok && (st.Remote == api.RemoteReady || s.running(key)) {
+	} else if ok && (st.Remote == RemoteReady || s.running(key)) {
 		return Info{Key: key, Bytes: st.Bytes, Remote: st.Remote}, nil // committed already
 	}
 	rec, err := commitRecord(key, s.Dir(key))
@@ -278,7 +276,7 @@ func (s *S3) Commit(ctx context.Context, key string) (Info, error) {
 			return Info{}, fmt.Errorf("store: commit %s: a snapshot file may not be named %s", key, markerName)
 		}
 	}
-	st := s3State{Key: key, Origin: originLocal, Remote: api.RemotePending, Bytes: rec.Bytes, CommitTime: rec.CommitTime}
+	st := s3State{Key: key, Origin: originLocal, Remote: RemotePending, Bytes: rec.Bytes, CommitTime: rec.CommitTime}
 	// The sums the VM layer computed as it wrote the files (a sparse
 	// layer's data extents): the upload hashes only what it lacks.
 	known := knownSums(s.Dir(key))
@@ -292,7 +290,7 @@ func (s *S3) Commit(ctx context.Context, key string) (Info, error) {
 		return Info{}, fmt.Errorf("store: commit %s: upload state: %w", key, err)
 	}
 	s.startUpload(st)
-	return Info{Key: key, Bytes: st.Bytes, Remote: api.RemotePending}, nil
+	return Info{Key: key, Bytes: st.Bytes, Remote: RemotePending}, nil
 }
 
 // Resume restarts the uploads of keys committed here that are not Ready
@@ -322,13 +320,13 @@ func (s *S3) resumeOne(name string) error {
 	if err != nil {
 		return fmt.Errorf("store: resume %s: %w", key, err)
 	}
-	if !ok || st.Origin != originLocal || st.Remote == api.RemoteReady || s.running(key) {
+	if !ok || st.Origin != originLocal || st.Remote == RemoteReady || s.running(key) {
 		return nil
 	}
 	s.cfg.Logf("store: resuming upload of %s (%s)", key, st.Remote)
 	// Pending before Resume returns: a Failed key must not read Failed
 	// after it was resumed.
-	st.Remote, st.Message = api.RemotePending, "resumed after "+strings.ToLower(string(st.Remote))
+	st.Remote, st.Message = RemotePending, "resumed after "+strings.ToLower(string(st.Remote))
 	if err := writeJSON(s.statePath(key), st); err != nil {
 		return fmt.Errorf("store: resume %s: %w", key, err)
 	}
@@ -391,10 +389,10 @@ func (s *S3) Status(ctx context.Context, key string) (Status, error) {
 func (s *S3) remoteStatus(ctx context.Context, key string) (Status, error) {
 	m, err := s.readMarker(ctx, key)
 	if err == nil {
-		return Status{Remote: api.RemoteReady, Bytes: m.Bytes, ReadyTime: m.ReadyTime}, nil
+		return Status{Remote: RemoteReady, Bytes: m.Bytes, ReadyTime: m.ReadyTime}, nil
 	}
 	if errors.Is(err, ErrNotReady) {
-		return Status{Remote: api.RemoteInProgress, Message: "objects present but no completion marker: the upload is under way on another node (or was abandoned)"}, nil
+		return Status{Remote: RemoteInProgress, Message: "objects present but no completion marker: the upload is under way on another node (or was abandoned)"}, nil
 	}
 	return Status{}, fmt.Errorf("store: status %s: %w", key, err)
 }

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	miniotest "github.com/sandlot-dev/sandlot/test/minio"
 	"github.com/sandlot-dev/sandlot/test/poll"
@@ -144,7 +143,7 @@ func writeBenchSnapshot(b testing.TB, dir string) {
 func waitReady(b testing.TB, s store.Store, key string) {
 	poll.Eventually(b, 5*time.Minute, key+" Ready", func() error {
 		st, err := s.Status(context.Background(), key)
-		if err == nil && st.Remote != api.RemoteReady {
+		if err == nil && st.Remote != store.RemoteReady {
 			err = fmt.Errorf("%s: %s", st.Remote, st.Message)
 		}
 		return err

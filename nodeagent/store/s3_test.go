@@ -16,7 +16,6 @@ import (
 
 	s3 "github.com/minio/minio-go/v7"
 
-	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/nodeagent/store/storetest"
 	miniotest "github.com/sandlot-dev/sandlot/test/minio"
@@ -187,11 +186,11 @@ func waitFailed(t *testing.T, s store.Store, key string) (store.Status, string) 
 			t.Fatalf("Status: %v", err)
 		}
 		switch st.Remote {
-		case api.RemoteFailed:
+		case store.RemoteFailed:
 			return nil
-		case api.RemoteReady:
+		case store.RemoteReady:
 			t.Fatalf("Ready although MinIO is down")
-		case api.RemoteInProgress:
+		case store.RemoteInProgress:
 			if strings.Contains(st.Message, "retrying") {
 				retrying = st.Message
 			}
@@ -222,7 +221,7 @@ func TestS3OpenRefusesWithoutMarker(t *testing.T) {
 	if !errors.Is(err, store.ErrNotReady) || !strings.Contains(err.Error(), "completion marker") {
 		t.Fatalf("Open without marker = %v, want ErrNotReady naming the marker", err)
 	}
-	if st, err := b.Status(ctx, key); err != nil || st.Remote != api.RemoteInProgress {
+	if st, err := b.Status(ctx, key); err != nil || st.Remote != store.RemoteInProgress {
 		t.Fatalf("Status without marker = %+v, %v; want InProgress", st, err)
 	}
 	if _, err := os.Stat(filepath.Join(bRoot, key)); !errors.Is(err, os.ErrNotExist) {

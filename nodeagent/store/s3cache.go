@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
 // The s3 backend's cache bound. Only local copies whose remote copy is
@@ -168,7 +166,7 @@ func (s *S3) loadCache() error {
 			continue // a temp file
 		}
 		st, ok, err := s.loadState(key)
-		if err != nil || !ok || st.Remote != api.RemoteReady {
+		if err != nil || !ok || st.Remote != RemoteReady {
 			continue // unreadable states are reported where the key is used
 		}
 		info, err := e.Info()
@@ -259,7 +257,7 @@ func (s *S3) evict(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("evict: %w", err)
 	}
-	if !ok || st.Remote != api.RemoteReady {
+	if !ok || st.Remote != RemoteReady {
 		return fmt.Errorf("evict: this node does not record it Ready (%s)", st.Remote)
 	}
 	if _, err := s.readMarker(ctx, key); err != nil {

@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/nodeagent/store/storetest"
 	miniotest "github.com/sandlot-dev/sandlot/test/minio"
@@ -95,7 +94,7 @@ func TestS3CacheEvictsLRU(t *testing.T) {
 	open(t, b, k[0])() // k[1] is the least recently used now
 	open(t, b, k[2])()
 	wantCached(t, b, []string{k[0].Key, k[2].Key}, []string{k[1].Key})
-	if st, err := b.Status(context.Background(), k[1].Key); err != nil || st.Remote != api.RemoteReady {
+	if st, err := b.Status(context.Background(), k[1].Key); err != nil || st.Remote != store.RemoteReady {
 		t.Fatalf("Status of an evicted key = %+v, %v; want Ready (from the bucket)", st, err)
 	}
 	open(t, b, k[1])() // downloaded again; k[0] goes
@@ -214,7 +213,7 @@ func TestS3CacheKeepsUnuploaded(t *testing.T) {
 	waitEvicted(t, a, remote.Key)
 	wantCached(t, a, []string{pending}, nil)
 	want.Check(t, a.Dir(pending))
-	if st, err := a.Status(ctx, pending); err != nil || st.Remote == api.RemoteReady {
+	if st, err := a.Status(ctx, pending); err != nil || st.Remote == store.RemoteReady {
 		t.Fatalf("Status %s = %+v, %v; want its upload blocked", pending, st, err)
 	}
 

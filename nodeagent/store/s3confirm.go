@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
 // Confirm is Status for a key other data depends on, asked before that
@@ -18,7 +16,7 @@ import (
 // what a restore on another node will open.
 func (s *S3) Confirm(ctx context.Context, key string) (Status, error) {
 	st, err := s.Status(ctx, key)
-	if err != nil || st.Remote != api.RemoteReady {
+	if err != nil || st.Remote != RemoteReady {
 		return st, err
 	}
 	if _, recorded, err := s.loadState(key); err != nil || !recorded {
@@ -48,13 +46,13 @@ func (s *S3) republish(key string, why error) (Status, error) {
 		return Status{}, fmt.Errorf("store: confirm %s: %w", key, err)
 	}
 	if !ok || !have {
-		return Status{Remote: api.RemoteFailed, Message: fmt.Sprintf("the bucket no longer holds %s and neither does this node: %v", key, why)}, nil
+		return Status{Remote: RemoteFailed, Message: fmt.Sprintf("the bucket no longer holds %s and neither does this node: %v", key, why)}, nil
 	}
 	if s.running(key) {
-		return Status{Remote: api.RemoteInProgress, Message: "uploading again: " + why.Error()}, nil
+		return Status{Remote: RemoteInProgress, Message: "uploading again: " + why.Error()}, nil
 	}
 	s.cfg.Logf("store: %s is Ready here but not complete in the bucket (%v): uploading it again", key, why)
-	st.Origin, st.Remote, st.Message = originLocal, api.RemotePending, "missing from the bucket: uploading it again"
+	st.Origin, st.Remote, st.Message = originLocal, RemotePending, "missing from the bucket: uploading it again"
 	for i := range st.Files {
 		st.Files[i].Uploaded = false
 	}
@@ -63,5 +61,5 @@ func (s *S3) republish(key string, why error) (Status, error) {
 	}
 	s.cache.forget(key) // the only copy again: neither counted nor evicted
 	s.startUpload(st)
-	return Status{Remote: api.RemoteInProgress, Message: st.Message, Bytes: st.Bytes}, nil
+	return Status{Remote: RemoteInProgress, Message: st.Message, Bytes: st.Bytes}, nil
 }

@@ -9,7 +9,6 @@ import (
 
 	s3 "github.com/minio/minio-go/v7"
 
-	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	miniotest "github.com/sandlot-dev/sandlot/test/minio"
 	"github.com/sandlot-dev/sandlot/test/poll"
@@ -34,12 +33,12 @@ func TestS3ConfirmRepublishes(t *testing.T) {
 	}{{a, k[0].Key}, {b, k[1].Key}} {
 		removeObjects(t, srv, tc.key)
 		st, err := tc.node.Confirm(ctx, tc.key)
-		if err != nil || st.Remote != api.RemoteInProgress {
+		if err != nil || st.Remote != store.RemoteInProgress {
 			t.Fatalf("Confirm of %s, gone from the bucket = %+v, %v; want InProgress (uploading again)", tc.key, st, err)
 		}
 		poll.Eventually(t, time.Minute, tc.key+" confirmed Ready again", func() error {
 			st, err := tc.node.Confirm(ctx, tc.key)
-			if err == nil && st.Remote != api.RemoteReady {
+			if err == nil && st.Remote != store.RemoteReady {
 				return fmt.Errorf("%s: %s", st.Remote, st.Message)
 			}
 			return err
@@ -54,7 +53,7 @@ func TestS3ConfirmRepublishes(t *testing.T) {
 	if err := os.RemoveAll(a.Dir(k[0].Key)); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := a.Confirm(ctx, k[0].Key); err != nil || st.Remote != api.RemoteFailed {
+	if st, err := a.Confirm(ctx, k[0].Key); err != nil || st.Remote != store.RemoteFailed {
 		t.Fatalf("Confirm of a key held nowhere = %+v, %v; want Failed", st, err)
 	}
 }

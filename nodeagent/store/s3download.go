@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-
-	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
 // readMarker reads key's completion marker: ErrNotReady when objects
@@ -130,7 +128,7 @@ func (s *S3) fetchErr(key string, m marker, err error) error {
 // install records the download, then renames it into place. A crash in
 // between leaves a state without a dir, which the next Open fetches again.
 func (s *S3) install(key string, m marker, tmp string) error {
-	st := s3State{Key: key, Origin: originRemote, Remote: api.RemoteReady, Bytes: m.Bytes, CommitTime: m.ReadyTime, ReadyTime: m.ReadyTime}
+	st := s3State{Key: key, Origin: originRemote, Remote: RemoteReady, Bytes: m.Bytes, CommitTime: m.ReadyTime, ReadyTime: m.ReadyTime}
 	for _, f := range m.Files {
 		st.Files = append(st.Files, upFile{fileEntry: f, Uploaded: true})
 	}

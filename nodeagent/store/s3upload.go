@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-
-	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
 // metaSHA256 is the user metadata (x-amz-meta-sha256) holding an
@@ -84,7 +82,7 @@ func (u *upload) run(ctx context.Context) {
 	start := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, cfg.Deadline)
 	defer cancel()
-	u.save(api.RemoteInProgress, "uploading")
+	u.save(RemoteInProgress, "uploading")
 	var lastErr error
 	for n := 1; ; n++ {
 		if u.s.hooks.attempt != nil {
@@ -109,7 +107,7 @@ func (u *upload) run(ctx context.Context) {
 		}
 		wait := backoff(cfg.Backoff, cfg.MaxBackoff, n)
 		cfg.Logf("store: upload %s: attempt %d failed: %v; retrying in %s", u.st.Key, n, err, wait)
-		u.save(api.RemoteInProgress, fmt.Sprintf("attempt %d failed: %v; retrying in %s", n, err, wait))
+		u.save(RemoteInProgress, fmt.Sprintf("attempt %d failed: %v; retrying in %s", n, err, wait))
 		if !sleep(dctx, wait) {
 			if ctx.Err() != nil {
 				return
@@ -329,16 +327,16 @@ func metaValue(m map[string]string, name string) string {
 func (u *upload) ready(start time.Time) {
 	el := time.Since(start)
 	u.s.cfg.Logf("store: uploaded %s: %d bytes in %s (%.1f MB/s)", u.st.Key, u.st.Bytes, el.Round(time.Millisecond), float64(u.st.Bytes)/1e6/el.Seconds())
-	u.save(api.RemoteReady, "")
+	u.save(RemoteReady, "")
 }
 
 func (u *upload) fail(why string, n int, start time.Time, err error) {
 	msg := fmt.Sprintf("upload failed, %s (%d attempts in %s): %v; the data is kept on this node", why, n, time.Since(start).Round(time.Millisecond), err)
 	u.s.cfg.Logf("store: upload %s: %s", u.st.Key, msg)
-	u.save(api.RemoteFailed, msg)
+	u.save(RemoteFailed, msg)
 }
 
-func (u *upload) save(status api.RemoteStatus, msg string) {
+func (u *upload) save(status RemoteState, msg string) {
 	u.st.Remote, u.st.Message = status, msg
 	u.persist()
 }

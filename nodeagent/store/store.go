@@ -34,8 +34,6 @@ import (
 	"regexp"
 	"sync"
 	"time"
-
-	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
 // Store is where snapshot data lives.
@@ -77,18 +75,37 @@ var (
 	ErrNotReady = errors.New("store: not ready for other nodes")
 )
 
+// RemoteState answers: may another node restore a key now? The agent
+// reports it as the data's remoteStatus. The S3 backend records it in its
+// state files, so the values never change.
+type RemoteState string
+
+const (
+	// RemotePending: committed, its upload queued.
+	RemotePending RemoteState = "Pending"
+	// RemoteInProgress: on its way to the remote (an upload, a JuiceFS
+	// writeback), or retrying.
+	RemoteInProgress RemoteState = "InProgress"
+	// RemoteReady: another node may restore it.
+	RemoteReady RemoteState = "Ready"
+	// RemoteFailed: it will not reach the remote (Status says why).
+	RemoteFailed RemoteState = "Failed"
+	// RemoteNotApplicable: a store whose data never leaves the node.
+	RemoteNotApplicable RemoteState = "NotApplicable"
+)
+
 // Info describes a committed key.
 type Info struct {
 	Key string
 	// Bytes is the sum of the files' sizes (what a copy moves; sparse
 	// files count their holes). Usage reports allocated blocks.
 	Bytes  int64
-	Remote api.RemoteStatus
+	Remote RemoteState
 }
 
 // Status is a key's remote status.
 type Status struct {
-	Remote api.RemoteStatus
+	Remote RemoteState
 	// Message says why the status is not Ready yet (retries, failures).
 	Message   string
 	Bytes     int64

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/nodeagent/store/storetest"
 	"github.com/sandlot-dev/sandlot/test/crienv"
@@ -115,7 +114,7 @@ func TestReadyMeansInTheBucket(t *testing.T) {
 	key := "snapshots/in-bucket"
 	want := storetest.Write(t, storetest.Pair{}, a, key, 24<<20)
 	info, err := a.Commit(ctx, key)
-	if err != nil || info.Remote != api.RemoteInProgress {
+	if err != nil || info.Remote != store.RemoteInProgress {
 		t.Fatalf("Commit = %+v, %v; want InProgress", info, err)
 	}
 	storetest.WaitReady(t, a, key, 60*time.Second)
@@ -183,11 +182,11 @@ func TestMinIODown(t *testing.T) {
 		switch {
 		case err != nil:
 			t.Fatal(err)
-		case st.Remote == api.RemoteReady:
+		case st.Remote == store.RemoteReady:
 			t.Fatalf("Ready with MinIO down: %+v", st)
-		case st.Remote == api.RemoteInProgress && strings.Contains(st.Message, "writeback staging"):
+		case st.Remote == store.RemoteInProgress && strings.Contains(st.Message, "writeback staging"):
 			sawInProgress = true
-		case st.Remote == api.RemoteFailed:
+		case st.Remote == store.RemoteFailed:
 			return nil
 		}
 		return fmt.Errorf("%+v", st)
@@ -250,7 +249,7 @@ func TestSteadyWriter(t *testing.T) {
 			busy++
 		}
 		st, err := a.Status(ctx, key)
-		if err != nil || st.Remote != api.RemoteReady {
+		if err != nil || st.Remote != store.RemoteReady {
 			return fmt.Errorf("%+v, %v", st, err)
 		}
 		return nil

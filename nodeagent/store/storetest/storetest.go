@@ -16,7 +16,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 )
 
@@ -115,12 +114,12 @@ func roundTrip(t *testing.T, p Pair) {
 
 // checkCommitStatus: Commit reports NotApplicable for local stores, and
 // Pending or InProgress (or an immediate Ready) for remote ones.
-func checkCommitStatus(t *testing.T, p Pair, got api.RemoteStatus) {
+func checkCommitStatus(t *testing.T, p Pair, got store.RemoteState) {
 	t.Helper()
 	switch {
-	case !p.Remote && got != api.RemoteNotApplicable:
+	case !p.Remote && got != store.RemoteNotApplicable:
 		t.Fatalf("Commit remote = %s, want NotApplicable", got)
-	case p.Remote && got != api.RemotePending && got != api.RemoteInProgress:
+	case p.Remote && got != store.RemotePending && got != store.RemoteInProgress:
 		t.Fatalf("Commit remote = %s, want Pending or InProgress", got)
 	}
 }
@@ -260,10 +259,10 @@ func crashMidUpload(t *testing.T, p Pair) {
 	key := "snapshots/crash-mid-upload"
 	want := Write(t, p, p.A, key, 20<<20)
 	s := p.CrashMidUpload(t, key)
-	if st, err := s.Status(ctx, key); err != nil || st.Remote == api.RemoteReady {
+	if st, err := s.Status(ctx, key); err != nil || st.Remote == store.RemoteReady {
 		t.Fatalf("Status after crash = %+v, %v; want not Ready", st, err)
 	}
-	if st, err := p.B.Status(ctx, key); err == nil && st.Remote == api.RemoteReady {
+	if st, err := p.B.Status(ctx, key); err == nil && st.Remote == store.RemoteReady {
 		t.Fatalf("other node's Status after crash = %+v, want not Ready", st)
 	}
 	if _, _, err := p.B.Open(ctx, key); !errors.Is(err, store.ErrNotReady) {
@@ -346,7 +345,7 @@ func unknownKey(t *testing.T, p Pair) {
 func remoteStatus(t *testing.T, p Pair) {
 	if !p.Remote {
 		st := mustCommitStatus(t, p, "snapshots/remote-status")
-		if st.Remote != api.RemoteNotApplicable {
+		if st.Remote != store.RemoteNotApplicable {
 			t.Fatalf("local Status = %+v, want NotApplicable", st)
 		}
 		return
@@ -359,7 +358,7 @@ func remoteStatus(t *testing.T, p Pair) {
 	}
 	seen := WaitReady(t, p.A, key, p.WaitReady)
 	t.Logf("Commit %s, then %v", info.Remote, seen)
-	if s0 := seen[0]; s0 != api.RemotePending && s0 != api.RemoteInProgress {
+	if s0 := seen[0]; s0 != store.RemotePending && s0 != store.RemoteInProgress {
 		t.Fatalf("first Status after Commit = %s, want Pending or InProgress", s0)
 	}
 	st, err := p.A.Status(ctx, key)
@@ -416,7 +415,7 @@ func secondNodeDownloads(t *testing.T, p Pair) {
 		}
 		checkSparse(t, filepath.Join(dir, "disk.raw"))
 	}
-	if st, err := p.B.Status(ctx, key); err != nil || st.Remote != api.RemoteReady {
+	if st, err := p.B.Status(ctx, key); err != nil || st.Remote != store.RemoteReady {
 		t.Fatalf("B Status after Open = %+v, %v", st, err)
 	}
 }

@@ -8,16 +8,15 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	api "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // WaitReady polls Status until Ready and returns the statuses seen, in
 // order, without repeats; Failed or the timeout fail the test.
-func WaitReady(t *testing.T, s store.Store, key string, timeout time.Duration) []api.RemoteStatus {
+func WaitReady(t *testing.T, s store.Store, key string, timeout time.Duration) []store.RemoteState {
 	t.Helper()
-	var seen []api.RemoteStatus
+	var seen []store.RemoteState
 	poll.Eventually(t, timeout, key+" Ready", func() error {
 		st, err := s.Status(ctx, key)
 		if err != nil {
@@ -27,9 +26,9 @@ func WaitReady(t *testing.T, s store.Store, key string, timeout time.Duration) [
 			seen = append(seen, st.Remote)
 		}
 		switch st.Remote {
-		case api.RemoteReady:
+		case store.RemoteReady:
 			return nil
-		case api.RemoteFailed:
+		case store.RemoteFailed:
 			t.Fatalf("%s Failed: %s", key, st.Message)
 		}
 		return fmt.Errorf("%+v (seen %v)", st, seen)
@@ -43,7 +42,7 @@ func WaitReadyQuiet(t *testing.T, s store.Store, key string, timeout time.Durati
 	var st store.Status
 	poll.Eventually(t, timeout, key+" Ready", func() error {
 		var err error
-		if st, err = s.Status(ctx, key); err == nil && st.Remote != api.RemoteReady {
+		if st, err = s.Status(ctx, key); err == nil && st.Remote != store.RemoteReady {
 			err = fmt.Errorf("%+v", st)
 		}
 		return err
