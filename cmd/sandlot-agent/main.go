@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -146,7 +147,7 @@ func logf(name string) func(string, ...any) {
 }
 
 func run(ctx context.Context) error {
-	var metricsAddr, probeAddr string
+	var probeAddr string
 	var stf storeFlags
 	var node nodeagent.Node
 	flag.StringVar(&node.Name, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
@@ -157,7 +158,7 @@ func run(ctx context.Context) error {
 	hostRoot := flag.String("host-root", "", "where the node's / is mounted when the agent runs in a container (its QEMU is fingerprinted there)")
 	qemu := flag.String("qemu", "", "the node's QEMU, as the shims run it (default qemu-system-x86_64 on the PATH)")
 	stf.bind(flag.CommandLine)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "address of the metrics endpoint (0 disables it)")
+	metrics := bindMetricsFlags(flag.CommandLine, "0")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8082", "address of /healthz and /readyz")
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)
@@ -190,12 +191,39 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return serve(ctx, node, fp, metricsAddr, probeAddr)
+	return serve(ctx, node, fp, metrics.options(), probeAddr)
+}
+
+// metricsFlags are where and how the metrics are served.
+type metricsFlags struct {
+	addr   string
+	secure bool
+}
+
+// bindMetricsFlags binds --metrics-bind-address (every binary's name) and
+// --metrics-secure.
+func bindMetricsFlags(fs *flag.FlagSet, addr string) *metricsFlags {
+	m := &metricsFlags{}
+	fs.StringVar(&m.addr, "metrics-bind-address", addr, "address of the metrics endpoint (0 disables it)")
+	fs.BoolVar(&m.secure, "metrics-secure", true, "serve the metrics over HTTPS to callers the API server authenticates "+
+		"and allows to get /metrics (TokenReview, SubjectAccessReview); false: plain HTTP to anyone")
+	return m
+}
+
+// options serve the metrics as controller-runtime's secure default does
+// (HTTPS, a self-signed certificate, authentication and authorization by
+// the API server) unless --metrics-secure=false.
+func (m *metricsFlags) options() metricsserver.Options {
+	o := metricsserver.Options{BindAddress: m.addr}
+	if m.secure {
+		o.SecureServing, o.FilterProvider = true, filters.WithAuthenticationAndAuthorization
+	}
+	return o
 }
 
 // serve runs the agent's manager for node, once its fingerprint is
 // published on the Node.
-func serve(ctx context.Context, node nodeagent.Node, fp sandlotv1.Fingerprint, metricsAddr, probeAddr string) error {
+func serve(ctx context.Context, node nodeagent.Node, fp sandlotv1.Fingerprint, metrics metricsserver.Options, probeAddr string) error {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, discoveryv1.AddToScheme, sandlotv1.AddToScheme} {
 		if err := add(scheme); err != nil {
@@ -207,7 +235,7 @@ func serve(ctx context.Context, node nodeagent.Node, fp sandlotv1.Fingerprint, m
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Cache: nodeagent.CacheOptions(node.Name, node.APIService),
-		Metrics: metricsserver.Options{BindAddress: metricsAddr}, HealthProbeBindAddress: probeAddr})
+		Metrics: metrics, HealthProbeBindAddress: probeAddr})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}

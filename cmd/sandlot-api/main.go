@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -69,7 +70,14 @@ func serve(ctx context.Context, args []string) error {
 		cfg.Log.Info("API keys stored in plain text replaced by their hashes", "keys", n)
 	}
 	go api.CollectBuildFiles(ctx) // uploads no build needs, and lapsed build requests
-	servers := startServers(lf, api, errs)
+	if lf.metricsListenUsed {
+		cfg.Log.Warn("--metrics-listen is deprecated: use --metrics-bind-address")
+	}
+	metrics, metricsTLS, err := metricsHandler(lf, rest)
+	if err != nil {
+		return err
+	}
+	servers := startServers(lf, api, metrics, metricsTLS, errs)
 	cfg.Log.Info("serving the E2B API", "listen", lf.listen, "tls", lf.tlsListen, "namespace", cfg.Namespace, "domain", cfg.Domain,
 		"createRate", cfg.CreateRate, "createBurst", cfg.CreateBurst)
 	select {
@@ -94,7 +102,7 @@ func parseServeFlags(args []string) (e2b.Config, listenFlags, error) {
 	fs.StringVar(&lf.tlsListen, "tls-listen", "", "address of the same over TLS (with --tls-cert and --tls-key): the SDK's domain mode speaks https")
 	fs.StringVar(&lf.tlsCert, "tls-cert", "", "certificate for *.<domain> (PEM)")
 	fs.StringVar(&lf.tlsKey, "tls-key", "", "its key (PEM)")
-	fs.StringVar(&lf.metricsListen, "metrics-listen", "", "address of /metrics (Prometheus); none when empty")
+	metricsFlags(fs, &lf)
 	fs.StringVar(&cfg.Namespace, "namespace", "default", "namespace of the sandboxes, snapshots and templates served")
 	fs.Func("teams", "namespaces of the other teams served, comma-separated (each team's keys: a Secret in --namespace labelled "+
 		e2b.LabelTeam+"=<team>)", func(v string) error {
@@ -155,11 +163,14 @@ func egressFlags(fs *flag.FlagSet) *node.NetworkConfig {
 // listenFlags are where sandlot-api serves.
 type listenFlags struct {
 	listen, tlsListen, tlsCert, tlsKey, metricsListen string
+	secureMetrics                                     bool
+	// metricsListenUsed: the deprecated --metrics-listen was given.
+	metricsListenUsed bool
 }
 
-// startServers serves handler (and the metrics) on lf's listeners; a
-// listener that fails says so on errs.
-func startServers(lf listenFlags, handler http.Handler, errs chan<- error) []*http.Server {
+// startServers serves handler, and metrics when not nil, on lf's
+// listeners; a listener that fails says so on errs.
+func startServers(lf listenFlags, handler, metrics http.Handler, metricsTLS *tls.Config, errs chan<- error) []*http.Server {
 	run := func(srv *http.Server, serve func() error) {
 		if err := serve(); err != nil {
 			errs <- fmt.Errorf("serve %s: %w", srv.Addr, err)
@@ -175,12 +186,17 @@ func startServers(lf listenFlags, handler http.Handler, errs chan<- error) []*ht
 		servers = append(servers, srv)
 		go run(srv, func() error { return srv.ListenAndServeTLS(lf.tlsCert, lf.tlsKey) })
 	}
-	if lf.metricsListen != "" {
+	if metrics != nil {
 		// Scrapes never stream: every bound applies.
-		srv := e2b.NewHTTPServer(lf.metricsListen, e2b.MetricsHandler(), e2b.Timeouts{ReadHeader: e2b.ReadHeaderTimeout,
+		srv := e2b.NewHTTPServer(lf.metricsListen, metrics, e2b.Timeouts{ReadHeader: e2b.ReadHeaderTimeout,
 			Read: e2b.MetricsTimeout, Write: e2b.MetricsTimeout, Idle: e2b.IdleTimeout})
 		servers = append(servers, srv)
-		go run(srv, srv.ListenAndServe)
+		if metricsTLS != nil {
+			srv.TLSConfig = metricsTLS
+			go run(srv, func() error { return srv.ListenAndServeTLS("", "") })
+		} else {
+			go run(srv, srv.ListenAndServe)
+		}
 	}
 	return servers
 }

@@ -418,6 +418,7 @@ func TestServiceMonitor(t *testing.T) {
 	if sel != "true" {
 		t.Errorf("ServiceMonitor selector %v", sm.Object["spec"])
 	}
+	checkScrape(t, sm, "https")
 }
 
 // TestSchemaRejects: bad values fail at install with the schema's word,

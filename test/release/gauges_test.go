@@ -3,6 +3,7 @@ package release
 import (
 	"context"
 	"fmt"
+	"net"
 	"runtime"
 	"strconv"
 	"strings"
@@ -18,7 +19,8 @@ import (
 )
 
 // agentGauges: the agent of hello's node reports hello's VM on its metrics
-// port as the chart installs it (read through the API server's pod proxy):
+// port as the chart installs it (HTTPS to the agent pod, with a reader's
+// token: the API server's pod proxy would not pass the token on):
 // running, with CPU time and PSS from the real shim, each a value a VM
 // that ran this long with this much memory could have.
 func agentGauges(t *testing.T) {
@@ -30,10 +32,13 @@ func agentGauges(t *testing.T) {
 			port = int(p.ContainerPort)
 		}
 	}
-	path := fmt.Sprintf("/api/v1/namespaces/%s/pods/%s:%d/proxy/metrics", cluster.ReleaseNamespace, agent.Name, port)
+	hostPort := net.JoinHostPort(agent.Status.PodIP, strconv.Itoa(port))
 	labels := fmt.Sprintf(`{namespace="%s",pod="%s",sandbox="hello"}`, ns, hello.Status.PodName)
 	poll.Eventually(t, time.Minute, "hello's gauges on its node's agent", func() error {
-		page := kubectl(t, "get", "--raw", path)
+		page, err := scrape(t, hostPort)
+		if err != nil {
+			return err
+		}
 		if running, err := sample(page, "sandlot_sandbox_running"+labels); err != nil || running != 1 {
 			return fmt.Errorf("sandlot_sandbox_running %v (%v), want 1", running, err)
 		}

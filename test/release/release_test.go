@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -407,16 +406,15 @@ func serviceURL(t *testing.T, namespace, name string) string {
 // from its metrics Service.
 func createCounts(t *testing.T) map[string]float64 {
 	t.Helper()
-	url := serviceURL(t, cluster.ReleaseNamespace, "sandlot-controller-metrics") + "/metrics"
+	hostPort := strings.TrimPrefix(serviceURL(t, cluster.ReleaseNamespace, "sandlot-controller-metrics"), "http://")
 	var out map[string]float64
 	poll.Eventually(t, time.Minute, "the controller's metrics", func() error {
-		resp, err := http.Get(url)
+		page, err := scrape(t, hostPort)
 		if err != nil {
 			return err
 		}
-		defer resp.Body.Close()
 		out = map[string]float64{}
-		sc := bufio.NewScanner(resp.Body)
+		sc := bufio.NewScanner(strings.NewReader(page))
 		for sc.Scan() {
 			l := sc.Text()
 			rest, ok := strings.CutPrefix(l, `sandlot_sandbox_create_seconds_count{source="`)
