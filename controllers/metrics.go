@@ -143,8 +143,9 @@ func (s *startsSeen) forget(uid types.UID) {
 	delete(s.last, uid)
 }
 
-// stateCollector reports, at each scrape, sandboxes by phase and warm pool
-// pods by template, node and state, from the controller's cache.
+// stateCollector reports, at each scrape, sandboxes by phase, warm pool
+// pods by template, node and state, and the runtime nodes
+// (metrics_nodes.go), from the controller's cache.
 type stateCollector struct {
 	reader atomic.Pointer[client.Reader]
 }
@@ -153,11 +154,14 @@ var (
 	sandboxesDesc = prometheus.NewDesc("sandlot_sandboxes", "Sandboxes by phase.", []string{"phase"}, nil)
 	poolDesc      = prometheus.NewDesc("sandlot_pool_pods", "Unclaimed warm pool pods by template, node and state (ready, starting).",
 		[]string{"namespace", "template", "node", "state"}, nil)
+	poolTargetDesc = prometheus.NewDesc("sandlot_pool_target", "Warm pool pods a template wants on each node it is built on (spec.warmPool).",
+		[]string{"namespace", "template"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- sandboxesDesc
-	ch <- poolDesc
+	for _, d := range []*prometheus.Desc{sandboxesDesc, poolDesc, poolTargetDesc, nodeCapacityDesc, nodeRequestedDesc, nodeInfoDesc} {
+		ch <- d
+	}
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -177,12 +181,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	templates := &sandlotv1.TemplateList{}
 	if err := reader.List(ctx, templates); err == nil {
 		for _, tpl := range templates.Items {
+			ch <- prometheus.MustNewConstMetric(poolTargetDesc, prometheus.GaugeValue, float64(tpl.Spec.WarmPool), tpl.Namespace, tpl.Name)
 			for _, p := range tpl.Status.Pool {
 				ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(p.Ready), tpl.Namespace, tpl.Name, p.Node, "ready")
 				ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(p.Starting), tpl.Namespace, tpl.Name, p.Node, "starting")
 			}
 		}
 	}
+	collectNodes(ctx, reader, ch)
 }
 
 // countPhases counts sandboxes by phase, every phase present (0 too).

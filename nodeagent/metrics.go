@@ -28,6 +28,10 @@ var (
 		Help:    "From data Ready on its node until another node may restore it (remoteStatus Ready).",
 		Buckets: prometheus.ExponentialBuckets(0.1, 2, 14),
 	}, []string{"kind"})
+	remoteReadyBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandlot_agent_remote_ready_bytes_total",
+		Help: "Bytes of data made restorable on other nodes (the data's size when its remote status turns Ready): the upload throughput.",
+	}, []string{"kind"})
 	restoreSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "sandlot_agent_restore_seconds",
 		Help: "Restores on this node until the VM runs: start (a pod's restore, from the pod's creation), " +
@@ -56,7 +60,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(dataSeconds, dataBytes, remoteReadySeconds, restoreSeconds,
+	metrics.Registry.MustRegister(dataSeconds, dataBytes, remoteReadySeconds, remoteReadyBytes, restoreSeconds,
 		snapshotFailures, uploadFailures, restoreFailures)
 }
 
@@ -71,6 +75,7 @@ func observeData(kind string, created metav1.Time, old, cur sandlotv1.DataStatus
 	if old.RemoteStatus != sandlotv1.RemoteReady && cur.RemoteStatus == sandlotv1.RemoteReady &&
 		cur.RemoteReadyTime != nil && cur.CompletionTime != nil {
 		remoteReadySeconds.WithLabelValues(kind).Observe(cur.RemoteReadyTime.Sub(cur.CompletionTime.Time).Seconds())
+		remoteReadyBytes.WithLabelValues(kind).Add(float64(cur.TotalBytes))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -41,6 +42,9 @@ func TestObserveData(t *testing.T) {
 		if h.GetSampleCount() != 1 || h.GetSampleSum() != tc.sum {
 			t.Errorf("%s: %d samples, sum %v; want 1, %v", tc.name, h.GetSampleCount(), h.GetSampleSum(), tc.sum)
 		}
+	}
+	if got := testutil.ToFloat64(remoteReadyBytes.WithLabelValues(kind)); got != 64<<20 {
+		t.Errorf("remote ready bytes %v, want the data's 64 MiB once", got)
 	}
 }
 
