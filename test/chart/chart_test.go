@@ -45,6 +45,10 @@ var modes = map[string]map[string]any{
 		"s3": map[string]any{"endpoint": "minio.storage:9000", "bucket": "sandlot", "region": "us-east-1", "insecure": true,
 			"accessKeyID": "AKIAEXAMPLE", "secretAccessKey": "secret"}}},
 	"no runtime registration": {"agent": map[string]any{"registerRuntime": false}},
+	// Everything for Prometheus and Grafana on: lint and render with it.
+	"metrics on": {"metrics": map[string]any{"readers": []any{map[string]any{"name": "prometheus-k8s", "namespace": "monitoring"}},
+		"serviceMonitor": map[string]any{"enabled": true}, "dashboard": map[string]any{"enabled": true},
+		"alerts": map[string]any{"enabled": true}}},
 }
 
 func TestLint(t *testing.T) {
