@@ -79,7 +79,7 @@ func serve(ctx context.Context, args []string) error {
 	}
 	servers := startServers(lf, api, metrics, metricsTLS, errs)
 	cfg.Log.Info("serving the E2B API", "listen", lf.listen, "tls", lf.tlsListen, "namespace", cfg.Namespace, "domain", cfg.Domain,
-		"createRate", cfg.CreateRate, "createBurst", cfg.CreateBurst)
+		"createRate", cfg.CreateRate, "createBurst", cfg.CreateBurst, "metrics", lf.metricsListen, "metricsSecure", lf.secureMetrics)
 	select {
 	case err := <-errs:
 		return err
