@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandlot-dev/sandlot/api/sealed"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
@@ -295,49 +297,49 @@ func pooledOnTwoNodesOf(t *testing.T, a, b string, perNode int, kind string) (*h
 	return h, h.runPool("python", 2*perNode), stop
 }
 
-// TestClaimEnvStaysOutOfThePod: a sandbox's env reaches its claimed pool
-// VM through the sandbox's Secret, never the pod's claim annotation
-// (anyone who may get pods reads those); only for a Secret an older
-// controller made without it does the claim carry the env itself.
-func TestClaimEnvStaysOutOfThePod(t *testing.T) {
+// TestClaimSealedToTheNode: a sandbox's token and env reach its claimed
+// pool VM sealed to the pod's node (the agent reads no Secret; anyone who
+// may get pods reads the claim): the claim opens with that node's key to
+// the token in the sandbox's Secret and its spec.env — also for a Secret
+// an older controller made without the env — and holds neither in the
+// clear.
+func TestClaimSealedToTheNode(t *testing.T) {
 	h := withController(t, "env-node", 512)
 	h.editTemplate("python", func(spec *sandlotv1.TemplateSpec) { spec.WarmPool = 2 })
 	pool := h.runPool("python", 2)
 	h.waitPoolReady("python", "env-node", 2)
 	// As an older controller left it: the token, no env.
 	h.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sandlotv1.TokenSecretName("older"),
-		Labels: map[string]string{sandlotv1.LabelSandbox: "older"}}, Data: map[string][]byte{sandlotv1.TokenSecretKey: []byte("t")}})
+		Labels: map[string]string{sandlotv1.LabelSandbox: "older"}}, Data: map[string][]byte{sandlotv1.TokenSecretKey: []byte("t0k3n-older")}})
 	for _, name := range []string{"fresh", "older"} {
 		sbx := newSandbox(name, sandlotv1.SandboxSource{Template: "python"})
 		sbx.Spec.Env = []sandlotv1.EnvVar{{Name: "API_TOKEN", Value: "s3cr3t-" + name}}
 		h.create(sbx)
 	}
-	claimEnv := map[string]map[string]string{}
-	h.eventually(20*time.Second, "both sandboxes claim pool pods", func() error {
-		for _, name := range []string{"fresh", "older"} {
-			pod := h.sandbox(name).Status.PodName
-			if !pool[pod] {
-				return errorf("%s in pod %q", name, pod)
+	for _, name := range []string{"fresh", "older"} {
+		h.eventually(20*time.Second, name+" claims a pool pod", func() error {
+			if p := h.sandbox(name).Status.PodName; !pool[p] {
+				return errorf("%s in pod %q", name, p)
 			}
-			a, err := sandlotv1.DecodeVMAnnotations(h.pod(pod).Annotations)
-			if err != nil || a.Claim == nil {
-				return errorf("pod %s's claim: %v", pod, err)
-			}
-			claimEnv[name] = a.Claim.Env
+			return nil
+		})
+		pod := h.pod(h.sandbox(name).Status.PodName)
+		secret := &corev1.Secret{}
+		if err := h.c.Get(context.Background(), h.key(sandlotv1.TokenSecretName(name)), secret); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
-	if claimEnv["fresh"] != nil {
-		t.Errorf("the claim of a sandbox whose Secret holds its env carries %v, want none", claimEnv["fresh"])
-	}
-	if claimEnv["older"]["API_TOKEN"] != "s3cr3t-older" {
-		t.Errorf("the claim of a sandbox whose older Secret lacks its env carries %v, want the env", claimEnv["older"])
-	}
-	secret := &corev1.Secret{}
-	if err := h.c.Get(context.Background(), h.key(sandlotv1.TokenSecretName("fresh")), secret); err != nil {
-		t.Fatal(err)
-	}
-	if got := string(secret.Data[sandlotv1.EnvSecretKey]); got != `{"API_TOKEN":"s3cr3t-fresh"}` {
-		t.Errorf("Secret env %q, want the sandbox's spec.env", got)
+		token := string(secret.Data[sandlotv1.TokenSecretKey])
+		raw := fmt.Sprint(pod.Annotations)
+		if strings.Contains(raw, token) || strings.Contains(raw, "s3cr3t") {
+			t.Errorf("%s: pod %s's annotations hold the token or env in the clear: %s", name, pod.Name, raw)
+		}
+		a, err := sandlotv1.DecodeVMAnnotations(pod.Annotations)
+		if err != nil || a.Claim == nil || a.Claim.Env != nil {
+			t.Fatalf("%s: pod %s's claim %+v (%v): want one with no env in the clear", name, pod.Name, a.Claim, err)
+		}
+		id, err := nodeKey.OpenIdentity(sealed.Context(pod.Namespace, pod.Name, name), a.Claim.Sealed)
+		if err != nil || id.Token != token || id.Env["API_TOKEN"] != "s3cr3t-"+name {
+			t.Errorf("%s: the sealed claim opens to %+v (%v): want the Secret's token and the sandbox's env", name, id, err)
+		}
 	}
 }

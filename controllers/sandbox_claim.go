@@ -62,11 +62,21 @@ func (r *SandboxReconciler) claimPoolPod(ctx context.Context, sbx *sandlotv1.San
 	if err != nil {
 		return nil, err
 	}
-	legacyEnv := r.envNotInSecret(ctx, sbx, src)
+	if len(candidates) == 0 {
+		return nil, nil
+	}
+	id, err := r.sandboxIdentity(ctx, sbx)
+	if err != nil {
+		return nil, err
+	}
 	for _, c := range candidates {
-		// The env is not in the claim: the agent reads the sandbox's from
-		// its Secret and the template's from the pod.
-		claim := &sandlotv1.PoolClaim{Sandbox: sbx.Name, SandboxID: sbx.Status.SandboxID, Restore: c.restore, Env: legacyEnv}
+		// The token and env are sealed to the pod's node: the agent reads
+		// no Secret, and the pod's annotations hold neither in the clear.
+		box, err := sealFor(c.node, c.pod.Namespace, c.pod.Name, sbx.Name, id)
+		if err != nil {
+			return nil, err
+		}
+		claim := &sandlotv1.PoolClaim{Sandbox: sbx.Name, SandboxID: sbx.Status.SandboxID, Restore: c.restore, Sealed: box}
 		switch won, err := r.claim(ctx, sbx, c.pod, claim); {
 		case err != nil:
 			return nil, err
@@ -114,6 +124,7 @@ func (r *SandboxReconciler) claim(ctx context.Context, sbx *sandlotv1.Sandbox, p
 // restores (nil: a warm pod's paused base VM, resumed as it is).
 type poolCandidate struct {
 	pod     *corev1.Pod
+	node    *corev1.Node // the pod's: the claim is sealed to its agent's key
 	restore *sandlotv1.RestoreRef
 }
 
@@ -138,11 +149,12 @@ func (r *SandboxReconciler) claimable(ctx context.Context, sbx *sandlotv1.Sandbo
 			continue
 		}
 		n := r.cachedNode(ctx, nodes, pod.Spec.NodeName)
-		if n == nil || ineligibleFor(n, cons) != "" {
+		if n == nil || ineligibleFor(n, cons) != "" || !hasSealingKey(n) {
 			continue
 		}
 		slot := sandlotv1.IsStartSlot(pod.Annotations)
 		if g, c, ok := candidateOf(pod, slot, n, src, req); ok {
+			c.node = n
 			groups[g] = append(groups[g], c)
 		}
 	}
@@ -289,21 +301,4 @@ func envMap(env []sandlotv1.EnvVar) map[string]string {
 		m[e.Name] = e.Value
 	}
 	return m
-}
-
-// envNotInSecret is the env a claim must carry itself: none, unless the
-// sandbox has an env its Secret lacks (a Secret an older controller made,
-// before the env moved there), which would otherwise be lost.
-func (r *SandboxReconciler) envNotInSecret(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource) map[string]string {
-	if len(sbx.Spec.Env) == 0 {
-		return nil
-	}
-	secret := &corev1.Secret{}
-	key := client.ObjectKey{Namespace: sbx.Namespace, Name: sandlotv1.TokenSecretName(sbx.Name)}
-	// Not found (yet, in the cache) is this controller's Secret, made with
-	// the env: only one found without it is an older controller's.
-	if err := r.Get(ctx, key, secret); err != nil || secret.Data[sandlotv1.EnvSecretKey] != nil {
-		return nil
-	}
-	return envMap(src.Env)
 }

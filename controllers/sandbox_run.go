@@ -183,10 +183,7 @@ func (r *SandboxReconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox
 	plan := podPlan{Name: sbx.Name, Node: p.Node, SandboxID: st.SandboxID, VM: src.VM, Env: src.Env, Restore: src.restoreFor(p.Node),
 		Probe: src.Probe, MilliCPUPerVCPU: r.milliCPUPerVCPU(), Constraints: cons, Network: sbx.Spec.Network,
 		PullPolicy: r.ImagePullPolicy, PullSecrets: src.PullSecrets}
-	pod, err := buildPod(sbx, plan)
-	if err == nil {
-		err = r.Create(ctx, pod)
-	}
+	pod, err := r.createPod(ctx, sbx, plan)
 	if apierrors.IsAlreadyExists(err) {
 		if waiting, werr := r.previousPodTerminating(ctx, key); werr != nil || waiting {
 			r.assumed.forget(key)

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/sandlot-dev/sandlot/api/sealed"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/controllers"
 	"github.com/sandlot-dev/sandlot/test/kube"
@@ -39,7 +40,17 @@ var (
 	envOnce sync.Once
 	env     *kube.Env
 	envErr  error
+	// nodeKey is every test node's sealing key, as its agent publishes it.
+	nodeKey = mustSealingKey()
 )
+
+func mustSealingKey() *sealed.Key {
+	k, err := sealed.NewKey()
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapLevel())))
@@ -243,7 +254,8 @@ func (h *harness) setPod(name string, phase corev1.PodPhase, ip string, mutate .
 func (h *harness) addNode(name, cpu, mem string, labels map[string]string) {
 	h.t.Helper()
 	ctx := context.Background()
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{sandlotv1.LabelRuntime: "true"}}}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{sandlotv1.LabelRuntime: "true"},
+		Annotations: map[string]string{sandlotv1.AnnotationClaimKey: nodeKey.PublicBase64()}}}
 	for k, v := range labels {
 		n.Labels[k] = v
 	}

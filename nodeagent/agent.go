@@ -110,7 +110,7 @@ func Setup(mgr ctrl.Manager, n Node) error {
 		return fmt.Errorf("per-sandbox metrics: %w", err)
 	}
 	vr := &VMReadyReconciler{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n, layout: l, guard: guard, refusals: refusals,
-		builds: &builds{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n.Name,
+		builds: &builds{Client: c, Reader: mgr.GetAPIReader(), Recorder: rec, Node: n.Name, key: n.ClaimKey,
 			guest: func(ip, token string) guestRunner { return newGuestExec(ip, token) }}}
 	probes := controller.Options{MaxConcurrentReconciles: probeWorkers}
 	if err := ctrl.NewControllerManagedBy(mgr).Named("vmready").For(&corev1.Pod{}).WithOptions(probes).
@@ -127,8 +127,8 @@ func Setup(mgr ctrl.Manager, n Node) error {
 // this node: True once the pod's shim answers for a running VM.
 type VMReadyReconciler struct {
 	client.Client
-	// Reader reads what the agent does not cache (a sandbox's token
-	// Secret at a warm pool claim).
+	// Reader reads what the agent does not cache (a data object a claim
+	// restores, when the cache does not hold it yet).
 	Reader client.Reader
 	// Recorder tells each Sandbox's story (VMReady, claims); nil records
 	// no Events.
@@ -299,8 +299,8 @@ func (r *VMReadyReconciler) probe(ctx context.Context, pod *corev1.Pod) (metav1.
 	return metav1.ConditionTrue, "VMRunning", fmt.Sprintf("QEMU %d (%s) runs on %s", st.GetQemuPid(), st.GetAccel(), r.Name)
 }
 
-// activate pushes a claiming sandbox's identity (ID, env, envd token from
-// its Secret, hostname) into a warm pool pod's paused VM and resumes it,
+// activate pushes a claiming sandbox's identity (ID, env, envd token
+// sealed to this node in the claim, hostname) into a warm pool pod's paused VM and resumes it,
 // or restores the claim's data into the pod with that identity (a start
 // slot, state VMEmpty, has no VM to resume). Each step is idempotent: an
 // agent that dies between them (or before markActivated) does all again.
@@ -317,15 +317,12 @@ func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, state
 		return fmt.Errorf("pod %s is a start slot with no VM: its claim must restore the sandbox's data", pod.Name)
 	}
 	steps := newStepTimer()
-	secret := &corev1.Secret{}
-	if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: sandlotv1.TokenSecretName(claim.Sandbox)}, secret); err != nil {
-		return fmt.Errorf("token of sandbox %s: %w", claim.Sandbox, err)
-	}
-	token := string(secret.Data[sandlotv1.TokenSecretKey])
-	env, err := claimEnv(pod, claim, secret)
+	sealedID, err := openClaim(r.ClaimKey, pod, claim)
 	if err != nil {
 		return err
 	}
+	token := sealedID.Token
+	env := claimEnv(pod, claim, sealedID.Env)
 	env[sandlotv1.EnvSandboxID], env[sandlotv1.EnvAccessToken] = claim.SandboxID, token
 	steps.done("token")
 	c, err := r.dial(ctx, string(pod.UID))

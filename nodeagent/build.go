@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/sandlot-dev/sandlot/api/sealed"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
@@ -29,9 +30,11 @@ const buildDeadline = time.Hour
 // a builder's VM runs, its template's spec.build, through the guest agent.
 type builds struct {
 	client.Client
-	Reader   client.Reader // Templates, tokens and files, read when needed
+	Reader   client.Reader // Templates and files, read when needed
 	Recorder events.EventRecorder
 	Node     string
+	// key opens each builder's envd token, sealed to this node on its pod.
+	key *sealed.Key
 	// guest opens a builder's VM (newGuestExec; a fake in unit tests).
 	guest func(podIP, token string) guestRunner
 	// started holds each builder this agent started (kept once done, so
@@ -72,12 +75,12 @@ func (b *builds) maybeStart(ctx context.Context, sbx *sandlotv1.Sandbox, pod *co
 		}
 		return err
 	}
-	secret := &corev1.Secret{}
-	if err := b.Reader.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: sandlotv1.TokenSecretName(sbx.Name)}, secret); err != nil {
+	token, err := builderToken(b.key, pod, sbx.Name)
+	if err != nil {
 		b.started.Delete(sbx.UID)
-		return fmt.Errorf("token of builder %s: %w", sbx.Name, err)
+		return err
 	}
-	g := b.guest(pod.Status.PodIP, string(secret.Data[sandlotv1.TokenSecretKey]))
+	g := b.guest(pod.Status.PodIP, token)
 	from, err := fromStep(sbx, tpl.Spec.Build)
 	if err == nil {
 		err = b.setBuilt(ctx, sbx, metav1.ConditionFalse, sandlotv1.ReasonBuildRunning,

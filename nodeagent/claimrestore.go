@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"time"
@@ -99,8 +98,8 @@ func (g *stageGuard) claimDenial(ctx context.Context, pod *corev1.Pod, claim san
 
 // claimEnv is the claiming sandbox's env: its template's (the pool pod's
 // own env), then what an older controller put in the claim, then the
-// sandbox's spec.env from its Secret, each over the one before.
-func claimEnv(pod *corev1.Pod, claim sandlotv1.PoolClaim, secret *corev1.Secret) (map[string]string, error) {
+// sandbox's spec.env sealed in the claim, each over the one before.
+func claimEnv(pod *corev1.Pod, claim sandlotv1.PoolClaim, own map[string]string) map[string]string {
 	env := map[string]string{}
 	for _, c := range pod.Spec.Containers {
 		if c.Name != sandlotv1.ContainerName {
@@ -113,12 +112,6 @@ func claimEnv(pod *corev1.Pod, claim sandlotv1.PoolClaim, secret *corev1.Secret)
 		}
 	}
 	maps.Copy(env, claim.Env)
-	if raw, ok := secret.Data[sandlotv1.EnvSecretKey]; ok {
-		own := map[string]string{}
-		if err := json.Unmarshal(raw, &own); err != nil {
-			return nil, fmt.Errorf("the env in Secret %s: %w", secret.Name, err)
-		}
-		maps.Copy(env, own)
-	}
-	return env, nil
+	maps.Copy(env, own)
+	return env
 }

@@ -9,13 +9,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sandlot-dev/sandlot/api/sealed"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // restoreClaimPod makes a paused warm pool pod on the agent's node that
 // the controller gave to sbx (its controller owner) with a claim that
-// restores ref, and sbx's token Secret.
+// restores ref, sbx's token sealed in it.
 func (a *agent) restoreClaimPod(sbx *sandlotv1.Sandbox, id string, ref sandlotv1.RestoreRef) (*corev1.Pod, *fakeVM) {
 	base := &sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: "python-base", UID: "base-uid", Location: "snapshots/base-uid"}
 	return a.claimedPod(sbx, "pool", sandlotv1.VMAnnotations{Pool: "python", Restore: base,
@@ -24,16 +25,16 @@ func (a *agent) restoreClaimPod(sbx *sandlotv1.Sandbox, id string, ref sandlotv1
 
 // claimedPod makes a pool pod of template python on the agent's node,
 // claimed by sbx with annotations ann, its shim's VM in vmState, and
-// sbx's token Secret.
+// sbx's token sealed in the claim.
 func (a *agent) claimedPod(sbx *sandlotv1.Sandbox, kind string, ann sandlotv1.VMAnnotations, vmState string) (*corev1.Pod, *fakeVM) {
 	a.t.Helper()
-	a.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sandlotv1.TokenSecretName(sbx.Name)},
-		Data: map[string][]byte{sandlotv1.TokenSecretKey: []byte("token-" + sbx.Name)}})
+	name := "python-" + kind + "-" + ann.Claim.SandboxID[:5]
+	ann.Claim.Sealed = a.seal(name, sbx.Name, sealed.Identity{Token: "token-" + sbx.Name})
 	enc, err := ann.Encode()
 	if err != nil {
 		a.t.Fatalf("claim annotations: %v", err)
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "python-" + kind + "-" + ann.Claim.SandboxID[:5], Annotations: enc,
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: enc,
 		Labels:          map[string]string{sandlotv1.LabelPool: "python", sandlotv1.LabelSandbox: sbx.Name},
 		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sbx, sandlotv1.GroupVersion.WithKind("Sandbox"))}},
 		Spec: corev1.PodSpec{NodeName: a.node, Containers: []corev1.Container{{Name: sandlotv1.ContainerName, Image: "sandbox"}}}}

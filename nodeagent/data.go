@@ -22,6 +22,7 @@ import (
 
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
 	"github.com/sandlot-dev/sandlot/api/node/stageapi"
+	"github.com/sandlot-dev/sandlot/api/sealed"
 	"github.com/sandlot-dev/sandlot/api/snapshot"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
@@ -93,6 +94,9 @@ type Node struct {
 	// the shims admit it like sandlot-api's pods ("": the agent runs in
 	// the node's network namespace, whose addresses are admitted anyway).
 	PodIP string
+	// ClaimKey opens what the controller sealed to this node (a claim's
+	// token and env, a builder's token): the agent reads no Secret.
+	ClaimKey *sealed.Key
 }
 
 // snapshotTimeout bounds the shim's Snapshot (it pauses the VM for

@@ -31,10 +31,13 @@ func Fingerprint(hostRoot, qemu string) (sandlotv1.Fingerprint, error) {
 	return sandlotv1.Fingerprint{CPU: vm.CPUFingerprint(), QEMU: qv, Accel: accel}, nil
 }
 
-// PublishFingerprint labels the agent's node with its fingerprint key.
-func PublishFingerprint(ctx context.Context, c client.Client, node string, fp sandlotv1.Fingerprint) error {
+// PublishFingerprint labels the agent's node with its fingerprint key
+// and annotates it with the public key the controller seals each
+// sandbox's token and env to for this node (claimKey, base64).
+func PublishFingerprint(ctx context.Context, c client.Client, node string, fp sandlotv1.Fingerprint, claimKey string) error {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"labels": map[string]string{sandlotv1.LabelFingerprint: fp.Key()}}})
+		"labels":      map[string]string{sandlotv1.LabelFingerprint: fp.Key()},
+		"annotations": map[string]string{sandlotv1.AnnotationClaimKey: claimKey}}})
 	if err != nil {
 		return err
 	}

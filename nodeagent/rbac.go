@@ -21,14 +21,16 @@ package nodeagent
 //     snapshot against the template (stageguard.go).
 //   - pods: get/list/watch its node's sandbox pods (VM ready, claims,
 //     stage checks); patch, the claim-activated annotation (agent.go).
-//   - secrets: get only, by name (no list or watch): a claimed pool VM's
-//     token, from its Sandbox's token Secret (agent.go). RBAC cannot
-//     narrow a get to a name pattern; the name is the claim's.
+//   - secrets: none. RBAC cannot narrow a read to a node, so a node's
+//     root would read every sandbox's envd token: the controller seals
+//     what the agent needs (a claim's token and env, a builder's token) to
+//     the key this node's agent publishes on its Node (sealedidentity.go,
+//     package api/sealed).
 //   - configmaps: get, a COPY build step's uploaded files (build.go);
 //     create and patch, a template builder's build log (buildlog.go,
 //     server-side apply), in the builder's namespace.
 //   - nodes: get and patch its own node's runtime and fingerprint labels
-//     (identity.go).
+//     and its sealing key annotation (identity.go).
 //   - events: create/patch, its Events on the data it serves.
 //   - endpointslices: get/list/watch, those of sandlot-api's Service
 //     only (the cache's selector): its pods may open connections to the
@@ -42,7 +44,6 @@ package nodeagent
 // +kubebuilder:rbac:groups=sandlot.dev,resources=sandboxes/status,verbs=patch
 // +kubebuilder:rbac:groups=sandlot.dev,resources=templates,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/sandlot-dev/sandlot/api/sealed"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
@@ -79,6 +80,19 @@ type agent struct {
 	shims *fakeShims
 	// stageSocket is where the agent answers shims' stage requests.
 	stageSocket string
+	// claimKey is the node's sealing key, as the agent loads it.
+	claimKey *sealed.Key
+}
+
+// seal seals id to the agent's node for pod and sandbox, as the
+// controller does in a claim.
+func (a *agent) seal(pod, sandbox string, id sealed.Identity) []byte {
+	a.t.Helper()
+	box, err := sealed.SealIdentity(a.claimKey.PublicBase64(), sealed.Context(a.ns, pod, sandbox), id)
+	if err != nil {
+		a.t.Fatalf("seal: %v", err)
+	}
+	return box
 }
 
 // startAgent runs the agent for a node of its own until the test ends,
@@ -110,7 +124,11 @@ func startAgent(t *testing.T, st store.Store) *agent {
 		t.Fatalf("agent manager: %v", err)
 	}
 	a.stageSocket = stageSocket(t)
-	n := nodeagent.Node{Name: a.node, SandlotRoot: t.TempDir(), Store: st, Dialer: a.shims, StageSocket: a.stageSocket, APIService: a.api(),
+	root := t.TempDir()
+	if a.claimKey, err = nodeagent.LoadClaimKey(nodeagent.ClaimKeyPath(root)); err != nil {
+		t.Fatal(err)
+	}
+	n := nodeagent.Node{Name: a.node, SandlotRoot: root, ClaimKey: a.claimKey, Store: st, Dialer: a.shims, StageSocket: a.stageSocket, APIService: a.api(),
 		PodIP: agentPodIP}
 	if err := nodeagent.Setup(mgr, n); err != nil {
 		t.Fatalf("set up the agent: %v", err)

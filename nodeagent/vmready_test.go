@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandlot-dev/sandlot/api/sealed"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/nodeagent"
 	"github.com/sandlot-dev/sandlot/test/poll"
@@ -72,21 +73,21 @@ func TestVMReadyFollowsTheVM(t *testing.T) {
 }
 
 // claimedPool makes a warm pool pod on the agent's node, paused, that the
-// controller claimed for a new Sandbox whose token Secret holds token;
+// controller claimed for a new Sandbox with token sealed in the claim;
 // its VM refuses the identity with identityErr (nil: takes it).
 func (a *agent) claimedPool(sandbox, id, token string, identityErr error) (*sandlotv1.Sandbox, *corev1.Pod, *fakeVM) {
 	a.t.Helper()
 	sbx := a.sandbox(sandbox, id)
-	a.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: sandlotv1.TokenSecretName(sandbox)},
-		Data: map[string][]byte{sandlotv1.TokenSecretKey: []byte(token), sandlotv1.EnvSecretKey: []byte(`{"FROM_SANDBOX":"yes"}`)}})
-	// The claim carries no env: the sandbox's is in its Secret.
+	// The token and env are sealed to the node (the agent reads no Secret).
+	podName := "python-pool-" + id[:5]
+	sealedID := a.seal(podName, sandbox, sealed.Identity{Token: token, Env: map[string]string{"FROM_SANDBOX": "yes"}})
 	ann, err := sandlotv1.VMAnnotations{Pool: "python",
-		Claim: &sandlotv1.PoolClaim{Sandbox: sandbox, SandboxID: id}}.Encode()
+		Claim: &sandlotv1.PoolClaim{Sandbox: sandbox, SandboxID: id, Sealed: sealedID}}.Encode()
 	if err != nil {
 		a.t.Fatalf("claim annotations: %v", err)
 	}
 	labels := map[string]string{sandlotv1.LabelPool: "python", sandlotv1.LabelSandbox: sandbox}
-	pod, vm := a.pod("python-pool-"+id[:5], labels, ann, "", "Paused")
+	pod, vm := a.pod(podName, labels, ann, "", "Paused")
 	vm.set(func(v *fakeVM) { v.identityErr = identityErr })
 	a.setStatus(sbx, func() { sbx.Status.PodName = pod.Name })        // as the claim's status write names it
 	a.setStatus(pod, func() { pod.Status.Phase = corev1.PodRunning }) // the claim is carried out once it runs

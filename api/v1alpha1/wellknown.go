@@ -52,11 +52,23 @@ const (
 	AnnotationPool = "sandlot.dev/pool"
 	// AnnotationClaim, set with the claim, is the sandbox identity the node
 	// agent pushes into a claimed pool pod's VM before resuming it (JSON
-	// PoolClaim; the access token is read from the Sandbox's Secret).
+	// PoolClaim; the access token and env sealed to the node's key).
 	AnnotationClaim = "sandlot.dev/claim"
 	// AnnotationClaimActivated is set by the node agent to the claim it
 	// carried out (equal to AnnotationClaim once the VM runs as the sandbox).
 	AnnotationClaimActivated = "sandlot.dev/claim-activated"
+	// AnnotationSealedIdentity, on a template builder's pod, is its envd
+	// token sealed to its node's key (base64 of api/sealed's Seal): the
+	// node agent runs the build's steps through envd with it.
+	AnnotationSealedIdentity = "sandlot.dev/sealed-identity"
+)
+
+// Node annotations, each set by the node's agent on its own Node.
+const (
+	// AnnotationClaimKey is the public key (base64) the controller seals
+	// a sandbox's token and env to for this node's agent (api/sealed):
+	// the agent may read no Secret.
+	AnnotationClaimKey = "sandlot.dev/claim-key"
 )
 
 // PoolClaim is AnnotationClaim's value.
@@ -64,8 +76,12 @@ type PoolClaim struct {
 	Sandbox   string `json:"sandbox"`
 	SandboxID string `json:"sandboxID"`
 	// Env is read from claims a controller before this one wrote; the
-	// env now travels in the Sandbox's Secret (EnvSecretKey).
+	// env now travels in Sealed.
 	Env map[string]string `json:"env,omitempty"`
+	// Sealed is the sandbox's envd token and env (api/sealed.Identity)
+	// sealed to the pod's node's AnnotationClaimKey, for the pod and
+	// sandbox named (sealed.Context): only that node's agent opens it.
+	Sealed []byte `json:"sealed,omitempty"`
 	// Restore, when set, is the data the claiming sandbox restores (its
 	// source Snapshot, or its PausedSandbox on a resume): the node agent
 	// restores the pod's VM from it in place instead of resuming the
@@ -112,8 +128,9 @@ const (
 	// TokenSecretKey is the key of the envd access token in a Sandbox's Secret.
 	TokenSecretKey = "accessToken"
 	// EnvSecretKey is the key of the Sandbox's spec.env in its Secret (a
-	// JSON object): a claimed warm pool VM gets it from there, never from
-	// the pod's annotations, which anyone who may get pods reads.
+	// JSON object): a claim seals it for the node's agent, never puts it
+	// in the pod's annotations in the clear (anyone who may get pods
+	// reads them).
 	EnvSecretKey = "env"
 	// EnvSandboxID and EnvAccessToken are set in every sandbox Pod.
 	EnvSandboxID   = "SANDLOT_SANDBOX_ID"

@@ -272,6 +272,11 @@ func (in *PoolClaim) DeepCopyInto(out *PoolClaim) {
 			(*out)[key] = val
 		}
 	}
+	if in.Sealed != nil {
+		in, out := &in.Sealed, &out.Sealed
+		*out = make([]byte, len(*in))
+		copy(*out, *in)
+	}
 	if in.Restore != nil {
 		in, out := &in.Restore, &out.Restore
 		*out = new(RestoreRef)

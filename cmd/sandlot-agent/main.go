@@ -191,6 +191,9 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if node.ClaimKey, err = nodeagent.LoadClaimKey(nodeagent.ClaimKeyPath(node.SandlotRoot)); err != nil {
+		return err
+	}
 	return serve(ctx, node, fp, metrics.options(), probeAddr)
 }
 
@@ -247,7 +250,7 @@ func serve(ctx context.Context, node nodeagent.Node, fp sandlotv1.Fingerprint, m
 	if err != nil {
 		return err
 	}
-	if err := nodeagent.PublishFingerprint(ctx, direct, node.Name, fp); err != nil {
+	if err := nodeagent.PublishFingerprint(ctx, direct, node.Name, fp, node.ClaimKey.PublicBase64()); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

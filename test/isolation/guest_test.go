@@ -188,7 +188,9 @@ func TestPoolVMRefusesBeforeClaim(t *testing.T) {
 	if got := strings.TrimSpace(sbxtest.EnvdRun(t, k, sbx, "echo mine $TENANT_SECRET")); got != "mine "+claimSecret {
 		t.Fatalf("claimed sandbox with its token and env: %q", got)
 	}
-	checkEnvNotInPod(t, sbxtest.PodOf(t, k, sbx))
+	pod := sbxtest.PodOf(t, k, sbx)
+	checkEnvNotInPod(t, pod)
+	checkNodeReadsNoToken(t, k, sbx, pod)
 	if code := envdStatus(t, sbx.Status.PodIP, "not-its-token"); code != 401 {
 		t.Fatalf("claimed sandbox answered %d to another token: want 401", code)
 	}
@@ -226,8 +228,8 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// claimSecret is a claimed sandbox's env value: it reaches the VM through
-// the sandbox's Secret, never a pod annotation (row 10).
+// claimSecret is a claimed sandbox's env value: it reaches the VM sealed
+// to the node's key in the claim, never in the clear (row 10).
 const claimSecret = "s3cr3t-of-the-claimant"
 
 // checkEnvNotInPod: nobody who may get pods reads a claimant's env.

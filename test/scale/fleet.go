@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandlot-dev/sandlot/api/sealed"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
@@ -56,7 +57,14 @@ func (f *Fleet) AddNodes(ctx context.Context, c client.Client) error {
 	room := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("512"), corev1.ResourceMemory: resource.MustParse("2Ti"),
 		corev1.ResourcePods: resource.MustParse("1000")}
 	for i := range f.Nodes {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: NodeName(i), Labels: map[string]string{sandlotv1.LabelRuntime: "true"}}}
+		// Each node's agent publishes the key the controller seals its
+		// claims and builders' tokens to.
+		key, err := sealed.NewKey()
+		if err != nil {
+			return err
+		}
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: NodeName(i), Labels: map[string]string{sandlotv1.LabelRuntime: "true"},
+			Annotations: map[string]string{sandlotv1.AnnotationClaimKey: key.PublicBase64()}}}
 		if err := c.Create(ctx, n); err != nil {
 			return fmt.Errorf("create node %s: %w", n.Name, err)
 		}

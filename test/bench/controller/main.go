@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/sandlot-dev/sandlot/api/sealed"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/controllers"
 	"github.com/sandlot-dev/sandlot/test/bench/host"
@@ -96,7 +97,12 @@ func (b *bench) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bench-node", Labels: map[string]string{sandlotv1.LabelRuntime: "true"}}}
+	key, err := sealed.NewKey() // as the node's agent publishes it: claims and builders' tokens are sealed to it
+	if err != nil {
+		return err
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bench-node", Labels: map[string]string{sandlotv1.LabelRuntime: "true"},
+		Annotations: map[string]string{sandlotv1.AnnotationClaimKey: key.PublicBase64()}}}
 	if err := b.c.Create(ctx, node); err != nil {
 		return err
 	}
