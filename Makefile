@@ -123,6 +123,10 @@ bench-guest: ## SDK round trips to the guest agent vs the same operations on the
 test-vm: vm-assets ## The VM layer on real QEMU (TCG here): boot, snapshot, clones, pause, faults.
 	go test -count=1 -v -timeout 20m ./vm/... ./test/vm/...
 
+.PHONY: bench-flood
+bench-flood: vm-assets containerd-bins ## A flooding guest against its shim: app stdout, exec stdout and stderr nobody reads, then containerd stopped; shim RSS and cgroup memory sampled for 5 minutes beside a quiet sandbox's shim (BENCH_ARGS=-duration 1m).
+	go run ./test/bench/flood $(BENCH_ARGS)
+
 .PHONY: bench-vm
 bench-shim: vm-assets containerd-bins ## Pod start to first answer under containerd: sandlot cold boot and restore vs runc, single and 10 concurrent (BENCH_ARGS=-json).
 	go run ./test/bench/shim $(BENCH_ARGS)

@@ -203,3 +203,15 @@ func StartHeld(cmd *exec.Cmd, exited func(error)) error {
 	}()
 	return <-started
 }
+
+// SignalContainerd sends sig to containerd (SIGSTOP stalls it: every
+// reader of a shim's output and events stops; SIGCONT resumes it).
+func (e *Env) SignalContainerd(sig syscall.Signal) error {
+	e.mu.Lock()
+	cmd := e.cmd
+	e.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return fmt.Errorf("crienv: containerd does not run")
+	}
+	return cmd.Process.Signal(sig)
+}

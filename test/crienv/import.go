@@ -133,3 +133,11 @@ func (e *Env) waitImage(ctx context.Context, ref, repoDigest string) error {
 		return fmt.Errorf("status %v, error %v", st.GetImage(), err)
 	})
 }
+
+// CtrCommand is `ctr -a <Address> -n k8s.io args...`, to be started by the
+// caller with its own stdio.
+func (e *Env) CtrCommand(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, e.bins.ctr, append([]string{"-a", e.Address, "-n", Namespace}, args...)...)
+	cmd.Env = e.containerdEnv()
+	return cmd
+}
