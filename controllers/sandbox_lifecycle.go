@@ -101,11 +101,7 @@ func (r *SandboxReconciler) ensureToken(ctx context.Context, sbx *sandlotv1.Sand
 	if _, err := rand.Read(buf); err != nil {
 		return fmt.Errorf("draw access token: %w", err)
 	}
-	secret, err := buildTokenSecret(sbx, hex.EncodeToString(buf))
-	if err != nil {
-		return err
-	}
-	err = r.Create(ctx, secret)
+	err := r.Create(ctx, buildTokenSecret(sbx, hex.EncodeToString(buf)))
 	if apierrors.IsAlreadyExists(err) {
 		// Ours and not yet in the cache, or someone else's by that name.
 		existing := &corev1.Secret{}

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -151,17 +150,9 @@ func podEnv(sandbox string, plan podPlan) []corev1.EnvVar {
 	)
 }
 
-// buildTokenSecret holds the envd access token of a Sandbox and its
-// spec.env (for the claim of a warm pool VM).
-func buildTokenSecret(sbx *sandlotv1.Sandbox, token string) (*corev1.Secret, error) {
-	data := map[string][]byte{sandlotv1.TokenSecretKey: []byte(token)}
-	if len(sbx.Spec.Env) > 0 {
-		env, err := json.Marshal(envMap(sbx.Spec.Env))
-		if err != nil {
-			return nil, fmt.Errorf("encode the sandbox's env: %w", err)
-		}
-		data[sandlotv1.EnvSecretKey] = env
-	}
+// buildTokenSecret holds the envd access token of a Sandbox. (Its env
+// reaches a claimed pool VM sealed in the claim: sandbox_seal.go.)
+func buildTokenSecret(sbx *sandlotv1.Sandbox, token string) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            sandlotv1.TokenSecretName(sbx.Name),
@@ -170,8 +161,8 @@ func buildTokenSecret(sbx *sandlotv1.Sandbox, token string) (*corev1.Secret, err
 			OwnerReferences: []metav1.OwnerReference{ownerRef(sbx)},
 		},
 		Type: corev1.SecretTypeOpaque,
-		Data: data,
-	}, nil
+		Data: map[string][]byte{sandlotv1.TokenSecretKey: []byte(token)},
+	}
 }
 
 func ownerRef(sbx *sandlotv1.Sandbox) metav1.OwnerReference {

@@ -300,8 +300,8 @@ func (r *VMReadyReconciler) probe(ctx context.Context, pod *corev1.Pod) (metav1.
 }
 
 // activate pushes a claiming sandbox's identity (ID, env, envd token
-// sealed to this node in the claim, hostname) into a warm pool pod's paused VM and resumes it,
-// or restores the claim's data into the pod with that identity (a start
+// sealed to this node in the claim, hostname) into a warm pool pod's
+// paused VM and resumes it, or restores the claim's data into the pod with that identity (a start
 // slot, state VMEmpty, has no VM to resume). Each step is idempotent: an
 // agent that dies between them (or before markActivated) does all again.
 func (r *VMReadyReconciler) activate(ctx context.Context, pod *corev1.Pod, state string) error {

@@ -127,11 +127,6 @@ const (
 	ContainerName = "sandbox"
 	// TokenSecretKey is the key of the envd access token in a Sandbox's Secret.
 	TokenSecretKey = "accessToken"
-	// EnvSecretKey is the key of the Sandbox's spec.env in its Secret (a
-	// JSON object): a claim seals it for the node's agent, never puts it
-	// in the pod's annotations in the clear (anyone who may get pods
-	// reads them).
-	EnvSecretKey = "env"
 	// EnvSandboxID and EnvAccessToken are set in every sandbox Pod.
 	EnvSandboxID   = "SANDLOT_SANDBOX_ID"
 	EnvAccessToken = "SANDLOT_ACCESS_TOKEN"
