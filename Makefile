@@ -54,8 +54,10 @@ vm-assets: ## Build the guest kernel, initramfs and base disks into the cache (r
 	hack/vm-assets.sh
 
 # The suites that need no VM, cluster or store assets: unit tests and the
-# envtest suites (a real kube-apiserver + etcd).
-UNIT_TESTS = $$(go list ./... | grep -v '/test/\|/nodeagent/store$$') ./test/admission/ ./test/chart/ ./test/kube/ ./test/poll/ ./test/cluster/
+# envtest suites (a real kube-apiserver + etcd). The tooling in internal/ that
+# runs containerd or MinIO is tested with the rest (make test, test-shim,
+# test-agent).
+UNIT_TESTS = $$(go list ./... | grep -v '/test/\|/nodeagent/store$$\|/internal/\(crienv\|oci\|minio\)$$') ./test/admission/ ./test/chart/ ./test/kube/
 # The suites that each load both cores (the fleet simulation, VMs, shims,
 # clusters): alone, one package at a time, after the rest.
 HEAVY_TESTS := scale vm shim e2e agent jfsagent lifecycle e2b isolation network
@@ -69,7 +71,7 @@ test-unit: envtest-assets ## Unit and envtest suites only (no VM, cluster or sto
 test: deps envtest-assets vm-assets cluster-bins minio-bins juicefs-bins ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), store (real MinIO, a live JuiceFS), shim (real containerd + CNI + QEMU), and the cluster suites (real two-node clusters, sandlot installed by its chart). Runs every group even after one fails.
 	@status=0; \
 	$(MAKE) --no-print-directory test-unit || status=1; \
-	rest="$$(go list ./nodeagent/store/ ./test/... | grep -v '$(HEAVY_PATTERN)' | grep -vxF "$$(go list $(UNIT_TESTS))")"; \
+	rest="$$(go list ./nodeagent/store/ ./internal/... ./test/... | grep -v '$(HEAVY_PATTERN)' | grep -vxF "$$(go list $(UNIT_TESTS))")"; \
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$rest || status=1; \
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -p 1 -timeout 60m $(addprefix ./test/,$(addsuffix /,$(HEAVY_TESTS))) || status=1; \
 	if [[ $$status != 0 ]]; then echo "make test: a group failed (above)"; fi; exit $$status
@@ -84,7 +86,7 @@ test-chart: ## The Helm chart (lint, renders per storage mode, schema, RBAC from
 	go test -count=1 ./test/chart/ ./nodeagent/install/ ./cmd/sandlot-agent/
 
 test-shim: vm-assets containerd-bins ## The shim under a real containerd (CRI, CNI bridge) with real QEMU: pods as VMs, snapshots, restarts, faults.
-	go test -count=1 -v -timeout 20m ./shim/... ./test/crienv/ ./test/shim/
+	go test -count=1 -v -timeout 20m ./shim/... ./internal/crienv/ ./test/shim/
 
 .PHONY: lint
 lint: ## gofmt, go vet and the layout rules of CONTRIBUTING.md (hack/lint-layout.sh; LINT_BASE=<ref>: commit subjects too).
@@ -167,7 +169,7 @@ test-agent: cluster-bins vm-assets minio-bins juicefs-bins ## The node agent and
 ifeq ($(STORE),juicefs)
 	go test -count=1 -v -timeout 30m ./nodeagent/... ./test/juicefs/ ./test/jfsagent/
 else
-	go test -count=1 -v -timeout 30m ./nodeagent/... ./test/minio/ ./test/agent/
+	go test -count=1 -v -timeout 30m ./nodeagent/... ./internal/minio/ ./test/agent/
 endif
 
 .PHONY: test-lifecycle

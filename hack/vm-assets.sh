@@ -620,7 +620,7 @@ build_debian_disk() {
 # source (a change in how the archive is laid out rebuilds it).
 debian_oci_recipe() {
 	local src
-	src="$(find "$REPO/hack/ociimage" "$REPO/test/oci" -name '*.go' ! -name '*_test.go' | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-16)"
+	src="$(find "$REPO/hack/ociimage" "$REPO/internal/oci" -name '*.go' ! -name '*_test.go' | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-16)"
 	echo "$(debian_image_recipe) oci $DEBIAN_OCI_REF ${DEBIAN_OCI_CONFIG[*]} writer $src"
 }
 

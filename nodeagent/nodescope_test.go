@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/internal/poll"
 	"github.com/sandlot-dev/sandlot/nodeagent"
-	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // agentCache starts a cache as the agent's (its CacheOptions, its service

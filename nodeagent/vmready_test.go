@@ -16,8 +16,8 @@ import (
 
 	"github.com/sandlot-dev/sandlot/api/sealed"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/internal/poll"
 	"github.com/sandlot-dev/sandlot/nodeagent"
-	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // waitVMReady waits for the Sandbox's VMReady and returns the Sandbox.

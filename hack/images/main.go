@@ -18,7 +18,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/sandlot-dev/sandlot/test/oci"
+	"github.com/sandlot-dev/sandlot/internal/oci"
 )
 
 // Repository is the images' repository prefix (the chart's defaults).

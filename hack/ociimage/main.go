@@ -14,7 +14,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/sandlot-dev/sandlot/test/oci"
+	"github.com/sandlot-dev/sandlot/internal/oci"
 )
 
 // list is a repeatable flag: each use appends one element.

@@ -30,7 +30,7 @@ type DropIn struct {
 	RuntimePath string
 }
 
-// dropInTemplate is the runtime table test/crienv registers for the
+// dropInTemplate is the runtime table internal/crienv registers for the
 // cluster tests, line for line, in a version 3 file: containerd 2.x
 // migrates each imported file by its own version before merging, and
 // these plugin names are version 3's.

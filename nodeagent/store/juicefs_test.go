@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/internal/poll"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/nodeagent/store/storetest"
-	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // TestJuiceFS runs the conformance suite on a shared directory standing

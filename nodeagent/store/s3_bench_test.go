@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	miniotest "github.com/sandlot-dev/sandlot/internal/minio"
+	"github.com/sandlot-dev/sandlot/internal/poll"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
-	miniotest "github.com/sandlot-dev/sandlot/test/minio"
-	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // benchMemory is the memory file of the benchmark's snapshot; its

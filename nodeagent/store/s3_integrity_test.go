@@ -15,9 +15,9 @@ import (
 	s3 "github.com/minio/minio-go/v7"
 
 	"github.com/sandlot-dev/sandlot/api/snapshot"
+	miniotest "github.com/sandlot-dev/sandlot/internal/minio"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/nodeagent/store/storetest"
-	miniotest "github.com/sandlot-dev/sandlot/test/minio"
 )
 
 // A writer of the bucket (not a node of the cluster) changes what a

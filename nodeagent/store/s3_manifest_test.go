@@ -13,8 +13,8 @@ import (
 	s3 "github.com/minio/minio-go/v7"
 
 	"github.com/sandlot-dev/sandlot/api/snapshot"
+	miniotest "github.com/sandlot-dev/sandlot/internal/minio"
 	"github.com/sandlot-dev/sandlot/nodeagent/store/storetest"
-	miniotest "github.com/sandlot-dev/sandlot/test/minio"
 )
 
 // TestS3UploadTakesTheManifestsSums: a snapshot's sparse disk layer is

@@ -16,10 +16,10 @@ import (
 
 	s3 "github.com/minio/minio-go/v7"
 
+	miniotest "github.com/sandlot-dev/sandlot/internal/minio"
+	"github.com/sandlot-dev/sandlot/internal/poll"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/nodeagent/store/storetest"
-	miniotest "github.com/sandlot-dev/sandlot/test/minio"
-	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // TestS3 runs the conformance suite against a real MinIO; each subtest

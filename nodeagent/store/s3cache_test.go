@@ -13,10 +13,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	miniotest "github.com/sandlot-dev/sandlot/internal/minio"
+	"github.com/sandlot-dev/sandlot/internal/poll"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/nodeagent/store/storetest"
-	miniotest "github.com/sandlot-dev/sandlot/test/minio"
-	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // cacheCap holds two of the 1 MiB snapshots below (about 1.2 MiB on disk

@@ -9,9 +9,9 @@ import (
 
 	s3 "github.com/minio/minio-go/v7"
 
+	miniotest "github.com/sandlot-dev/sandlot/internal/minio"
+	"github.com/sandlot-dev/sandlot/internal/poll"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
-	miniotest "github.com/sandlot-dev/sandlot/test/minio"
-	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // TestS3ConfirmRepublishes: a key a node records Ready whose objects were

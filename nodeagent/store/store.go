@@ -14,7 +14,7 @@
 //     store, each object verified, and a completion marker written last;
 //     other nodes download into their cache on Open, bounded by
 //     CacheMaxBytes with LRU eviction (s3cache.go). Tested against a real
-//     MinIO (test/minio).
+//     MinIO (internal/minio).
 //   - JuiceFS: a directory on a JuiceFS CSI mount written with --writeback;
 //     a key is Ready once none of its files' objects is left in the
 //     writer's client's staging (juicefs_watch.go); other nodes read it in

@@ -1,5 +1,5 @@
 // Package agent tests the node agent and the snapshot store on a real
-// two-node cluster (test/cluster) whose agents share one MinIO through
+// two-node cluster (internal/cluster) whose agents share one MinIO through
 // the s3 store: snapshots and their remote status, pause and resume on
 // the same node and on another, and the faults of the issue (an agent
 // killed mid-snapshot, MinIO down during an upload, deletion of data a
@@ -10,9 +10,9 @@ package agent
 import (
 	"testing"
 
-	"github.com/sandlot-dev/sandlot/test/cluster"
-	"github.com/sandlot-dev/sandlot/test/crienv"
-	"github.com/sandlot-dev/sandlot/test/minio"
+	"github.com/sandlot-dev/sandlot/internal/cluster"
+	"github.com/sandlot-dev/sandlot/internal/crienv"
+	"github.com/sandlot-dev/sandlot/internal/minio"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 

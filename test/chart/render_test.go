@@ -449,7 +449,7 @@ func TestSchemaRejects(t *testing.T) {
 }
 
 // TestDropIn: the drop-in the agent writes registers the runtime as
-// test/crienv does for every cluster test, line for line, with the
+// internal/crienv does for every cluster test, line for line, with the
 // chart's shim config path.
 func TestDropIn(t *testing.T) {
 	var ds appsv1.DaemonSet
@@ -471,18 +471,18 @@ func TestDropIn(t *testing.T) {
 			t.Errorf("drop-in lacks %q:\n%s", w, got)
 		}
 	}
-	src, err := os.ReadFile("../../test/crienv/crienv.go")
+	src, err := os.ReadFile("../../internal/crienv/crienv.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, block, ok := strings.Cut(string(src), "{{- if .SandlotConfig}}\n")
 	block, _, ok2 := strings.Cut(block, "{{- end}}")
 	if !ok || !ok2 {
-		t.Fatal("test/crienv/crienv.go: no {{- if .SandlotConfig}} block: update this test")
+		t.Fatal("internal/crienv/crienv.go: no {{- if .SandlotConfig}} block: update this test")
 	}
 	want := strings.ReplaceAll(block, "{{.SandlotConfig}}", cfgPath)
 	if norm(tableOf(got)) != norm(want) {
-		t.Errorf("drop-in runtime table\n%s\nwant test/crienv's\n%s", tableOf(got), want)
+		t.Errorf("drop-in runtime table\n%s\nwant internal/crienv's\n%s", tableOf(got), want)
 	}
 }
 

@@ -7,8 +7,8 @@ package e2b
 import (
 	"testing"
 
-	"github.com/sandlot-dev/sandlot/test/cluster"
-	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/internal/cluster"
+	"github.com/sandlot-dev/sandlot/internal/crienv"
 	"github.com/sandlot-dev/sandlot/test/inet"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )

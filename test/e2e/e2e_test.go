@@ -1,5 +1,5 @@
 // Package e2e tests sandlot end to end on a real cluster on this machine
-// (test/cluster): the controller, kubelets, containerd with the sandlot
+// (internal/cluster): the controller, kubelets, containerd with the sandlot
 // shim, and microVMs under QEMU.
 package e2e
 
@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
-	"github.com/sandlot-dev/sandlot/test/cluster"
-	"github.com/sandlot-dev/sandlot/test/poll"
+	"github.com/sandlot-dev/sandlot/internal/cluster"
+	"github.com/sandlot-dev/sandlot/internal/poll"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 

@@ -3,7 +3,7 @@ package e2e
 import (
 	"testing"
 
-	"github.com/sandlot-dev/sandlot/test/cluster"
+	"github.com/sandlot-dev/sandlot/internal/cluster"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/sandlot-dev/sandlot/guest/control"
 	"github.com/sandlot-dev/sandlot/guest/identity"
+	"github.com/sandlot-dev/sandlot/internal/poll"
 	"github.com/sandlot-dev/sandlot/test/kube"
-	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // Dir is this Node package's directory.

@@ -21,7 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/internal/crienv"
 )
 
 // The test internet's addresses: documentation ranges (TEST-NET-2 and -3),

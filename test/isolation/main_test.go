@@ -1,5 +1,5 @@
 // Package isolation tries the sandbox boundary the way a tenant would, on
-// a real two-node cluster (test/cluster) whose agents share one MinIO (s3
+// a real two-node cluster (internal/cluster) whose agents share one MinIO (s3
 // store): from a QEMU's own uid and mount namespace, from inside guests
 // (a full disk, a console flood, more memory than the pod may have), as a
 // namespace user with `edit` rights, with a tampered object in the bucket,
@@ -9,8 +9,8 @@ package isolation
 import (
 	"testing"
 
-	"github.com/sandlot-dev/sandlot/test/cluster"
-	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/internal/cluster"
+	"github.com/sandlot-dev/sandlot/internal/crienv"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 

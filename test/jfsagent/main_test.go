@@ -1,5 +1,5 @@
 // Package jfsagent tests the node agent with the juicefs store on a real
-// two-node cluster (test/cluster) installed the way docs/install.md tells
+// two-node cluster (internal/cluster) installed the way docs/install.md tells
 // a bare-metal user: sandlot's chart in store mode juicefs, its PVC a
 // static PV of the JuiceFS CSI driver (v0.32.4, node plugin mounting by
 // process, from upstream's manifests) on one live volume (Redis, a MinIO
@@ -20,9 +20,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/sandlot-dev/sandlot/test/cluster"
-	"github.com/sandlot-dev/sandlot/test/crienv"
-	"github.com/sandlot-dev/sandlot/test/juicefs"
+	"github.com/sandlot-dev/sandlot/internal/cluster"
+	"github.com/sandlot-dev/sandlot/internal/crienv"
+	"github.com/sandlot-dev/sandlot/internal/juicefs"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 

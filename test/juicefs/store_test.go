@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/internal/crienv"
+	"github.com/sandlot-dev/sandlot/internal/juicefs"
+	"github.com/sandlot-dev/sandlot/internal/minio"
+	"github.com/sandlot-dev/sandlot/internal/poll"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 	"github.com/sandlot-dev/sandlot/nodeagent/store/storetest"
-	"github.com/sandlot-dev/sandlot/test/crienv"
-	"github.com/sandlot-dev/sandlot/test/juicefs"
-	"github.com/sandlot-dev/sandlot/test/minio"
-	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // One live volume for the package: a Redis, a MinIO and two clients,

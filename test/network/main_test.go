@@ -1,5 +1,5 @@
 // Package network tries each sandbox's network policy from inside its VM
-// on a real two-node cluster (test/cluster), against a "test internet":
+// on a real two-node cluster (internal/cluster), against a "test internet":
 // a network namespace on the host with TEST-NET addresses (web hosts, a
 // metadata-like server on 169.254.169.254, a DNS server the pods use) that
 // the pods reach through the host as they would the real one. It checks
@@ -11,8 +11,8 @@ package network
 import (
 	"testing"
 
-	"github.com/sandlot-dev/sandlot/test/cluster"
-	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/internal/cluster"
+	"github.com/sandlot-dev/sandlot/internal/crienv"
 	"github.com/sandlot-dev/sandlot/test/inet"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )

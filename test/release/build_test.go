@@ -7,7 +7,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/sandlot-dev/sandlot/test/cluster"
+	"github.com/sandlot-dev/sandlot/internal/cluster"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 )
 

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sandlot-dev/sandlot/test/cluster"
+	"github.com/sandlot-dev/sandlot/internal/cluster"
 )
 
 // StopAgents crashes the agents of nodes and keeps them off

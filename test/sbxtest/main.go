@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandlot-dev/sandlot/test/cluster"
-	"github.com/sandlot-dev/sandlot/test/crienv"
-	"github.com/sandlot-dev/sandlot/test/poll"
+	"github.com/sandlot-dev/sandlot/internal/cluster"
+	"github.com/sandlot-dev/sandlot/internal/crienv"
+	"github.com/sandlot-dev/sandlot/internal/poll"
 )
 
 // Main runs a test binary's tests on a two-node cluster of its own

@@ -1,4 +1,4 @@
-// Package sbxtest holds what tests on a real cluster (test/cluster) do
+// Package sbxtest holds what tests on a real cluster (internal/cluster) do
 // with sandboxes: create them from a template, wait for their phases,
 // pause, run a command through envd on the pod IP, delete and wait.
 package sbxtest
@@ -24,8 +24,8 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
-	"github.com/sandlot-dev/sandlot/test/cluster"
-	"github.com/sandlot-dev/sandlot/test/poll"
+	"github.com/sandlot-dev/sandlot/internal/cluster"
+	"github.com/sandlot-dev/sandlot/internal/poll"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 )
 

@@ -18,8 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandlot-dev/sandlot/internal/poll"
 	"github.com/sandlot-dev/sandlot/test/kube"
-	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 // Namespace holds the simulated workload's sandboxes and templates.

@@ -14,7 +14,7 @@ import (
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
 	"github.com/sandlot-dev/sandlot/api/snapshot"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
-	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/internal/crienv"
 )
 
 // TestBadInput: what the shim cannot run is a clear CRI error, and the

@@ -13,8 +13,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
-	"github.com/sandlot-dev/sandlot/test/crienv"
-	"github.com/sandlot-dev/sandlot/test/poll"
+	"github.com/sandlot-dev/sandlot/internal/crienv"
+	"github.com/sandlot-dev/sandlot/internal/poll"
 )
 
 // busybox is the image the VMs run: the app prints a line and waits.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sandlot-dev/sandlot/api/snapshot"
-	"github.com/sandlot-dev/sandlot/test/poll"
+	"github.com/sandlot-dev/sandlot/internal/poll"
 	vmtest "github.com/sandlot-dev/sandlot/test/vm"
 	"github.com/sandlot-dev/sandlot/vm"
 )

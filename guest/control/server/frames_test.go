@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sandlot-dev/sandlot/guest/control"
-	"github.com/sandlot-dev/sandlot/test/poll"
+	"github.com/sandlot-dev/sandlot/internal/poll"
 )
 
 // malformedInput holds frames that are each wrong in their own way,

@@ -15,7 +15,7 @@ import (
 	"github.com/sandlot-dev/sandlot/guest/envd/files"
 	pb "github.com/sandlot-dev/sandlot/guest/envdpb/filesystempb"
 	"github.com/sandlot-dev/sandlot/guest/identity"
-	"github.com/sandlot-dev/sandlot/test/poll"
+	"github.com/sandlot-dev/sandlot/internal/poll"
 )
 
 // watchStream opens WatchDir and forwards its messages to a channel once

@@ -32,9 +32,9 @@ import (
 	"github.com/sandlot-dev/sandlot/api/sealed"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/controllers"
+	"github.com/sandlot-dev/sandlot/internal/poll"
 	"github.com/sandlot-dev/sandlot/test/bench/host"
 	"github.com/sandlot-dev/sandlot/test/kube"
-	"github.com/sandlot-dev/sandlot/test/poll"
 )
 
 func main() {

@@ -20,9 +20,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandlot-dev/sandlot/internal/crienv"
 	"github.com/sandlot-dev/sandlot/test/bench/host"
 	"github.com/sandlot-dev/sandlot/test/bench/stats"
-	"github.com/sandlot-dev/sandlot/test/crienv"
 	shimtest "github.com/sandlot-dev/sandlot/test/shim"
 	"github.com/sandlot-dev/sandlot/vm"
 )

@@ -13,10 +13,10 @@ import (
 	"os"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/internal/cluster"
+	"github.com/sandlot-dev/sandlot/internal/crienv"
 	"github.com/sandlot-dev/sandlot/test/bench/host"
 	"github.com/sandlot-dev/sandlot/test/bench/stats"
-	"github.com/sandlot-dev/sandlot/test/cluster"
-	"github.com/sandlot-dev/sandlot/test/crienv"
 	"github.com/sandlot-dev/sandlot/vm"
 )
 

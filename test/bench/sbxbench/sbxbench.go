@@ -24,8 +24,8 @@ import (
 
 	"github.com/go-logr/logr"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
-	"github.com/sandlot-dev/sandlot/test/cluster"
-	"github.com/sandlot-dev/sandlot/test/crienv"
+	"github.com/sandlot-dev/sandlot/internal/cluster"
+	"github.com/sandlot-dev/sandlot/internal/crienv"
 )
 
 // Lifetime outlives a run: no sandbox expires mid-row.

@@ -17,9 +17,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/sandlot-dev/sandlot/api/node/controlapi"
+	"github.com/sandlot-dev/sandlot/internal/crienv"
 	"github.com/sandlot-dev/sandlot/test/bench/host"
 	"github.com/sandlot-dev/sandlot/test/bench/stats"
-	"github.com/sandlot-dev/sandlot/test/crienv"
 	shimtest "github.com/sandlot-dev/sandlot/test/shim"
 	"github.com/sandlot-dev/sandlot/vm"
 )
