@@ -28,10 +28,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/cmd/internal/metricsflag"
 	"github.com/sandlot-dev/sandlot/nodeagent"
 	"github.com/sandlot-dev/sandlot/nodeagent/store"
 )
@@ -158,7 +158,7 @@ func run(ctx context.Context) error {
 	hostRoot := flag.String("host-root", "", "where the node's / is mounted when the agent runs in a container (its QEMU is fingerprinted there)")
 	qemu := flag.String("qemu", "", "the node's QEMU, as the shims run it (default qemu-system-x86_64 on the PATH)")
 	stf.bind(flag.CommandLine)
-	metrics := bindMetricsFlags(flag.CommandLine, "0")
+	metrics := metricsflag.Bind(flag.CommandLine, "0")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8082", "address of /healthz and /readyz")
 	logOpts := zap.Options{}
 	logOpts.BindFlags(flag.CommandLine)
@@ -194,34 +194,7 @@ func run(ctx context.Context) error {
 	if node.ClaimKey, err = nodeagent.LoadClaimKey(nodeagent.ClaimKeyPath(node.SandlotRoot)); err != nil {
 		return err
 	}
-	return serve(ctx, node, fp, metrics.options(), probeAddr)
-}
-
-// metricsFlags are where and how the metrics are served.
-type metricsFlags struct {
-	addr   string
-	secure bool
-}
-
-// bindMetricsFlags binds --metrics-bind-address (every binary's name) and
-// --metrics-secure.
-func bindMetricsFlags(fs *flag.FlagSet, addr string) *metricsFlags {
-	m := &metricsFlags{}
-	fs.StringVar(&m.addr, "metrics-bind-address", addr, "address of the metrics endpoint (0 disables it)")
-	fs.BoolVar(&m.secure, "metrics-secure", true, "serve the metrics over HTTPS to callers the API server authenticates "+
-		"and allows to get /metrics (TokenReview, SubjectAccessReview); false: plain HTTP to anyone")
-	return m
-}
-
-// options serve the metrics as controller-runtime's secure default does
-// (HTTPS, a self-signed certificate, authentication and authorization by
-// the API server) unless --metrics-secure=false.
-func (m *metricsFlags) options() metricsserver.Options {
-	o := metricsserver.Options{BindAddress: m.addr}
-	if m.secure {
-		o.SecureServing, o.FilterProvider = true, filters.WithAuthenticationAndAuthorization
-	}
-	return o
+	return serve(ctx, node, fp, metrics.Options(), probeAddr)
 }
 
 // serve runs the agent's manager for node, once its fingerprint is

@@ -15,10 +15,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/cmd/internal/metricsflag"
 	"github.com/sandlot-dev/sandlot/controllers"
 )
 
@@ -37,7 +36,7 @@ func run(ctx context.Context) error {
 		leaderNamespace string
 		opts            controllers.Options
 	)
-	metrics := bindMetricsFlags(flag.CommandLine, ":8080")
+	metrics := metricsflag.Bind(flag.CommandLine, ":8080")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "address of Go's /debug/pprof (empty: none; for profiling, never exposed by the chart)")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader, so that replicas can stand by")
@@ -68,7 +67,7 @@ func run(ctx context.Context) error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   controllers.CacheOptions(),
-		Metrics:                 metrics.options(),
+		Metrics:                 metrics.Options(),
 		HealthProbeBindAddress:  probeAddr,
 		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
@@ -88,33 +87,6 @@ func run(ctx context.Context) error {
 		return err
 	}
 	return mgr.Start(ctx)
-}
-
-// metricsFlags are where and how the metrics are served.
-type metricsFlags struct {
-	addr   string
-	secure bool
-}
-
-// bindMetricsFlags binds --metrics-bind-address (every binary's name) and
-// --metrics-secure.
-func bindMetricsFlags(fs *flag.FlagSet, addr string) *metricsFlags {
-	m := &metricsFlags{}
-	fs.StringVar(&m.addr, "metrics-bind-address", addr, "address of the metrics endpoint (0 disables it)")
-	fs.BoolVar(&m.secure, "metrics-secure", true, "serve the metrics over HTTPS to callers the API server authenticates "+
-		"and allows to get /metrics (TokenReview, SubjectAccessReview); false: plain HTTP to anyone")
-	return m
-}
-
-// options serve the metrics as controller-runtime's secure default does
-// (HTTPS, a self-signed certificate, authentication and authorization by
-// the API server) unless --metrics-secure=false.
-func (m *metricsFlags) options() metricsserver.Options {
-	o := metricsserver.Options{BindAddress: m.addr}
-	if m.secure {
-		o.SecureServing, o.FilterProvider = true, filters.WithAuthenticationAndAuthorization
-	}
-	return o
 }
 
 func newScheme() (*runtime.Scheme, error) {
