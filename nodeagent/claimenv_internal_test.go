@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"encoding/base64"
 	"maps"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -77,5 +78,28 @@ func TestOpenSealed(t *testing.T) {
 	pod.Annotations[sandlotv1.AnnotationSealedIdentity] = base64.StdEncoding.EncodeToString(claim.Sealed)
 	if tok, err := builderToken(key, pod, "sbx"); err != nil || tok != "t0k3n" {
 		t.Errorf("builderToken = %q, %v", tok, err)
+	}
+}
+
+// TestClaimKeyFileRefused: a key file others may read, or a link planted
+// where the key goes, is refused, not used.
+func TestClaimKeyFileRefused(t *testing.T) {
+	dir := t.TempDir()
+	loose := filepath.Join(dir, "loose.key")
+	if _, err := LoadClaimKey(loose); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(loose, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadClaimKey(loose); err == nil || !strings.Contains(err.Error(), "only its owner reads") {
+		t.Errorf("a key file others read: %v", err)
+	}
+	link := filepath.Join(dir, "link.key")
+	if err := os.Symlink(loose, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadClaimKey(link); err == nil {
+		t.Error("a key path that is a symlink was followed")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -60,12 +61,16 @@ func readClaimKey(path string) (*sealed.Key, error) {
 		return nil, err
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil || st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("the sealing key %s must be a file only root reads (mode %v, %v)", path, st.Mode(), err)
-	}
-	raw, err := os.ReadFile(f.Name())
+	st, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the sealing key %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("the sealing key %s must be a regular file only its owner reads (mode %v)", path, st.Mode())
+	}
+	raw, err := io.ReadAll(f) // from the file opened, not its path again
+	if err != nil {
+		return nil, fmt.Errorf("read the sealing key %s: %w", path, err)
 	}
 	return sealed.ParseKey(raw)
 }
