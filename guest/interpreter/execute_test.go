@@ -57,6 +57,28 @@ func TestStdoutBeforeResult(t *testing.T) {
 	}
 }
 
+// A print is one stdout message, as with E2B's Jupyter kernel, even when its
+// text and newline are written apart (python -u) and a flush of the cell's end
+// races the background flusher: the SDK's logs.stdout is ["hello\n"].
+func TestPrintIsOneMessage(t *testing.T) {
+	f := newFixture(t)
+	cells := []string{
+		"print('hello')",
+		"import sys, time\nsys.stdout.write('hel'); time.sleep(0.05); n = sys.stdout.write('lo\\n')",
+	}
+	for _, c := range cells {
+		for i := 0; i < 20; i++ {
+			var texts []string
+			for _, m := range ofType(f.run(code(c)), "stdout") {
+				texts = append(texts, m.str("text"))
+			}
+			if len(texts) != 1 || texts[0] != "hello\n" {
+				t.Fatalf("run %d of %q: stdout messages %q, want [\"hello\\n\"]", i, c, texts)
+			}
+		}
+	}
+}
+
 func TestSubprocessOutputIsCaptured(t *testing.T) {
 	f := newFixture(t)
 	msgs := f.run(code("import subprocess\nprint('a')\nsubprocess.run(['echo', 'b'])\nprint('c')"))

@@ -29,6 +29,7 @@ import types
 
 REQ_FD, MSG_FD = 3, 4
 MAX_CHUNK = 1 << 18  # split huge writes so no single protocol line is giant
+LINE_WAIT = 0.2  # how long a line cut by print's two writes may wait to be whole
 SYNC = "\x1b]sandlot-sync\x07"  # written to fd 1/2 to know captured output is drained
 MAIN_THREAD = threading.get_ident()
 
@@ -93,10 +94,16 @@ class Buffer:
     def __init__(self, name):
         self.name = name
         self.parts, self.size = [], 0
+        self.line_start = 0.0
         self.lock = threading.Lock()
+        # Held from taking the parts to emitting them: two flushers (the
+        # Flusher thread and the cell's end) must not emit out of order.
+        self.emitting = threading.Lock()
 
     def write(self, text):
         with self.lock:
+            if not self.parts or self.parts[-1].endswith("\n") or "\n" in text:
+                self.line_start = time.monotonic()  # an unfinished line starts here
             self.parts.append(text)
             self.size += len(text)
             big = self.size >= MAX_CHUNK
@@ -105,11 +112,24 @@ class Buffer:
         else:
             FLUSHER.kick()
 
-    def flush(self):
+    def line_age(self):
+        """How long the buffered unfinished line has waited (0 if none)."""
         with self.lock:
-            text, self.parts, self.size = "".join(self.parts), [], 0
-        for i in range(0, len(text), MAX_CHUNK):
-            emit({"type": self.name, "text": text[i:i + MAX_CHUNK], "timestamp": now()})
+            if not self.parts or self.parts[-1].endswith("\n"):
+                return 0.0
+            return time.monotonic() - self.line_start
+
+    def flush(self, whole_lines=False):
+        """Emit what is buffered; with whole_lines, keep an unfinished line."""
+        with self.emitting:
+            with self.lock:
+                text = "".join(self.parts)
+                cut = text.rfind("\n") + 1 if whole_lines else len(text)
+                text, rest = text[:cut], text[cut:]
+                self.parts, self.size = ([rest] if rest else []), len(rest)
+            for i in range(0, len(text), MAX_CHUNK):
+                emit({"type": self.name, "text": text[i:i + MAX_CHUNK], "timestamp": now()})
+        return bool(rest)
 
 
 class Flusher:
@@ -124,13 +144,21 @@ class Flusher:
     def run(self):
         while True:
             self.event.wait()
-            time.sleep(0.02)
             self.event.clear()
-            for b in BUFFERS.values():
-                try:
-                    b.flush()
-                except Exception:
-                    pass
+            time.sleep(0.02)
+            # print() under -u writes the text and its newline apart: an
+            # unfinished line is kept up to LINE_WAIT so it is sent whole.
+            while self.flush_once():
+                time.sleep(0.01)
+
+    def flush_once(self):
+        kept = False
+        for b in BUFFERS.values():
+            try:
+                kept = b.flush(whole_lines=b.line_age() < LINE_WAIT) or kept
+            except Exception:
+                pass
+        return kept
 
 
 FLUSHER = Flusher()
