@@ -4,8 +4,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	eventstypes "github.com/containerd/containerd/api/events"
 	taskAPI "github.com/containerd/containerd/api/runtime/task/v3"
@@ -152,6 +154,47 @@ func TestExecStdio(t *testing.T) {
 	got := map[string]bool{<-outs: true, <-outs: true}
 	if !got["out:out!"] || !got["err:err!"] {
 		t.Fatalf("FIFOs read %v", got)
+	}
+}
+
+// TestCloseIOAfterStdin is CRI's exec with stdin (kubectl cp's tar):
+// containerd writes the stream into the FIFO, closes its end and calls
+// CloseIO at once. Every byte still in the FIFO reaches the guest before
+// its stdin closes.
+func TestCloseIOAfterStdin(t *testing.T) {
+	h := newHarness(t)
+	m, _ := h.startedPod()
+	m.guest.mu.Lock()
+	m.guest.stdinDelay = 20 * time.Millisecond
+	m.guest.mu.Unlock()
+	std := stdio{Stdin: filepath.Join(t.TempDir(), "in")}
+	if err := syscall.Mkfifo(std.Stdin, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.exec(testExec, specs.Process{Args: []string{"tar", "-x"}}, std); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.s.Start(h.ctx, &taskAPI.StartRequest{ID: testApp, ExecID: testExec}); err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.OpenFile(std.Stdin, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := strings.Repeat("archive!", 6<<10) // 48 KiB: all of it fits in the FIFO
+	if _, err := in.WriteString(payload); err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	if _, err := h.s.CloseIO(h.ctx, &taskAPI.CloseIORequest{ID: testApp, ExecID: testExec, Stdin: true}); err != nil {
+		t.Fatal(err)
+	}
+	pid := h.guestPID(testApp, testExec)
+	m.guest.mu.Lock()
+	got, closed := len(m.guest.stdin[pid]), m.guest.stdinClosed[pid]
+	m.guest.mu.Unlock()
+	if got != len(payload) || !closed {
+		t.Fatalf("after CloseIO the guest had %d of %d stdin bytes, stdin closed %v", got, len(payload), closed)
 	}
 }
 

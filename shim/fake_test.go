@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/sandlot-dev/sandlot/api/node"
 	"github.com/sandlot-dev/sandlot/api/snapshot"
@@ -156,6 +157,7 @@ type fakeGuest struct {
 	signals     [][2]int // pid, signal
 	stdin       map[int][]byte
 	stdinClosed map[int]bool
+	stdinDelay  time.Duration // each WriteStdin takes this long (a slow link)
 	resized     map[int][2]uint16
 	startErr    error
 	signalErr   error
@@ -205,9 +207,17 @@ func (g *fakeGuest) SignalGroup(_ context.Context, pid, sig int) error {
 	return nil
 }
 
+// WriteStdin refuses a write after CloseStdin, as the guest does.
 func (g *fakeGuest) WriteStdin(_ context.Context, pid int, data []byte) error {
 	g.mu.Lock()
+	delay := g.stdinDelay
+	g.mu.Unlock()
+	time.Sleep(delay) // the link's latency, not a synchronisation
+	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.stdinClosed[pid] {
+		return &control.Error{Code: control.CodeNotFound, Message: "stdin closed"}
+	}
 	g.stdin[pid] = append(g.stdin[pid], data...)
 	return nil
 }

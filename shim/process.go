@@ -40,6 +40,8 @@ type process struct {
 	// gen counts attachments; a pump of an older one (a VM replaced by a
 	// restore) ends without recording an exit.
 	gen int
+	// fed is closed when the stdin feed ends (nil: no feed).
+	fed chan struct{}
 }
 
 func newProcess(id string, io stdio, onExit func(*process)) *process {
@@ -101,7 +103,8 @@ func (p *process) run(ctx context.Context, g guest, gp guestProcess) error {
 	p.guestPID, p.state = gp.PID, procRunning
 	go p.pump(p.gen, gp.Events, gp.Close)
 	if first && p.stdio.Stdin != "" {
-		go p.feed(g, gp.PID)
+		p.fed = make(chan struct{})
+		go p.feed(g, gp.PID, p.fed)
 	}
 	return nil
 }
@@ -178,7 +181,8 @@ loop:
 const exitVMGone = 128 + uint32(syscall.SIGKILL)
 
 // feed copies the stdin FIFO to the guest; EOF closes the guest's stdin.
-func (p *process) feed(g guest, pid int) {
+func (p *process) feed(g guest, pid int, fed chan struct{}) {
+	defer close(fed)
 	f, err := fifo.OpenFifo(context.Background(), p.stdio.Stdin, syscall.O_RDONLY, 0)
 	if err != nil {
 		return
@@ -195,6 +199,36 @@ func (p *process) feed(g guest, pid int) {
 			return
 		}
 	}
+}
+
+// stdinDrainWait bounds how long a CloseIO waits for the stdin feed to
+// pass on what is already in the FIFO. containerd closes its end of the
+// FIFO first and then calls CloseIO (CRI's exec with stdin), so the feed
+// reaches EOF once it has sent everything; a writer that keeps its end
+// open gets its close after this.
+const stdinDrainWait = 5 * time.Second
+
+// drainStdin waits for the stdin feed to end: true when it has (its EOF
+// closed the guest's stdin after the last byte), false when there is no
+// feed or it still runs after stdinDrainWait. Closing the guest's stdin
+// at once lost the bytes still in the FIFO: tar in the guest read an
+// empty archive (kubectl sandlot cp).
+func (p *process) drainStdin(ctx context.Context) bool {
+	p.mu.Lock()
+	fed := p.fed
+	p.mu.Unlock()
+	if fed == nil {
+		return false
+	}
+	t := time.NewTimer(stdinDrainWait)
+	defer t.Stop()
+	select {
+	case <-fed:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
 }
 
 // exited records the exit once.

@@ -425,7 +425,7 @@ func (s *service) CloseIO(ctx context.Context, r *taskAPI.CloseIORequest) (*empt
 	if err != nil {
 		return nil, errgrpc.ToGRPC(err)
 	}
-	if !r.Stdin {
+	if !r.Stdin || p.drainStdin(ctx) {
 		return empty, nil
 	}
 	return empty, errgrpc.ToGRPC(s.guestCall(c, p, func(pid int, g guest) error {
