@@ -113,6 +113,7 @@ func (o *createOptions) sandbox(cmd *cobra.Command, args []string) (*sandlotv1.S
 		return nil, errUsage(cmd, "--template is required: the Template the sandbox starts from")
 	}
 	sbx := &sandlotv1.Sandbox{Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Template: o.template}}}
+	sbx.Finalizers = []string{sandlotv1.FinalizerSandboxVM} // see newClone
 	if len(args) == 1 {
 		sbx.Name = args[0]
 	} else {
@@ -187,8 +188,12 @@ func parseEnv(pairs []string) ([]sandlotv1.EnvVar, error) {
 // a sandbox (parent, nil for none) keeps its metadata and network rules.
 func newClone(ns, snapshot string, parent *sandlotv1.Sandbox) *sandlotv1.Sandbox {
 	sbx := &sandlotv1.Sandbox{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: snapshot + "-", Namespace: ns},
-		Spec:       sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Snapshot: snapshot}},
+		// The controller's finalizer comes with the create, as sandlot-api
+		// sends it: the controller's update adding it would be one more
+		// API write on the start's path.
+		ObjectMeta: metav1.ObjectMeta{GenerateName: snapshot + "-", Namespace: ns,
+			Finalizers: []string{sandlotv1.FinalizerSandboxVM}},
+		Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Snapshot: snapshot}},
 	}
 	if parent != nil {
 		sbx.Spec.Metadata, sbx.Spec.Network = parent.Spec.Metadata, parent.Spec.Network.DeepCopy()

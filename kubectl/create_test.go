@@ -2,6 +2,7 @@ package kubectl
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,11 @@ func TestCreateWritesTheSandbox(t *testing.T) {
 	if sbx.Spec.Source.Template != "python" || *sbx.Spec.TimeoutSeconds != 600 ||
 		sbx.Spec.Metadata["owner"] != "me" || sbx.Spec.Metadata["team"] != "ml" {
 		t.Errorf("spec %+v", sbx.Spec)
+	}
+	// Created with the controller's finalizer: no update of the
+	// controller's to add it (a write on every start's path).
+	if !slices.Equal(sbx.Finalizers, []string{sandlotv1.FinalizerSandboxVM}) {
+		t.Errorf("finalizers %v, want the controller's", sbx.Finalizers)
 	}
 	want := []sandlotv1.EnvVar{{Name: "DEBUG", Value: "2"}, {Name: "PATH", Value: "/x"}}
 	if len(sbx.Spec.Env) != 2 || sbx.Spec.Env[0] != want[0] || sbx.Spec.Env[1] != want[1] {

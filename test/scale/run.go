@@ -130,7 +130,10 @@ func (r *run) create(ctx context.Context) error {
 	name := fmt.Sprintf("s-%06d", r.next)
 	r.next++
 	r.mu.Unlock()
-	sbx := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
+	// With the controller's finalizer, as sandlot-api and the plugin
+	// create (a bare manifest costs the controller's PUT adding it).
+	sbx := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace,
+		Finalizers: []string{sandlotv1.FinalizerSandboxVM}},
 		Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Template: template},
 			// Outlives the run: the template's default (5 min) expired a
 			// 10,000 ramp's sandboxes while the last still waited to run.
