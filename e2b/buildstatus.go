@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -152,14 +153,35 @@ func buildState(tpl *sandlotv1.Template) (string, *sandlotv1.BaseSnapshot) {
 		return "building", nil
 	case followed.Phase == sandlotv1.BaseReady:
 		return "ready", followed
-	case followed.Phase == sandlotv1.BaseFailed:
+	case followed.Phase == sandlotv1.BaseFailed && followed.RetryAt == nil:
 		return "error", followed
 	}
+	// A failure that can pass (the image imported later, a builder lost)
+	// is built again: to the SDK the build goes on, its log says why.
 	return "building", followed
 }
 
-// buildLog is the log of the builder buildState follows.
+// retryLine is the log line of a failed attempt the controller builds
+// again, or false.
+func retryLine(b *sandlotv1.BaseSnapshot) (buildLine, bool) {
+	if b == nil || b.Phase != sandlotv1.BaseFailed || b.RetryAt == nil {
+		return buildLine{}, false
+	}
+	return buildLine{Time: b.RetryAt.Time, Level: "warn", Msg: fmt.Sprintf("attempt %d failed (%s: %s); building again at %s",
+		b.Attempts, b.Reason, b.Message, b.RetryAt.UTC().Format(time.RFC3339))}, true
+}
+
+// buildLog is the log of the builder buildState follows, and the
+// reason of a retry the controller scheduled.
 func (s *Server) buildLog(ctx context.Context, tpl *sandlotv1.Template, followed *sandlotv1.BaseSnapshot) ([]buildLine, *apiError) {
+	lines, aerr := s.builderLog(ctx, tpl, followed)
+	if l, ok := retryLine(followed); ok && aerr == nil {
+		lines = append(lines, l)
+	}
+	return lines, aerr
+}
+
+func (s *Server) builderLog(ctx context.Context, tpl *sandlotv1.Template, followed *sandlotv1.BaseSnapshot) ([]buildLine, *apiError) {
 	if followed == nil || followed.Snapshot == "" {
 		return nil, nil
 	}
