@@ -105,13 +105,9 @@ verify: lint ## Fail if generated files or go.mod drift from their sources.
 	@if [[ -n "$$(git ls-files --others --exclude-standard -- $(GENERATED))" ]]; then \
 		echo "untracked generated files:"; git ls-files --others --exclude-standard -- $(GENERATED); exit 1; fi
 
-.PHONY: bench-controller
-bench-controller: envtest-assets ## Controller orchestration latency on envtest, with the API-hop baseline.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go run ./test/bench/controller $(BENCH_ARGS)
-
 .PHONY: bench-scale
-bench-scale: envtest-assets ## The control plane at fleet size: the real controller and API on envtest with a simulated fleet, each node's agent on the real agent's cache options (10,000 sandboxes over 1,000 nodes at 100 creates/s; BENCH_ARGS to shorten, -agent-caches all for unselected watches).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go run ./test/bench/scale $(BENCH_ARGS)
+bench-scale: cluster-bins vm-assets ## The control plane at fleet size: sandlot-controller and sandlot-api as the chart installs them on a one-node cluster, a simulated fleet whose agents run on the real agent's cache options (10,000 sandboxes over 1,000 nodes at 100 creates/s; BENCH_ARGS to shorten, -agent-caches all for unselected watches).
+	go run ./test/bench/scale $(BENCH_ARGS)
 
 .PHONY: test-guest
 test-guest: ## The guest agent driven by the real E2B SDKs (needs root, node, npm, python3).

@@ -81,6 +81,12 @@ type Options struct {
 	// JuiceFSMountOptions are added to the store volume's mount options
 	// (a StorageClass's mountOptions on a real cluster).
 	JuiceFSMountOptions []string
+	// Fleet: the cluster's nodes run sandlot's control plane only (no
+	// sandbox runtime label, no agent), and kube-controller-manager runs
+	// without its node lifecycle controller — the sandbox nodes are a
+	// simulated fleet's Node objects (test/scale), which no kubelet
+	// heartbeats.
+	Fleet bool
 }
 
 // S3Store is an S3-compatible endpoint the node agents share.
@@ -353,6 +359,9 @@ func (c *Cluster) controllers(t crienv.T) error {
 		"--service-cluster-ip-range="+ServiceCIDR, "--allocate-node-cidrs=false",
 		"--node-monitor-grace-period="+NodeMonitorGracePeriod.String(),
 		"--flex-volume-plugin-dir="+filepath.Join(c.Dir, "kcm", "volume-plugins"))
+	if c.Fleet {
+		kcm = append(kcm, "--controllers=*,-node-lifecycle-controller")
+	}
 	if _, err := c.start(t, "kube-controller-manager", filepath.Join(c.k8sBin, "kube-controller-manager"), kcm); err != nil {
 		return err
 	}
@@ -386,6 +395,9 @@ func (c *Cluster) RESTConfig() (*rest.Config, error) {
 	cfg.QPS, cfg.Burst = 100, 200
 	return cfg, nil
 }
+
+// EtcdMetricsURL is etcd's metrics endpoint (plain HTTP on the API bridge).
+func (c *Cluster) EtcdMetricsURL() string { return "http://" + c.apiIP + ":2381/metrics" }
 
 // Kubectl runs kubectl against the cluster.
 func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {

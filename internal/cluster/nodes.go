@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -73,8 +74,34 @@ func (c *Cluster) nodes(t crienv.T) error {
 		if err != nil {
 			return err
 		}
+		if err := c.untaintReady(n.Name); err != nil {
+			return err
+		}
 	}
 	return c.waitServiceAccount()
+}
+
+// untaintReady removes the not-ready taint from a Ready node where no
+// node lifecycle controller does (Fleet).
+func (c *Cluster) untaintReady(name string) error {
+	if !c.Fleet {
+		return nil
+	}
+	cs, err := c.Clientset()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
+	if _, err := cs.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("untaint node %s: %w", name, err)
+	}
+	return nil
 }
 
 // startFlake: the kubelet ended at start-up because renaming a socket
@@ -126,12 +153,21 @@ func (c *Cluster) startNode(t crienv.T, i int, assets vmassets.Env) (*Node, erro
 	n.kubelet, err = c.start(t, "kubelet-"+n.Name, filepath.Join(c.k8sBin, "kubelet"), []string{
 		"--config=" + kc, "--kubeconfig=" + pki.Kubeconfig, "--root-dir=" + filepath.Join(n.dir, "kubelet", "root"),
 		"--cert-dir=" + filepath.Join(n.dir, "kubelet", "pki"), "--hostname-override=" + n.Name, "--node-ip=" + n.IP,
-		"--node-labels=" + sandlotv1.LabelRuntime + "=true," + AgentLabel + "=run", "--v=1",
+		"--node-labels=" + c.nodeLabels(), "--v=1",
 	})
 	if err != nil {
 		return nil, err
 	}
 	return n, nil
+}
+
+// nodeLabels are the kubelets' node labels: a sandbox node with its agent,
+// or (Fleet) a node for the control plane only.
+func (c *Cluster) nodeLabels() string {
+	if c.Fleet {
+		return "test.sandlot.dev/control-plane=true"
+	}
+	return sandlotv1.LabelRuntime + "=true," + AgentLabel + "=run"
 }
 
 // shimConfigName is the shim's config file in a node's directory (the

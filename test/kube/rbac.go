@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 
@@ -126,22 +125,6 @@ func (e *Env) componentUser(component string) (*envtest.AuthenticatedUser, error
 		return nil, fmt.Errorf("add envtest user %s: %w", component, err)
 	}
 	return user, nil
-}
-
-// ComponentKubeconfig writes a kubeconfig into dir that authenticates as
-// a component's service account (chart RBAC installed first), for running
-// the component's own binary, and returns its path.
-func (e *Env) ComponentKubeconfig(component, dir string) (string, error) {
-	user, err := e.componentUser(component)
-	if err != nil {
-		return "", err
-	}
-	data, err := user.KubeConfig()
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, component+".kubeconfig")
-	return path, os.WriteFile(path, data, 0o600)
 }
 
 // ServiceAccountUser is the user name the API server gives a component's

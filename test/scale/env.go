@@ -1,179 +1,136 @@
 package scale
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sandlot-dev/sandlot/internal/poll"
-	"github.com/sandlot-dev/sandlot/test/kube"
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/internal/cluster"
 )
 
-// Namespace holds the simulated workload's sandboxes and templates.
+// Namespace holds the simulated workload's sandboxes and templates: a
+// team of the API's (the chart's api.teams).
 const Namespace = "scale"
 
-// Env is a real kube-apiserver and etcd (envtest) with sandlot's own
-// binaries — sandlot-controller and sandlot-api, each authenticating as
-// its chart service account under the chart's RBAC — running against it.
+// Env is sandlot as its Helm chart installs it — the sandlot-controller
+// and sandlot-api Deployment pods, under the chart's service accounts,
+// RBAC and admission policies — on a cluster (internal/cluster) whose one
+// real node runs only them (Configure). The simulated fleet's Nodes are
+// the sandbox nodes.
 type Env struct {
-	Kube       *kube.Env
-	Admin      client.Client
-	Dir        string
-	Controller *exec.Cmd
-	API        *exec.Cmd
-	APIURL     string
-	APIKey     string
-	log        io.Writer
+	Cluster *cluster.Cluster
+	Config  *rest.Config
+	Scheme  *runtime.Scheme
+	Admin   client.Client
+	APIURL  string
+	APIKey  string
+	log     io.Writer
 }
 
-// Setup starts the API server, builds and starts the two binaries (their
-// logs go to Dir) and issues an API key for Namespace.
-func Setup(ctx context.Context, log io.Writer) (*Env, error) {
-	k, err := kube.Start()
+// ControllerMemory is the controller's memory limit in these runs. The
+// chart's default (256Mi) holds about 2,000 sandboxes (~70 KiB each with
+// its pod and Secret cached, plus ~100 MiB); an operator of a 10,000
+// sandbox fleet sets controller.resources.limits.memory so
+// (docs/install.md), as this does.
+const ControllerMemory = "1536Mi"
+
+// Configure shapes a cluster for the fleet: one node for the control
+// plane (no sandbox runtime, no agent, no node lifecycle controller: the
+// simulated Nodes have no kubelet), the API serving Namespace, and the
+// controller's memory limit and extra flags (SANDLOT_SCALE_CONTROLLER_ARGS,
+// e.g. --sandbox-workers=64 or --pprof-bind-address=:6065, then
+// `go tool pprof http://<controller pod IP>:6065/debug/pprof/profile`).
+// Everything else is the chart's defaults.
+func Configure(o *cluster.Options) {
+	o.Nodes, o.Fleet, o.Teams = 1, true, []string{Namespace}
+	args := []any{}
+	for _, a := range strings.Fields(os.Getenv("SANDLOT_SCALE_CONTROLLER_ARGS")) {
+		args = append(args, a) // the chart's schema takes JSON arrays
+	}
+	o.Values = map[string]any{"controller": map[string]any{"extraArgs": args,
+		"resources": map[string]any{"limits": map[string]any{"memory": ControllerMemory}}}}
+}
+
+// NewEnv connects to a cluster Configure shaped and issues an API key for
+// Namespace, as an admin does.
+func NewEnv(ctx context.Context, c *cluster.Cluster, log io.Writer) (*Env, error) {
+	cfg, err := c.RESTConfig()
 	if err != nil {
 		return nil, err
 	}
-	k.ChartValues = map[string]any{"api": map[string]any{"namespace": Namespace}}
-	e := &Env{Kube: k, Admin: k.Client, log: log}
-	if e.Dir, err = os.MkdirTemp("", "sandlot-scale-"); err != nil {
-		e.Stop()
+	cfg.QPS, cfg.Burst = 500, 1000 // the bench's own creates at 100/s and its reads
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	if err := e.start(ctx); err != nil {
-		e.Stop()
+	if err := sandlotv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	admin, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{Cluster: c, Config: cfg, Scheme: scheme, Admin: admin, log: log}
+	if e.APIURL, err = c.APIURL(ctx); err != nil {
+		return nil, err
+	}
+	if e.APIKey, err = c.IssueAPIKey(ctx, "--team="+Namespace, "--name=scale"); err != nil {
 		return nil, err
 	}
 	return e, nil
 }
 
-func (e *Env) start(ctx context.Context) error {
-	for _, ns := range []string{kube.ReleaseNamespace, Namespace} {
-		if err := e.Admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			return fmt.Errorf("namespace %s: %w", ns, err)
-		}
-	}
-	began := time.Now()
-	build := exec.CommandContext(ctx, "go", "build", "-o", e.Dir+"/", "./cmd/sandlot-controller", "./cmd/sandlot-api")
-	build.Dir, build.Stdout, build.Stderr = kube.Root(), e.log, e.log
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build sandlot-controller and sandlot-api: %w", err)
-	}
-	fmt.Fprintf(e.log, "# built sandlot-controller and sandlot-api in %v\n", time.Since(began).Round(time.Second))
-	metrics, err := freePort()
+// componentPID is the host PID of a sandlot component's process (its
+// container's argv[0], /<name>): exactly one must run.
+func componentPID(name string) (int, error) {
+	dirs, err := filepath.Glob("/proc/[0-9]*/cmdline")
 	if err != nil {
-		return err
+		return 0, err
 	}
-	args := []string{"--metrics-bind-address=127.0.0.1:" + metrics, "--health-probe-bind-address=0"}
-	if addr := os.Getenv("SANDLOT_SCALE_PPROF"); addr != "" {
-		args = append(args, "--pprof-bind-address="+addr) // go tool pprof http://<addr>/debug/pprof/profile
-	}
-	// Flags to try, e.g. --sandbox-workers=32.
-	args = append(args, strings.Fields(os.Getenv("SANDLOT_SCALE_CONTROLLER_ARGS"))...)
-	if e.Controller, err = e.run(ctx, "sandlot-controller", args...); err != nil {
-		return err
-	}
-	return e.startAPI(ctx)
-}
-
-// startAPI issues a key (as an admin does), then serves the E2B API for
-// Namespace.
-func (e *Env) startAPI(ctx context.Context) error {
-	admin, err := e.Kube.Kubeconfig(e.Dir)
-	if err != nil {
-		return err
-	}
-	issue := exec.CommandContext(ctx, filepath.Join(e.Dir, "sandlot-api"), "issue-key", "--namespace="+Namespace, "--name=scale")
-	issue.Env = append(os.Environ(), "KUBECONFIG="+admin)
-	out, err := issue.Output()
-	if err != nil {
-		return fmt.Errorf("sandlot-api issue-key: %w: %s", err, errOutput(err))
-	}
-	e.APIKey = string(bytes.TrimSpace(out))
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	e.APIURL = "http://127.0.0.1:" + port
-	if e.API, err = e.run(ctx, "sandlot-api", "--listen=127.0.0.1:"+port, "--namespace="+Namespace, "--create-rate=0"); err != nil {
-		return err
-	}
-	return poll.Within(30*time.Second, "sandlot-api answers", func() error {
-		resp, err := http.Get(e.APIURL + "/health")
+	var pids []int
+	for _, d := range dirs {
+		raw, err := os.ReadFile(d)
 		if err != nil {
-			return err
+			continue // gone meanwhile
 		}
-		resp.Body.Close()
-		return nil
-	})
-}
-
-// command is one of the binaries as its component's service account.
-func (e *Env) command(ctx context.Context, name string, args ...string) (*exec.Cmd, error) {
-	cfg, err := e.Kube.ComponentKubeconfig(name, e.Dir)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.CommandContext(ctx, filepath.Join(e.Dir, name), args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+cfg)
-	logf, err := os.OpenFile(filepath.Join(e.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	return cmd, nil
-}
-
-func (e *Env) run(ctx context.Context, name string, args ...string) (*exec.Cmd, error) {
-	cmd, err := e.command(ctx, name, args...)
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	return cmd, nil
-}
-
-// Stop ends the binaries and the API server; the logs stay in Dir when
-// SANDLOT_E2E_KEEP is set.
-func (e *Env) Stop() {
-	for _, c := range []*exec.Cmd{e.API, e.Controller} {
-		if c != nil && c.Process != nil {
-			_ = c.Process.Kill()
-			_ = c.Wait()
+		argv0, _, _ := strings.Cut(string(raw), "\x00")
+		if argv0 == "/"+name {
+			var pid int
+			if _, err := fmt.Sscanf(d, "/proc/%d/cmdline", &pid); err == nil {
+				pids = append(pids, pid)
+			}
 		}
 	}
-	_ = e.Kube.Stop()
-	if e.Dir != "" && os.Getenv("SANDLOT_E2E_KEEP") == "" {
-		os.RemoveAll(e.Dir)
+	if len(pids) != 1 {
+		return 0, fmt.Errorf("%d processes of %s on this host (%v), want the one of its pod", len(pids), name, pids)
 	}
+	return pids[0], nil
 }
 
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+// restarts are the restarts of the release's controller and API
+// containers (an OOM kill under the fleet's load shows here).
+func (e *Env) restarts(ctx context.Context) (map[string]int32, error) {
+	pods := &corev1.PodList{}
+	if err := e.Admin.List(ctx, pods, client.InNamespace(cluster.ReleaseNamespace)); err != nil {
+		return nil, fmt.Errorf("list the release's pods: %w", err)
 	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
-}
-
-func errOutput(err error) []byte {
-	if x, ok := err.(*exec.ExitError); ok {
-		return x.Stderr
+	out := map[string]int32{}
+	for _, p := range pods.Items {
+		for _, s := range p.Status.ContainerStatuses {
+			if s.RestartCount > 0 {
+				out[p.Name+"/"+s.Name] = s.RestartCount
+			}
+		}
 	}
-	return nil
+	return out, nil
 }

@@ -12,6 +12,7 @@ package scale
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,12 +20,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandlot-dev/sandlot/api/sealed"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/internal/cluster"
 )
 
 // Fleet is the simulated nodes with their kubelet and agent.
@@ -49,10 +52,17 @@ type Fleet struct {
 }
 
 // NodeName is the i-th simulated node's name.
-func NodeName(i int) string { return fmt.Sprintf("sim-node-%04d", i) }
+func NodeName(i int) string { return fmt.Sprintf("%s%04d", simPrefix, i) }
+
+// simPrefix begins every simulated node's name.
+const simPrefix = "sim-node-"
+
+// simulated: node is one of the fleet's (not the cluster's real node,
+// whose kubelet runs the release's pods).
+func simulated(node string) bool { return strings.HasPrefix(node, simPrefix) }
 
 // AddNodes creates the fleet's Node objects: Ready, untainted, labelled
-// for sandlot, each with room for many sandboxes.
+// as nodes with sandlot's agent, each with room for many sandboxes.
 func (f *Fleet) AddNodes(ctx context.Context, c client.Client) error {
 	room := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("512"), corev1.ResourceMemory: resource.MustParse("2Ti"),
 		corev1.ResourcePods: resource.MustParse("1000")}
@@ -63,18 +73,27 @@ func (f *Fleet) AddNodes(ctx context.Context, c client.Client) error {
 		if err != nil {
 			return err
 		}
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: NodeName(i), Labels: map[string]string{sandlotv1.LabelRuntime: "true"},
+		// The labels of a node with sandlot's agent: the chart's agent
+		// DaemonSet and RuntimeClass select them (cluster.ChartValues), so
+		// the DaemonSet puts an agent pod here, which the fleet's kubelet runs.
+		labels := map[string]string{sandlotv1.LabelRuntime: "true", cluster.AgentLabel: "run"}
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: NodeName(i), Labels: labels,
 			Annotations: map[string]string{sandlotv1.AnnotationClaimKey: key.PublicBase64()}}}
 		if err := c.Create(ctx, n); err != nil {
 			return fmt.Errorf("create node %s: %w", n.Name, err)
 		}
+		// Patches, not updates: kube-controller-manager writes new Nodes
+		// too (its TTL annotation).
+		orig := n.DeepCopy()
 		n.Status = corev1.NodeStatus{Capacity: room, Allocatable: room,
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: metav1.Now()}}}
-		if err := c.Status().Update(ctx, n); err != nil {
+		if err := c.Status().Patch(ctx, n, client.MergeFrom(orig)); err != nil {
 			return fmt.Errorf("set node %s Ready: %w", n.Name, err)
 		}
-		n.Spec.Taints = nil // the API server's not-ready taint; no node lifecycle controller here
-		if err := c.Update(ctx, n); err != nil {
+		// The API server's not-ready taint; no node lifecycle controller
+		// runs (cluster.Options.Fleet) to take it away.
+		untaint := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"taints":null}}`))
+		if err := c.Patch(ctx, n, untaint); err != nil {
 			return fmt.Errorf("untaint node %s: %w", n.Name, err)
 		}
 	}

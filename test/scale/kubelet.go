@@ -24,8 +24,8 @@ func (k *kubelet) handle(ctx context.Context, key client.ObjectKey) (time.Durati
 	if err := k.f.cache.Get(ctx, key, pod); err != nil {
 		return 0, client.IgnoreNotFound(err)
 	}
-	if pod.Spec.NodeName == "" {
-		return 0, nil // not bound (sandlot binds its pods itself)
+	if !simulated(pod.Spec.NodeName) {
+		return 0, nil // not bound (sandlot binds its pods itself), or the real node's
 	}
 	if pod.DeletionTimestamp != nil {
 		uid := pod.UID

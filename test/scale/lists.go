@@ -95,7 +95,7 @@ func (r *run) finish(ctx context.Context, rep *Report) error {
 // floor times n ConfigMap creates until a watch sees each: one API write
 // and one watch event, the least any hop of the controller pays.
 func (e *Env) floor(ctx context.Context, n int) ([]time.Duration, error) {
-	wc, err := client.NewWithWatch(e.Kube.Config, client.Options{Scheme: e.Kube.Scheme})
+	wc, err := client.NewWithWatch(e.Config, client.Options{Scheme: e.Scheme})
 	if err != nil {
 		return nil, err
 	}

@@ -24,7 +24,7 @@ type counters map[string]float64
 // apiMetrics scrapes the API server's /metrics: requests by verb and
 // resource, watch events by kind, objects stored by resource.
 func (e *Env) apiMetrics(ctx context.Context) (counters, error) {
-	cs, err := kubernetes.NewForConfig(e.Kube.Config)
+	cs, err := kubernetes.NewForConfig(e.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +42,7 @@ func (e *Env) apiMetrics(ctx context.Context) (counters, error) {
 
 // etcdMetrics scrapes etcd: the database's size in use and its keys.
 func (e *Env) etcdMetrics(ctx context.Context) (counters, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.Kube.ControlPlane.Etcd.URL.String()+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.Cluster.EtcdMetricsURL(), nil)
 	if err != nil {
 		return nil, err
 	}

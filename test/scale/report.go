@@ -40,7 +40,8 @@ type PhaseReport struct {
 type Costs struct {
 	API        counters // API server: requests, watch events, stored objects
 	Etcd       counters
-	Controller procStats
+	Controller procStats // sandlot-controller's container process
+	E2B        procStats // sandlot-api's
 }
 
 // snapshotCosts reads the counters now.
@@ -53,17 +54,34 @@ func (e *Env) snapshotCosts(ctx context.Context) (Costs, error) {
 	if c.Etcd, err = e.etcdMetrics(ctx); err != nil {
 		return c, err
 	}
-	c.Controller, err = readProc(e.Controller.Process.Pid)
+	if c.Controller, err = readComponent("sandlot-controller"); err != nil {
+		return c, err
+	}
+	c.E2B, err = readComponent("sandlot-api")
 	return c, err
+}
+
+// readComponent reads the process of a component's pod.
+func readComponent(name string) (procStats, error) {
+	pid, err := componentPID(name)
+	if err != nil {
+		return procStats{}, err
+	}
+	st, err := readProc(pid)
+	if err != nil {
+		return st, fmt.Errorf("%s (pid %d): %w", name, pid, err)
+	}
+	return st, nil
 }
 
 // minus is the change from b to c (memory: c's own).
 func (c Costs) minus(b Costs) Costs {
-	d := Costs{API: counters{}, Etcd: c.Etcd, Controller: c.Controller}
+	d := Costs{API: counters{}, Etcd: c.Etcd, Controller: c.Controller, E2B: c.E2B}
 	for k, v := range c.API {
 		d.API[k] = v - b.API[k]
 	}
 	d.Controller.CPU -= b.Controller.CPU
+	d.E2B.CPU -= b.E2B.CPU
 	return d
 }
 
@@ -82,8 +100,9 @@ func (rep *Report) Print(w io.Writer) {
 	for _, p := range rep.Phases {
 		fmt.Fprintf(w, "%s: %d creates issued at %.1f/s; all Running at %.1f/s; no pod %d, not Running %d\n", p.Name, p.Creates,
 			float64(p.Creates)/p.Issued.Seconds(), float64(p.Creates)/p.AllRunning.Seconds(), p.NoPod, p.NotRunning)
-		fmt.Fprintf(w, "%s: controller CPU %.2f ms per create, RSS %.0f MiB (peak %.0f)\n", p.Name,
-			float64(p.Costs.Controller.CPU.Microseconds())/1000/float64(p.Creates), mib(p.Costs.Controller.RSS), mib(p.Costs.Controller.Peak))
+		fmt.Fprintf(w, "%s: controller CPU %.2f ms per create, RSS %.0f MiB (peak %.0f); sandlot-api RSS %.0f MiB (peak %.0f)\n", p.Name,
+			float64(p.Costs.Controller.CPU.Microseconds())/1000/float64(p.Creates), mib(p.Costs.Controller.RSS), mib(p.Costs.Controller.Peak),
+			mib(p.Costs.E2B.RSS), mib(p.Costs.E2B.Peak))
 		writes, reads := perCreate(p.Costs.API, "apiserver_request_total{", p.Creates)
 		fmt.Fprintf(w, "%s: API requests per create %.2f, writes %.2f (of them refused %.2f): %s\n", p.Name, sum(writes)+sum(reads),
 			sum(writes), sum(refused(writes)), top(writes, 10))

@@ -8,11 +8,13 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/internal/cluster"
 	"github.com/sandlot-dev/sandlot/internal/poll"
 )
 
@@ -69,12 +71,15 @@ func Run(ctx context.Context, e *Env, o Options) (*Report, error) {
 	if err := f.AddNodes(ctx, e.Admin); err != nil {
 		return nil, err
 	}
-	if err := f.Start(ctx, e.Kube.Config, e.Kube.Scheme); err != nil {
+	if err := f.Start(ctx, e.Config, e.Scheme); err != nil {
 		return nil, err
 	}
 	r.fleet = f
+	if err := r.agentsReady(ctx); err != nil {
+		return nil, err
+	}
 	var err error
-	if r.rec, err = newRecorder(ctx, e.Kube.Config, e.Kube.Scheme); err != nil {
+	if r.rec, err = newRecorder(ctx, e.Config, e.Scheme); err != nil {
 		return nil, err
 	}
 	if rep.Bases, err = r.bases(ctx); err != nil {
@@ -85,7 +90,32 @@ func Run(ctx context.Context, e *Env, o Options) (*Report, error) {
 			return rep, err
 		}
 	}
-	return rep, nil
+	// The pods' limits are the chart's (and Configure's): a component
+	// killed for its memory under the load restarted meanwhile.
+	restarted, err := e.restarts(ctx)
+	if err == nil && len(restarted) > 0 {
+		err = fmt.Errorf("containers of the release restarted during the run: %v", restarted)
+	}
+	return rep, err
+}
+
+// agentsReady waits until the chart's agent DaemonSet has a Ready pod on
+// every simulated node (the fleet's kubelet runs them), before anything
+// is measured.
+func (r *run) agentsReady(ctx context.Context) error {
+	began := time.Now()
+	err := poll.Within(r.o.wait(), "the agent DaemonSet Ready on every node", func() error {
+		ds := &appsv1.DaemonSet{}
+		if err := r.e.Admin.Get(ctx, client.ObjectKey{Namespace: cluster.ReleaseNamespace, Name: "sandlot-agent"}, ds); err != nil {
+			return err
+		}
+		if st := ds.Status; st.DesiredNumberScheduled != int32(r.o.Nodes) || st.NumberReady != st.DesiredNumberScheduled {
+			return fmt.Errorf("%d of %d agent pods Ready (%d nodes)", st.NumberReady, st.DesiredNumberScheduled, r.o.Nodes)
+		}
+		return nil
+	})
+	fmt.Fprintf(r.o.Log, "# the agent DaemonSet: a Ready pod on each of %d nodes in %v\n", r.o.Nodes, time.Since(began).Round(time.Millisecond))
+	return err
 }
 
 // bases creates the template and waits until its base (and pool) is

@@ -8,23 +8,35 @@ import (
 
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/sandlot-dev/sandlot/internal/cluster"
+	"github.com/sandlot-dev/sandlot/internal/crienv"
+	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
+
+// c is this package's cluster: sandlot installed by its chart (Configure).
+var c *cluster.Cluster
+
+func TestMain(m *testing.M) {
+	sbxtest.Main(m, "scale", &c, func(_ crienv.T, _ string, o *cluster.Options) { Configure(o) })
+}
 
 // TestFleet is bench-scale shortened: 1,000 sandboxes over 100 simulated
 // nodes at 100 creates/s, then churn with pauses and snapshots, against
-// the real sandlot-controller and sandlot-api under the chart's RBAC, each
-// node's agent work coming from the real agent's cache options. No
-// sandbox is lost (each gets a pod and runs), no pod serves two, the API
-// lists every live one, and Sandbox writes do not fan out to every node.
+// sandlot-controller and sandlot-api as the chart installs them (their
+// Deployment pods, accounts, RBAC, policies and limits), each node's
+// agent work coming from the real agent's cache options. No sandbox is
+// lost (each gets a pod and runs), no pod serves two, the API lists every
+// live one, no component restarts, and Sandbox writes do not fan out to
+// every node.
 func TestFleet(t *testing.T) {
 	ctrllog.SetLogger(logr.Discard()) // the simulation's caches: their retries are expected
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	e, err := Setup(ctx, os.Stdout)
+	e, err := NewEnv(ctx, c, os.Stdout)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Stop()
 	o := Options{Nodes: 100, Sandboxes: 1000, Rate: 100, PodDelay: 50 * time.Millisecond, Steady: 5 * time.Second,
 		PauseShare: 0.05, SnapshotShare: 0.01, Log: os.Stdout}
 	rep, err := Run(ctx, e, o)
@@ -32,7 +44,7 @@ func TestFleet(t *testing.T) {
 		rep.Print(os.Stdout)
 	}
 	if err != nil {
-		t.Fatalf("%v (logs in %s with SANDLOT_E2E_KEEP=1)", err, e.Dir)
+		t.Fatalf("%v (the cluster's logs in %s with SANDLOT_E2E_KEEP=1)", err, c.Dir)
 	}
 	want := map[string]int{"ramp": 1000, "steady": 500}
 	for _, p := range rep.Phases {

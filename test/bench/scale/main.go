@@ -1,8 +1,10 @@
-// Command scale benchmarks sandlot's control plane at fleet size on a real
-// kube-apiserver + etcd (envtest): the real sandlot-controller and
-// sandlot-api under the chart's RBAC, a simulated fleet (test/scale) of
-// nodes, kubelet and node agent. It ramps to -sandboxes at -rate creates
-// a second, churns, then lists them through the E2B API.
+// Command scale benchmarks sandlot's control plane at fleet size:
+// sandlot-controller and sandlot-api as the Helm chart installs them (their
+// Deployment pods, accounts, RBAC, policies) on a one-node cluster
+// (internal/cluster: etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler, a kubelet), and a simulated fleet (test/scale) of nodes,
+// kubelet and node agent. It ramps to -sandboxes at -rate creates a
+// second, churns, then lists them through the E2B API.
 //
 //	make bench-scale   (BENCH_ARGS="-nodes 100 -sandboxes 1000" for a short run)
 package main
@@ -17,7 +19,10 @@ import (
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/sandlot-dev/sandlot/internal/cluster"
+	"github.com/sandlot-dev/sandlot/internal/crienv"
 	"github.com/sandlot-dev/sandlot/test/bench/host"
+	"github.com/sandlot-dev/sandlot/test/bench/sbxbench"
 	"github.com/sandlot-dev/sandlot/test/scale"
 )
 
@@ -52,18 +57,24 @@ func main() {
 }
 
 func run(o scale.Options) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour+4*o.Wait)
-	defer cancel()
-	fmt.Printf("# sandlot control plane at fleet size on envtest (kube-apiserver v1.37.2, etcd v3.6.16); no VM: accel n/a; host %s\n",
-		host.Describe())
-	e, err := scale.Setup(ctx, os.Stdout)
-	if err != nil {
-		return err
-	}
-	defer e.Stop()
-	rep, err := scale.Run(ctx, e, o)
-	if rep != nil {
-		rep.Print(os.Stdout)
-	}
+	var rep *scale.Report
+	err := crienv.Run("bench-scale", func(t crienv.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour+4*o.Wait)
+		defer cancel()
+		fmt.Printf("# sandlot control plane at fleet size, installed by its chart on a one-node cluster (Kubernetes v1.37.2, "+
+			"etcd v3.6.16); no VM: accel n/a; host %s\n", host.Describe())
+		c, _ := sbxbench.StartCluster(t, 1, func(_ string, co *cluster.Options) { scale.Configure(co) })
+		e, err := scale.NewEnv(ctx, c, os.Stdout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err = scale.Run(ctx, e, o)
+		if rep != nil {
+			rep.Print(os.Stdout)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
 	return err
 }
