@@ -34,7 +34,7 @@ func recordTransitions(rec events.EventRecorder, orig, obj runtime.Object) {
 	} else if startProgress(orig, obj) {
 		return
 	}
-	rec.Eventf(obj, nil, typ, t.Reason, "Reconcile", "%s", t.Message)
+	rec.Eventf(obj, nil, typ, t.Reason, "Reconcile", "%s", sandlotv1.EventNote(t.Message))
 }
 
 // startProgress: obj is a Sandbox a fresh start moved on (from nothing,

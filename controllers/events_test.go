@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,6 +42,15 @@ func TestRecordTransitions(t *testing.T) {
 		{"resumed", sbx(sandlotv1.SandboxResuming, metav1.ConditionFalse, "Resuming"),
 			sbx(sandlotv1.SandboxRunning, metav1.ConditionTrue, "Running"), "Normal"},
 		{"another kind", snap(metav1.ConditionFalse), snap(metav1.ConditionTrue), "Normal"},
+	}
+	// A message longer than an Event takes (a Template's, naming a
+	// thousand nodes) is cut, not refused by the API server.
+	long := snap(metav1.ConditionTrue)
+	long.Status.Conditions[0].Message = strings.Repeat("node-0001 ", 500)
+	rec := events.NewFakeRecorder(1)
+	recordTransitions(rec, snap(metav1.ConditionFalse), long)
+	if e := <-rec.Events; len(e) > len("Normal Persisted ")+sandlotv1.MaxEventNote {
+		t.Errorf("an Event of %d bytes: over the API server's limit", len(e))
 	}
 	for _, c := range cases {
 		rec := events.NewFakeRecorder(1)

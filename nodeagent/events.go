@@ -2,7 +2,6 @@ package nodeagent
 
 import (
 	"slices"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,10 +22,6 @@ const (
 	actionData     = "PersistData"
 )
 
-// maxNote is the API server's limit on an Event's note; a longer one
-// (a long error) would have the whole Event refused.
-const maxNote = 1024
-
 // ReasonClaimActivated: a claimed warm pool VM runs as its sandbox.
 const ReasonClaimActivated = "ClaimActivated"
 
@@ -40,19 +35,7 @@ func event(rec events.EventRecorder, regarding, related runtime.Object, warning 
 	if warning {
 		typ = corev1.EventTypeWarning
 	}
-	rec.Eventf(regarding, related, typ, reason, action, "%s", truncate(note, maxNote))
-}
-
-// truncate cuts s to at most n bytes, on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	n -= len("...")
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
+	rec.Eventf(regarding, related, typ, reason, action, "%s", sandlotv1.EventNote(note))
 }
 
 // conditionEvents records an Event for cur if it changed from its like in

@@ -30,8 +30,8 @@ func TestConditionEvents(t *testing.T) {
 		t.Fatalf("%d Events, want 2 (a claim failure, a snapshot failure)", len(rec.Events))
 	}
 	if e := <-rec.Events; !strings.HasPrefix(e, "Warning ClaimFailed VMReady=False: é") || !utf8.ValidString(e) ||
-		len(e) > len("Warning ClaimFailed ")+maxNote {
-		t.Fatalf("claim Event %q (%d bytes), want a Warning with a valid note of at most %d bytes", e, len(e), maxNote)
+		len(e) > len("Warning ClaimFailed ")+sandlotv1.MaxEventNote {
+		t.Fatalf("claim Event %q (%d bytes), want a Warning with a valid note of at most %d bytes", e, len(e), sandlotv1.MaxEventNote)
 	}
 	if e := <-rec.Events; e != "Warning SnapshotFailed Ready=False" {
 		t.Fatalf("snapshot Event %q, want a Warning for the agent's own failure reason", e)

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -93,4 +94,22 @@ func Summarize(ts []Transition) (Transition, bool) {
 	}
 	head.Message = strings.Join(msgs, "; ")
 	return head, true
+}
+
+// MaxEventNote is the API server's limit on an Event's note: a longer one
+// has the whole Event refused.
+const MaxEventNote = 1024
+
+// EventNote is s cut to MaxEventNote bytes on a rune boundary, "..." at
+// the cut (a Template's message names its nodes: at a thousand nodes it
+// is longer than an Event takes).
+func EventNote(s string) string {
+	if len(s) <= MaxEventNote {
+		return s
+	}
+	n := MaxEventNote - len("...")
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }

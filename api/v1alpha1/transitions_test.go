@@ -2,7 +2,9 @@ package v1alpha1
 
 import (
 	"reflect"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -60,5 +62,21 @@ func TestSummarize(t *testing.T) {
 				t.Fatalf("got %+v %v, want %+v %v", got, ok, tc.want, tc.ok)
 			}
 		})
+	}
+}
+
+// TestEventNote: a note over the API server's limit is cut on a rune
+// boundary with "..." (else the whole Event is refused); shorter ones are
+// as they were.
+func TestEventNote(t *testing.T) {
+	long := strings.Repeat("é", MaxEventNote) // 2 bytes each: a cut inside one must back off
+	for _, s := range []string{"", "short", strings.Repeat("x", MaxEventNote), strings.Repeat("x", MaxEventNote+1), long} {
+		got := EventNote(s)
+		switch {
+		case len(s) <= MaxEventNote && got != s:
+			t.Errorf("EventNote of %d bytes changed it", len(s))
+		case len(s) > MaxEventNote && (len(got) > MaxEventNote || !strings.HasSuffix(got, "...") || !utf8.ValidString(got)):
+			t.Errorf("EventNote of %d bytes: %d bytes, valid UTF-8 %v, ends %q", len(s), len(got), utf8.ValidString(got), got[len(got)-4:])
+		}
 	}
 }
