@@ -3,7 +3,6 @@ package scale
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,7 +33,6 @@ type Env struct {
 	Admin   client.Client
 	APIURL  string
 	APIKey  string
-	log     io.Writer
 }
 
 // ControllerMemory is the controller's memory limit in these runs. The
@@ -63,7 +61,7 @@ func Configure(o *cluster.Options) {
 
 // NewEnv connects to a cluster Configure shaped and issues an API key for
 // Namespace, as an admin does.
-func NewEnv(ctx context.Context, c *cluster.Cluster, log io.Writer) (*Env, error) {
+func NewEnv(ctx context.Context, c *cluster.Cluster) (*Env, error) {
 	cfg, err := c.RESTConfig()
 	if err != nil {
 		return nil, err
@@ -80,7 +78,7 @@ func NewEnv(ctx context.Context, c *cluster.Cluster, log io.Writer) (*Env, error
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{Cluster: c, Config: cfg, Scheme: scheme, Admin: admin, log: log}
+	e := &Env{Cluster: c, Config: cfg, Scheme: scheme, Admin: admin}
 	if e.APIURL, err = c.APIURL(ctx); err != nil {
 		return nil, err
 	}

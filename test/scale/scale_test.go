@@ -33,7 +33,7 @@ func TestFleet(t *testing.T) {
 	ctrllog.SetLogger(logr.Discard()) // the simulation's caches: their retries are expected
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	e, err := NewEnv(ctx, c, os.Stdout)
+	e, err := NewEnv(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func run(o scale.Options) error {
 		fmt.Printf("# sandlot control plane at fleet size, installed by its chart on a one-node cluster (Kubernetes v1.37.2, "+
 			"etcd v3.6.16); no VM: accel n/a; host %s\n", host.Describe())
 		c, _ := sbxbench.StartCluster(t, 1, func(_ string, co *cluster.Options) { scale.Configure(co) })
-		e, err := scale.NewEnv(ctx, c, os.Stdout)
+		e, err := scale.NewEnv(ctx, c)
 		if err != nil {
 			t.Fatal(err)
 		}
