@@ -95,8 +95,17 @@ func TestClaimKeyFileRefused(t *testing.T) {
 	if _, err := LoadClaimKey(loose); err == nil || !strings.Contains(err.Error(), "only its owner reads") {
 		t.Errorf("a key file others read: %v", err)
 	}
+	// The link points at a good key (0600): only refusing to follow it
+	// refuses it.
+	good := filepath.Join(dir, "good.key")
+	if _, err := LoadClaimKey(good); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadClaimKey(good); err != nil {
+		t.Fatalf("the good key read again: %v", err)
+	}
 	link := filepath.Join(dir, "link.key")
-	if err := os.Symlink(loose, link); err != nil {
+	if err := os.Symlink(good, link); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := LoadClaimKey(link); err == nil {
