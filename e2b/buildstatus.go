@@ -162,12 +162,17 @@ func buildState(tpl *sandlotv1.Template) (string, *sandlotv1.BaseSnapshot) {
 }
 
 // retryLine is the log line of a failed attempt the controller builds
-// again, or false.
-func retryLine(b *sandlotv1.BaseSnapshot) (buildLine, bool) {
+// again, or false; it follows the builder's last line (at its time: the
+// failure's), not a time still to come.
+func retryLine(b *sandlotv1.BaseSnapshot, lines []buildLine) (buildLine, bool) {
 	if b == nil || b.Phase != sandlotv1.BaseFailed || b.RetryAt == nil {
 		return buildLine{}, false
 	}
-	return buildLine{Time: b.RetryAt.Time, Level: "warn", Msg: fmt.Sprintf("attempt %d failed (%s: %s); building again at %s",
+	at := b.RetryAt.Time // no line logged: the builder never ran
+	if len(lines) > 0 {
+		at = lines[len(lines)-1].Time
+	}
+	return buildLine{Time: at, Level: "warn", Msg: fmt.Sprintf("attempt %d failed (%s: %s); building again at %s",
 		b.Attempts, b.Reason, b.Message, b.RetryAt.UTC().Format(time.RFC3339))}, true
 }
 
@@ -175,7 +180,7 @@ func retryLine(b *sandlotv1.BaseSnapshot) (buildLine, bool) {
 // reason of a retry the controller scheduled.
 func (s *Server) buildLog(ctx context.Context, tpl *sandlotv1.Template, followed *sandlotv1.BaseSnapshot) ([]buildLine, *apiError) {
 	lines, aerr := s.builderLog(ctx, tpl, followed)
-	if l, ok := retryLine(followed); ok && aerr == nil {
+	if l, ok := retryLine(followed, lines); ok && aerr == nil {
 		lines = append(lines, l)
 	}
 	return lines, aerr

@@ -42,9 +42,10 @@ func TestBuildStateOfARetriedBuild(t *testing.T) {
 		if state != c.state {
 			t.Errorf("%s: state %q, want %q", c.name, state, c.state)
 		}
-		l, ok := retryLine(followed)
-		if ok != (c.retryLine != "") || !strings.Contains(l.Msg, c.retryLine) || (ok && l.Level != "warn") {
-			t.Errorf("%s: retry line %+v (%v), want %q", c.name, l, ok, c.retryLine)
+		logged := []buildLine{{Time: at.Add(-time.Minute), Level: "error", Msg: "pull failed"}}
+		l, ok := retryLine(followed, logged)
+		if ok != (c.retryLine != "") || !strings.Contains(l.Msg, c.retryLine) || (ok && (l.Level != "warn" || !l.Time.Equal(logged[0].Time))) {
+			t.Errorf("%s: retry line %+v (%v), want %q at the last line's time", c.name, l, ok, c.retryLine)
 		}
 	}
 }
