@@ -198,6 +198,48 @@ func TestCloseIOAfterStdin(t *testing.T) {
 	}
 }
 
+// TestCloseIOBoundedByAStuckGuest: a guest that does not take its stdin
+// holds CloseIO only stdinDrainWait; its stdin is closed then all the same.
+func TestCloseIOBoundedByAStuckGuest(t *testing.T) {
+	defer func(w time.Duration) { stdinDrainWait = w }(stdinDrainWait)
+	stdinDrainWait = 100 * time.Millisecond
+	h := newHarness(t)
+	m, _ := h.startedPod()
+	m.guest.mu.Lock()
+	m.guest.stdinDelay = 3 * time.Second // each write hangs this long
+	m.guest.mu.Unlock()
+	std := stdio{Stdin: filepath.Join(t.TempDir(), "in")}
+	if err := syscall.Mkfifo(std.Stdin, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.exec(testExec, specs.Process{Args: []string{"sleep", "inf"}}, std); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.s.Start(h.ctx, &taskAPI.StartRequest{ID: testApp, ExecID: testExec}); err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.OpenFile(std.Stdin, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.WriteString("never read"); err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	began := time.Now()
+	if _, err := h.s.CloseIO(h.ctx, &taskAPI.CloseIORequest{ID: testApp, ExecID: testExec, Stdin: true}); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(began)
+	pid := h.guestPID(testApp, testExec)
+	m.guest.mu.Lock()
+	closed := m.guest.stdinClosed[pid]
+	m.guest.mu.Unlock()
+	if took >= 3*time.Second || !closed {
+		t.Fatalf("CloseIO took %v (the guest's write hangs 3 s, the bound is %v); stdin closed %v", took, stdinDrainWait, closed)
+	}
+}
+
 // TestResizeCloseIO: pty and stdin calls reach the guest process while
 // it runs, and are no-ops otherwise.
 func TestResizeCloseIO(t *testing.T) {

@@ -205,8 +205,9 @@ func (p *process) feed(g guest, pid int, fed chan struct{}) {
 // pass on what is already in the FIFO. containerd closes its end of the
 // FIFO first and then calls CloseIO (CRI's exec with stdin), so the feed
 // reaches EOF once it has sent everything; a writer that keeps its end
-// open gets its close after this.
-const stdinDrainWait = 5 * time.Second
+// open gets its close after this, and so does a guest that never reads
+// its stdin (a var: tests shorten it).
+var stdinDrainWait = 5 * time.Second
 
 // drainStdin waits for the stdin feed to end: true when it has (its EOF
 // closed the guest's stdin after the last byte), false when there is no
