@@ -176,7 +176,14 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		// Whole at once, as a cgroup file reads: a reader between a
+		// truncate and a write saw "" (memory.current 0), and recap put
+		// the cap back early (TestShimCgroupRecapRatchet failed 1 run in 6).
+		tmp := p + ".tmp"
+		if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, p); err != nil {
 			t.Fatal(err)
 		}
 	}
