@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
-	"github.com/sandlot-dev/sandlot/controllers"
+	"github.com/sandlot-dev/sandlot/controllers/data"
 )
 
 // TestSnapshotOfRestoredSandboxHoldsItsBase: a Snapshot of a sandbox
@@ -214,11 +214,11 @@ func TestBuildsOnConfirmsPastTheCache(t *testing.T) {
 		}
 	}
 	stale := staleCache{h.c}
-	names, err := controllers.BuildsOn(ctx, stale, h.c, h.ns, sandlotv1.RestoreKindPausedSandbox, "pkg", "u1")
+	names, err := data.BuildsOn(ctx, stale, h.c, h.ns, sandlotv1.RestoreKindPausedSandbox, "pkg", "u1")
 	if err != nil || len(names) != 1 || names[0] != "snapshot fresh-layer" {
 		t.Fatalf("builds on pkg: %v, %v; want the snapshot the cache has not seen", names, err)
 	}
-	if names, err := controllers.BuildsOn(ctx, stale, h.c, h.ns, sandlotv1.RestoreKindPausedSandbox, "pkg", "u2"); err != nil || len(names) != 0 {
+	if names, err := data.BuildsOn(ctx, stale, h.c, h.ns, sandlotv1.RestoreKindPausedSandbox, "pkg", "u2"); err != nil || len(names) != 0 {
 		t.Fatalf("builds on a package of another UID: %v, %v; want none", names, err)
 	}
 }

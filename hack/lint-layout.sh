@@ -14,6 +14,9 @@
 #   store          nodeagent/store depends on neither vm/ nor api/v1alpha1,
 #                  tests included (it has api/snapshot and its own
 #                  RemoteState; the agent maps that to the API)
+#   controllers    the packages under controllers/ import only packages before
+#                  them in CONTROLLERS_ORDER, and none has over 2,500 non-test
+#                  lines
 #   file-length    non-test, non-generated .go files <= 500 lines, unless a
 #                  `// long: <why>` comment comes before the package clause
 #   func-length    functions in those files <= 60 lines (the `func` line to
@@ -124,6 +127,31 @@ while read -r dep; do
 done < <(go list -e -test -deps ./nodeagent/store/... |
 	awk -v m="$MOD" '{ p = $1 } p == m "/vm" || index(p, m "/vm/") == 1 || p == m "/api/v1alpha1" { print substr(p, length(m) + 2) }' |
 	sort -u)
+
+# controllers: layered packages, each of a reviewable size.
+CONTROLLERS_ORDER="controllers/index controllers/writes controllers/placement controllers/podspec
+controllers/metrics controllers/data controllers/template controllers/sandbox controllers"
+rank() { # rank <pkg>: its place in CONTROLLERS_ORDER, or -1
+	local i=0 p
+	for p in $CONTROLLERS_ORDER; do
+		[[ "$p" == "$1" ]] && { echo "$i"; return; }
+		i=$((i + 1))
+	done
+	echo -1
+}
+while read -r pkg dep; do
+	[[ -z "$pkg" ]] && continue
+	rp="$(rank "$pkg")" rd="$(rank "$dep")"
+	if ((rp < 0)); then
+		fail controllers "$pkg is not in CONTROLLERS_ORDER (hack/lint-layout.sh): place it in the layers"
+	elif ((rd >= rp)); then
+		fail controllers "$pkg imports $dep (controllers/ packages import only the ones before them: $CONTROLLERS_ORDER)"
+	fi
+done < <(under controllers <<<"$prod" | imports_under controllers)
+for dir in $(go list -f '{{.Dir}}' ./controllers/...); do
+	n="$(find "$dir" -maxdepth 1 -name '*.go' ! -name '*_test.go' -exec cat {} + | wc -l)"
+	((n <= 2500)) || fail controllers "${dir#"$PWD/"} has $n non-test lines (> 2,500: split it by what it owns)"
+done
 
 # file-length and func-length, on the files gofmt checks (gofmt puts a
 # top-level func's closing brace in column 0).
