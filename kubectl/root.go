@@ -52,12 +52,12 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	r := &root{flags: genericclioptions.NewConfigFlags(true), streams: streams}
 	cmd := &cobra.Command{
 		Use:   "kubectl-sandlot",
-		Short: "Work with sandlot sandboxes: snapshot, clone, pause, resume, rollback, exec, logs, cp",
+		Short: "Work with sandlot sandboxes: snapshot, clone, pause, resume, rollback, exec, logs, cp, port-forward",
 		Long: "kubectl sandlot manages sandlot sandboxes (QEMU microVMs in pods) through their\n" +
 			"Kubernetes objects: Sandbox, Snapshot, PausedSandbox and Template.\n" +
 			"--wait follows the status through a watch and reports progress on stderr; --timeout bounds it.\n" +
 			"-o json|yaml|name|wide prints the objects a command lists, makes or changes, as kubectl get -o.\n" +
-			"exec, logs and cp reach the pod the sandbox's status names.\n\n" +
+			"exec, logs, cp and port-forward reach the pod the sandbox's status names.\n\n" +
 			"Shell completion: `kubectl sandlot completion bash|zsh|fish` completes the kubectl-sandlot\n" +
 			"binary; for `kubectl sandlot <TAB>`, link kubectl-sandlot as kubectl_complete-sandlot on PATH.",
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl sandlot"},
@@ -73,7 +73,7 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		return fmt.Errorf("%w\nSee '%s --help' for usage", err, c.CommandPath())
 	})
 	cmd.AddCommand(r.lsCmd(), r.createCmd(), r.snapshotCmd(), r.cloneCmd(), r.pauseCmd(), r.resumeCmd(),
-		r.rollbackCmd(), r.execCmd(), r.deleteCmd(), r.logsCmd(), r.cpCmd(), r.versionCmd())
+		r.rollbackCmd(), r.execCmd(), r.deleteCmd(), r.logsCmd(), r.cpCmd(), r.portForwardCmd(), r.versionCmd())
 	return cmd
 }
 

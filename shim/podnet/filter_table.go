@@ -107,7 +107,8 @@ func (l *layout) addToVM(conn *nftables.Conn, e ends) {
 }
 
 // addFromVM opens the gate: frames from the VM leave only with its own
-// MAC and IP; DNS to the resolver goes to this netns's forwarder; a
+// MAC and IP; DNS to the resolver goes to this netns's forwarder, and so
+// do replies to port-forwarded connections (localfwd.go); a
 // tracked flow passes; a new connection is refused to the node itself
 // and to the platform's denials (whatever the sandbox's rules or its
 // resolver's answers say) unless allowOut or a learned domain names an
@@ -127,7 +128,8 @@ func (l *layout) addFromVM(conn *nftables.Conn, e ends) {
 	if e.resolver.IsValid() {
 		dport := []byte{0, DNSPort}
 		l.add(conn, l.fromVM, cat(ipField(ipDst, e.resolver, true),
-			one(load(expr.PayloadBaseTransportHeader, thDstPort, 2, reg1), eq(reg1, dport)), toHost()))
+			one(load(expr.PayloadBaseTransportHeader, thDstPort, 2, reg1), eq(reg1, dport)), toHost()),
+			replyToHost(e.resolver))
 	}
 	l.add(conn, l.fromVM,
 		cat(l4proto(unix.IPPROTO_TCP), flowKey(true), one(lookupFlow(flows), updateFlow(flows, tcpFlowIdle)), fwd),
@@ -236,5 +238,5 @@ func (n *podNS) deleteTable() error {
 			}
 		}
 	}
-	return nil
+	return n.deleteNATTable(conn)
 }

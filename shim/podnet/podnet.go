@@ -184,10 +184,13 @@ func (n *podNS) attach(p Pod, tap string, o options) error {
 	if err := n.flushV4(pod); err != nil {
 		return err
 	}
-	if o.resolver.IsValid() {
-		return n.addResolver(tapLink, e)
+	if !o.resolver.IsValid() {
+		return nil
 	}
-	return nil
+	if err := n.addResolver(tapLink, e); err != nil {
+		return err
+	}
+	return n.installLocalForward(e)
 }
 
 // endsOf is what the rules need of the pod and its tap.

@@ -26,7 +26,7 @@ import (
 // pluginLikeKubectl runs the plugin's kubectl-like commands against the
 // cluster: version, ls templates, ls -o json|name, and, on a sandbox of
 // its own (created with -o name; with the chart's start slots its pod is
-// not named after it), exec, logs and cp both ways, each checked
+// not named after it), exec, logs, cp both ways and port-forward, each checked
 // against what the cluster or the VM says.
 func pluginLikeKubectl(t *testing.T) {
 	pluginVersion(t)
@@ -49,6 +49,7 @@ func pluginLikeKubectl(t *testing.T) {
 	}
 	pluginLogs(t, name)
 	pluginCp(t, name)
+	pluginPortForward(t, name)
 	if out := plugin(t, "delete", name, "--wait", "-o", "name"); out != "sandbox.sandlot.dev/"+name+"\n" {
 		t.Fatalf("delete -o name printed %q", out)
 	}

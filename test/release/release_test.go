@@ -37,7 +37,7 @@ func TestRelease(t *testing.T) {
 		{"snapshot and clone 5", snapshotAndClone},
 		{"pause, resume on the other node", pauseResumeElsewhere},
 		{"rollback", rollback},
-		{"kubectl sandlot version, ls templates, -o, logs, cp", pluginLikeKubectl},
+		{"kubectl sandlot version, ls templates, -o, logs, cp, port-forward", pluginLikeKubectl},
 		{"E2B SDK through the API Service", e2bSmoke},
 		{"create histogram counts the creates", func(t *testing.T) { checkCreateCounts(t, before) }},
 		{"E2B template build through the API Service", e2bBuild},

@@ -1,0 +1,146 @@
+package podnet
+
+import (
+	"bufio"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// guest stands in for the VM: a netns whose tap carries the pod's MAC
+// and IP (default route via the pod's gateway), its frames pumped to and
+// from the pod's tap as QEMU does. It returns the guest netns's path.
+func (e *env) guest(t *testing.T, podTap *os.File) string {
+	g := &env{nsName: e.nsName + "g"}
+	g.addNetns(t)
+	gns := "/run/netns/" + g.nsName
+	var fd int
+	must(t, "open the guest's tap", Run(gns, func() (err error) {
+		fd, err = openTun("vm0", unix.IFF_TAP|unix.IFF_NO_PI)
+		return err
+	}))
+	must(t, "nonblocking tap", unix.SetNonblock(fd, true))
+	vmTap := os.NewFile(uintptr(fd), "vm0")
+	t.Cleanup(func() { vmTap.Close() })
+	h := g.handle(t)
+	for _, step := range []func() error{
+		func() error { return linkDo(h, "lo", h.LinkSetUp) },
+		func() error {
+			return linkDo(h, "vm0", func(l netlink.Link) error { return h.LinkSetHardwareAddr(l, e.podMAC) })
+		},
+		func() error { return linkDo(h, "vm0", func(l netlink.Link) error { return h.LinkSetMTU(l, podMTU) }) },
+		func() error {
+			addr, _ := netlink.ParseAddr(e.prefix + ".5/24")
+			return linkDo(h, "vm0", func(l netlink.Link) error { return h.AddrAdd(l, addr) })
+		},
+		func() error { return linkDo(h, "vm0", h.LinkSetUp) },
+		func() error {
+			return linkDo(h, "vm0", func(l netlink.Link) error {
+				return h.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: e.gw})
+			})
+		},
+	} {
+		must(t, "configure the guest", step())
+	}
+	go pump(podTap, vmTap)
+	go pump(vmTap, podTap)
+	return gns
+}
+
+func linkDo(h *netlink.Handle, name string, fn func(netlink.Link) error) error {
+	l, err := h.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	return fn(l)
+}
+
+// pump copies frames from src to dst until either is closed.
+func pump(dst, src *os.File) {
+	buf := make([]byte, 65536)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			return
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+// listenIn listens on TCP addr inside netns ns and echoes one line per
+// connection; it reports each accepted connection on the channel.
+func listenIn(t *testing.T, ns, addr string) <-chan struct{} {
+	var ln net.Listener
+	must(t, "listen in "+ns, Run(ns, func() (err error) {
+		ln, err = net.Listen("tcp4", addr)
+		return err
+	}))
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan struct{}, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- struct{}{}
+			go func() {
+				defer c.Close()
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				_, _ = c.Write([]byte("echo " + line))
+			}()
+		}
+	}()
+	return accepted
+}
+
+// TestLocalhostReachesTheVM: what the container runtime's port-forward
+// does — dial 127.0.0.1:PORT in the pod netns — reaches PORT in the VM,
+// both ways; the VM cannot open a connection into the pod netns by the
+// resolver address the replies use.
+func TestLocalhostReachesTheVM(t *testing.T) {
+	resolver := netip.MustParseAddr("169.254.53.53")
+	e, tapFile := attached(t, WithResolver(resolver))
+	gns := e.guest(t, tapFile)
+	listenIn(t, gns, ":8080")
+	var reply string
+	must(t, "port-forward into the VM", Run(e.ns, func() error {
+		c, err := net.DialTimeout("tcp4", "127.0.0.1:8080", 5*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		must(t, "deadline", c.SetDeadline(time.Now().Add(5*time.Second)))
+		if _, err := c.Write([]byte("ping\n")); err != nil {
+			return err
+		}
+		reply, err = bufio.NewReader(c).ReadString('\n')
+		return err
+	}))
+	if reply != "echo ping\n" {
+		t.Fatalf("the VM answered %q, want %q", reply, "echo ping\n")
+	}
+	inPod := listenIn(t, e.ns, ":9090")
+	err := Run(gns, func() error {
+		c, err := net.DialTimeout("tcp4", resolver.String()+":9090", time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+	select {
+	case <-inPod:
+		t.Fatal("the VM opened a connection into the pod netns")
+	default:
+	}
+	if err == nil {
+		t.Fatal("the VM's connection to the resolver address on 9090 succeeded")
+	}
+}
