@@ -156,6 +156,10 @@ endif
 	go build -o bin/sandlot-cluster ./hack/cluster
 	bin/sandlot-cluster up -nodes $${NODES:-1} -store $${STORE:-s3}
 
+.PHONY: dashboard-png
+dashboard-png: build ## Render the chart's Grafana dashboard from a real run to docs/dashboard.png: on a running `NODES=2 make up` cluster, a Prometheus (built from Go modules) scrapes sandlot while a workload creates, snapshots, clones, pauses and resumes sandboxes (about 10 min).
+	go run ./hack/dashboard -prometheus "$$(hack/prometheus-bins.sh | tail -1)/prometheus"
+
 .PHONY: test-e2e
 test-e2e: build cluster-bins vm-assets ## End to end on a real two-node cluster started for the run: quickstart, placement, cordon, node failure, services.
 	go test -count=1 -v -timeout 30m ./test/e2e/

@@ -11,14 +11,10 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/utils/ptr"
+
+	"github.com/sandlot-dev/sandlot/internal/dashboard"
 )
 
 // The chart serves every component's metrics over HTTPS to callers the
@@ -53,22 +49,7 @@ func newScraperToken(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: scraper, Namespace: ns}}
-	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", err
-	}
-	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: scraper},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "sandlot-metrics-reader"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: scraper, Namespace: ns}}}
-	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", err
-	}
-	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, scraper, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(2 * 3600))}}, metav1.CreateOptions{})
-	if err != nil {
-		return "", fmt.Errorf("token of %s/%s: %w", ns, scraper, err)
-	}
-	return tr.Status.Token, nil
+	return dashboard.ScraperToken(ctx, cs, ns, scraper)
 }
 
 // scrapeClient skips verification of the components' self-signed

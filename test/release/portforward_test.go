@@ -24,6 +24,11 @@ func pluginPortForward(t *testing.T, name string) {
 	marker := randomHex(t)
 	vmRun(t, name, "mkdir -p /tmp/pf && echo "+marker+" > /tmp/pf/index.html")
 	background(t, e.plugin, "-n", ns, "exec", name, "--", "python3", "-m", "http.server", "8000", "--directory", "/tmp/pf")
+	// A port-forward ends at the first connection refused (as kubectl's
+	// does): the server listens first.
+	poll.Eventually(t, time.Minute, "the VM's server listens", func() error {
+		return vmTry(name, `python3 -c 'import socket; socket.create_connection(("127.0.0.1", 8000), 2)'`)
+	})
 	pod := sandboxOf(t, name).Status.PodName
 	for _, cmd := range [][]string{
 		{e.plugin, "-n", ns, "port-forward", name, ":8000"},
@@ -44,6 +49,17 @@ func pluginPortForward(t *testing.T, name string) {
 			return getBody("http://127.0.0.1:"+port+"/index.html", marker+"\n")
 		})
 	}
+}
+
+// vmTry runs a shell command in the sandbox's VM and says whether it
+// exited 0 (for polling: vmRun fails the test).
+func vmTry(sandbox, script string) error {
+	cmd := exec.Command(e.plugin, "-n", ns, "exec", sandbox, "--", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: %v: %s", script, err, out)
+	}
+	return nil
 }
 
 // getBody GETs url and wants exactly body.
