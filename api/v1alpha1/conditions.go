@@ -89,6 +89,9 @@ const (
 	// ReasonBuilderLost: the builder's pod went before its build ended
 	// (evicted, its node lost or shut down): built again with backoff.
 	ReasonBuilderLost = "BuilderLost"
+	// ReasonBaseSnapshotDeleted: a Ready base's Snapshot was deleted (by
+	// hand, a sweep): the base is built again on that node once it is gone.
+	ReasonBaseSnapshotDeleted = "BaseSnapshotDeleted"
 )
 
 // Reasons of ConditionRolledBack.

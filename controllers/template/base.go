@@ -61,7 +61,10 @@ type buildStep struct {
 // decideBuild is a node's build as a pure function of what exists.
 func decideBuild(w builderWorld, entry sandlotv1.BaseSnapshot) buildStep {
 	if w.Entry != nil && w.Entry.Phase == sandlotv1.BaseReady {
-		return buildStep{Entry: *w.Entry, DeleteBuilder: w.Builder != nil}
+		if w.Snap != nil && w.Snap.DeletionTimestamp == nil {
+			return buildStep{Entry: *w.Entry, DeleteBuilder: w.Builder != nil}
+		}
+		return rebuildDeleted(w, entry)
 	}
 	if w.Entry != nil && w.Entry.Phase == sandlotv1.BaseFailed {
 		return decideRetry(w)
@@ -95,14 +98,8 @@ func decideBuild(w builderWorld, entry sandlotv1.BaseSnapshot) buildStep {
 	if w.Pod == nil {
 		return building("waiting for the builder's pod")
 	}
-	for _, cs := range w.Pod.Status.ContainerStatuses {
-		if cs.State.Waiting != nil && podspec.ImageMissingReasons[cs.State.Waiting.Reason] {
-			reason := sandlotv1.ReasonImageMissing
-			if cs.State.Waiting.Reason == "InvalidImageName" {
-				reason = sandlotv1.ReasonInvalidImage // no later attempt can pass
-			}
-			return failed(reason, podspec.ImageFailure(cs.Image, entry.Node, cs.State.Waiting.Reason))
-		}
+	if reason, msg, ok := imageMissing(w.Pod, entry.Node); ok {
+		return failed(reason, msg)
 	}
 	if w.Build && (w.Built != nil || podReady(w.Pod)) {
 		// Once the agent runs the steps, the probe no longer decides: a
@@ -116,6 +113,35 @@ func decideBuild(w builderWorld, entry sandlotv1.BaseSnapshot) buildStep {
 		return failed(sandlotv1.ReasonProbeTimeout, fmt.Sprintf("the readiness probe did not pass within %v of the VM starting", w.Probe))
 	}
 	return building("waiting for the readiness probe")
+}
+
+// imageMissing says whether the builder's image could not be had, and
+// why: InvalidImage (no later attempt can pass) or ImageMissing.
+func imageMissing(pod *corev1.Pod, node string) (reason, msg string, ok bool) {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Waiting != nil && podspec.ImageMissingReasons[cs.State.Waiting.Reason] {
+			reason := sandlotv1.ReasonImageMissing
+			if cs.State.Waiting.Reason == "InvalidImageName" {
+				reason = sandlotv1.ReasonInvalidImage
+			}
+			return reason, podspec.ImageFailure(cs.Image, node, cs.State.Waiting.Reason), true
+		}
+	}
+	return "", "", false
+}
+
+// rebuildDeleted: a Ready base whose Snapshot was deleted is no base:
+// new sandboxes wait instead of restoring from what is going, and it is
+// built again (same name) once the Snapshot is gone — its deletion may
+// wait for the sandboxes restored from it.
+func rebuildDeleted(w builderWorld, entry sandlotv1.BaseSnapshot) buildStep {
+	entry.Phase, entry.Reason = sandlotv1.BaseBuilding, sandlotv1.ReasonBaseSnapshotDeleted
+	if w.Snap != nil {
+		entry.Message = fmt.Sprintf("base snapshot %s is being deleted: building it again once it is gone", entry.Snapshot)
+		return buildStep{Entry: entry}
+	}
+	entry.Message = fmt.Sprintf("base snapshot %s was deleted: building it again", entry.Snapshot)
+	return buildStep{Entry: entry, CreateBuilder: w.Builder == nil}
 }
 
 // decideSteps follows the node agent's run of the build steps in a ready

@@ -36,6 +36,10 @@ func TestDecideBuild(t *testing.T) {
 		return s
 	}
 	ready := &sandlotv1.BaseSnapshot{Node: "n", Phase: sandlotv1.BaseReady}
+	deleting := func(s *sandlotv1.Snapshot) *sandlotv1.Snapshot {
+		s.DeletionTimestamp = &started
+		return s
+	}
 	built := func(s metav1.ConditionStatus, reason string) *metav1.Condition {
 		return &metav1.Condition{Type: sandlotv1.ConditionBuilt, Status: s, Reason: reason, Message: "m"}
 	}
@@ -78,8 +82,12 @@ func TestDecideBuild(t *testing.T) {
 			Built: built(metav1.ConditionFalse, sandlotv1.ReasonBuildCheckpoint)}, wantPhase: sandlotv1.BaseBuilding, want: buildStep{Checkpoint: 2}},
 		"build: a checkpoint asked after no such step": {w: builderWorld{Builder: checkpointing(3), Pod: pod(true, ""), Build: true, Steps: twoRuns,
 			Built: built(metav1.ConditionFalse, sandlotv1.ReasonBuildCheckpoint)}, wantPhase: sandlotv1.BaseBuilding},
-		"already Ready: keep, no builder":   {w: builderWorld{Entry: ready}, wantPhase: sandlotv1.BaseReady},
-		"already Ready, builder left: drop": {w: builderWorld{Entry: ready, Builder: running}, wantPhase: sandlotv1.BaseReady, want: buildStep{DeleteBuilder: true}},
+		"already Ready: keep, no builder":   {w: builderWorld{Entry: ready, Snap: snap(sandlotv1.DataReady)}, wantPhase: sandlotv1.BaseReady},
+		"already Ready, builder left: drop": {w: builderWorld{Entry: ready, Snap: snap(sandlotv1.DataReady), Builder: running}, wantPhase: sandlotv1.BaseReady, want: buildStep{DeleteBuilder: true}},
+		"Ready, its snapshot deleted: build again": {w: builderWorld{Entry: ready}, wantPhase: sandlotv1.BaseBuilding,
+			reason: sandlotv1.ReasonBaseSnapshotDeleted, want: buildStep{CreateBuilder: true}},
+		"Ready, its snapshot going: wait for it": {w: builderWorld{Entry: ready, Snap: deleting(snap(sandlotv1.DataReady))},
+			wantPhase: sandlotv1.BaseBuilding, reason: sandlotv1.ReasonBaseSnapshotDeleted},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
