@@ -37,7 +37,7 @@ import (
 
 const (
 	// builderTimeout is how long the controller lets a builder run its
-	// steps (controllers/template_base.go's buildTimeout).
+	// steps (controllers/template/base.go's buildTimeout).
 	builderTimeout = time.Hour
 	// buildFilesTTL is how long files no build copies are kept after
 	// their upload (or the last answer that they are present): the link's

@@ -151,7 +151,7 @@ func (s *startsSeen) forget(uid types.UID) {
 
 // stateCollector reports, at each scrape, sandboxes by phase, warm pool
 // pods by template, node and state, and the runtime nodes
-// (metrics_nodes.go), from the controller's cache.
+// (nodes.go), from the controller's cache.
 type stateCollector struct {
 	reader atomic.Pointer[client.Reader]
 }

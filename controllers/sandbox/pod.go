@@ -27,7 +27,7 @@ func buildPod(sbx *sandlotv1.Sandbox, plan podspec.Plan) (*corev1.Pod, error) {
 }
 
 // buildTokenSecret holds the envd access token of a Sandbox. (Its env
-// reaches a claimed pool VM sealed in the claim: sandbox_seal.go.)
+// reaches a claimed pool VM sealed in the claim: seal.go.)
 func buildTokenSecret(sbx *sandlotv1.Sandbox, token string) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{

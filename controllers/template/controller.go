@@ -30,7 +30,7 @@ import (
 )
 
 // Reconciler validates Templates and builds their base snapshots
-// (template_base.go).
+// (base.go).
 type Reconciler struct {
 	client.Client
 	// Recorder emits an Event per status transition (nil: none).

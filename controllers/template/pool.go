@@ -23,7 +23,7 @@ import (
 // AnnotationPool) until a Sandbox of the template claims one. Its start
 // slots are pool pods too, with no VM until a claim restores into them. Unclaimed
 // pool pods carry LabelSandbox "" so the controller's cache of sandbox
-// pods sees them; a claim sets it (sandbox_claim.go).
+// pods sees them; a claim sets it (controllers/sandbox/claim.go).
 
 // poolPods are a node's unclaimed pool pods of one kind (warm or start
 // slots), by state, and how many claimed ones the node agent has not

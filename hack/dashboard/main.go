@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/sandlot-dev/sandlot/internal/cluster"
 	"github.com/sandlot-dev/sandlot/internal/dashboard"
+	"github.com/sandlot-dev/sandlot/vm"
 )
 
 type options struct {
@@ -73,8 +76,22 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer srv.Stop()
+	restore, err := warmPool(ctx, kubeconfig, o.ns)
+	if err != nil {
+		return err
+	}
+	defer restore()
+	url, err := os.ReadFile(filepath.Join(o.dir, "api-url"))
+	if err != nil {
+		return err
+	}
+	key, err := os.ReadFile(filepath.Join(o.dir, "api-key"))
+	if err != nil {
+		return err
+	}
 	start := time.Now()
-	w := dashboard.Workload{Plugin: o.plugin, Kubeconfig: kubeconfig, Namespace: o.ns, Log: os.Stderr}
+	w := dashboard.Workload{Plugin: o.plugin, Kubeconfig: kubeconfig, Namespace: o.ns, Log: os.Stderr,
+		APIURL: strings.TrimSpace(string(url)), APIKey: strings.TrimSpace(string(key))}
 	if err := w.Run(ctx, o.duration); err != nil {
 		return err
 	}
@@ -83,6 +100,31 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	return render(ctx, srv, o, start, end)
+}
+
+// warmPool gives the quickstart's template a warm pool of one per node
+// for the run, so the pool panels have something to show; restore puts
+// back what it had.
+func warmPool(ctx context.Context, kubeconfig, ns string) (restore func(), err error) {
+	kubectl := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", kubeconfig, "-n", ns}, args...)...).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	was, err := kubectl("get", "template", "python", "-o", "jsonpath={.spec.warmPool}")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := kubectl("patch", "template", "python", "--type", "merge", "-p", `{"spec":{"warmPool":1}}`); err != nil {
+		return nil, err
+	}
+	return func() {
+		if _, err := kubectl("patch", "template", "python", "--type", "merge", "-p", `{"spec":{"warmPool":`+cmp.Or(was, "0")+`}}`); err != nil {
+			fmt.Fprintln(os.Stderr, "dashboard: put the warm pool back:", err)
+		}
+	}, nil
 }
 
 // render queries every panel's targets over the run and writes the PNG.
@@ -130,12 +172,13 @@ func seriesIn(targets [][]dashboard.Series) int {
 	return n
 }
 
-// accel is the VMs' accelerator here: KVM where /dev/kvm exists, else TCG.
+// accel is the VMs' accelerator here, as the VM layer picks it.
 func accel() string {
-	if _, err := os.Stat("/dev/kvm"); err == nil {
-		return "KVM"
+	a, err := vm.DetectAccel()
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
 	}
-	return "TCG"
+	return strings.ToUpper(a)
 }
 
 func envOr(k, def string) string {

@@ -2,8 +2,10 @@ package dashboard
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -15,7 +17,10 @@ import (
 // cycle after cycle, through the kubectl plugin, for at least d.
 type Workload struct {
 	Plugin, Kubeconfig, Namespace string
-	Log                           io.Writer
+	// APIURL and APIKey reach sandlot-api: each cycle also creates and
+	// kills a sandbox through the E2B API ("" skips it).
+	APIURL, APIKey string
+	Log            io.Writer
 }
 
 // Run repeats cycles until d has passed (the last one finishes) and
@@ -50,6 +55,12 @@ func (w Workload) cycle(ctx context.Context, i int) (failed int, err error) {
 		{"clone", p + "-snap", "--count", "2", "--wait", "--timeout", "10m", "-o", "name"},
 		{"pause", p + "-b", "--wait", "--timeout", "10m"},
 		{"resume", p + "-b", "--wait", "--timeout", "10m"},
+	}
+	if w.APIURL != "" {
+		if err := w.e2bCreateKill(ctx); err != nil {
+			failed++
+			fmt.Fprintf(w.Log, "workload: E2B create and kill: %v\n", err)
+		}
 	}
 	for _, s := range steps {
 		out, err := w.plugin(ctx, s...)
@@ -93,4 +104,44 @@ func (w Workload) run(ctx context.Context, bin string, args ...string) (string, 
 		return string(out), fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return string(out), nil
+}
+
+// e2bCreateKill creates a sandbox of the template through the E2B API
+// and kills it, as an SDK's Sandbox.create() and kill() do.
+func (w Workload) e2bCreateKill(ctx context.Context) error {
+	var created struct {
+		SandboxID string `json:"sandboxID"`
+	}
+	if err := w.e2b(ctx, http.MethodPost, "/sandboxes", `{"templateID":"python","timeout":300}`, &created); err != nil {
+		return err
+	}
+	if created.SandboxID == "" {
+		return fmt.Errorf("POST /sandboxes answered no sandboxID")
+	}
+	return w.e2b(ctx, http.MethodDelete, "/sandboxes/"+created.SandboxID, "", nil)
+}
+
+func (w Workload) e2b(ctx context.Context, method, path, body string, into any) error {
+	req, err := http.NewRequestWithContext(ctx, method, w.APIURL+path, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-API-Key", w.APIKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("%s %s: %s %s", method, path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	if into == nil {
+		return nil
+	}
+	return json.Unmarshal(b, into)
 }
