@@ -220,23 +220,32 @@ func (n *podNS) nft() (*nftables.Conn, error) {
 	return conn, nil
 }
 
-// deleteTable removes the pod's table; an absent one is not an error.
+// deleteTable removes the pod's tables (the filter and the port-forward
+// NAT); an absent one is not an error.
 func (n *podNS) deleteTable() error {
 	conn, err := n.nft()
 	if err != nil {
 		return err
 	}
-	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyNetdev)
+	if err := n.deleteNamed(conn, nftables.TableFamilyNetdev, tableName); err != nil {
+		return err
+	}
+	return n.deleteNamed(conn, nftables.TableFamilyIPv4, natTable)
+}
+
+// deleteNamed removes the table of that family and name, if there is one.
+func (n *podNS) deleteNamed(conn *nftables.Conn, family nftables.TableFamily, name string) error {
+	tables, err := conn.ListTablesOfFamily(family)
 	if err != nil {
 		return n.errorf(err, "list nftables tables")
 	}
 	for _, t := range tables {
-		if t.Name == tableName {
+		if t.Name == name {
 			conn.DelTable(t)
 			if err := conn.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-				return n.errorf(err, "delete the nftables table")
+				return n.errorf(err, "delete nftables table %s", name)
 			}
 		}
 	}
-	return n.deleteNATTable(conn)
+	return nil
 }

@@ -2,7 +2,6 @@ package podnet
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -47,7 +46,7 @@ func (n *podNS) installLocalForward(e ends) error {
 	if err != nil {
 		return err
 	}
-	if err := n.deleteNATTable(conn); err != nil {
+	if err := n.deleteNamed(conn, nftables.TableFamilyIPv4, natTable); err != nil {
 		return err
 	}
 	t := conn.AddTable(&nftables.Table{Name: natTable, Family: nftables.TableFamilyIPv4})
@@ -61,23 +60,6 @@ func (n *podNS) installLocalForward(e ends) error {
 		Exprs: cat(outInterface(e.tap), ipField(ipSrc, loopback, true), natTo(expr.NATTypeSourceNAT, e.resolver))})
 	if err := conn.Flush(); err != nil {
 		return n.errorf(err, "install the port-forward NAT (the kernel needs CONFIG_NFT_NAT)")
-	}
-	return nil
-}
-
-// deleteNATTable removes the NAT table if there is one.
-func (n *podNS) deleteNATTable(conn *nftables.Conn) error {
-	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyIPv4)
-	if err != nil {
-		return n.errorf(err, "list nftables tables")
-	}
-	for _, t := range tables {
-		if t.Name == natTable {
-			conn.DelTable(t)
-			if err := conn.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-				return n.errorf(err, "delete table %s", natTable)
-			}
-		}
 	}
 	return nil
 }
