@@ -162,30 +162,8 @@ func TestExecStdio(t *testing.T) {
 // CloseIO at once. Every byte still in the FIFO reaches the guest before
 // its stdin closes.
 func TestCloseIOAfterStdin(t *testing.T) {
-	h := newHarness(t)
-	m, _ := h.startedPod()
-	m.guest.mu.Lock()
-	m.guest.stdinDelay = 20 * time.Millisecond
-	m.guest.mu.Unlock()
-	std := stdio{Stdin: filepath.Join(t.TempDir(), "in")}
-	if err := syscall.Mkfifo(std.Stdin, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.exec(testExec, specs.Process{Args: []string{"tar", "-x"}}, std); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.s.Start(h.ctx, &taskAPI.StartRequest{ID: testApp, ExecID: testExec}); err != nil {
-		t.Fatal(err)
-	}
-	in, err := os.OpenFile(std.Stdin, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	payload := strings.Repeat("archive!", 6<<10) // 48 KiB: all of it fits in the FIFO
-	if _, err := in.WriteString(payload); err != nil {
-		t.Fatal(err)
-	}
-	in.Close()
+	h, m := execWithStdin(t, 20*time.Millisecond, []string{"tar", "-x"}, payload)
 	if _, err := h.s.CloseIO(h.ctx, &taskAPI.CloseIORequest{ID: testApp, ExecID: testExec, Stdin: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -203,29 +181,7 @@ func TestCloseIOAfterStdin(t *testing.T) {
 func TestCloseIOBoundedByAStuckGuest(t *testing.T) {
 	defer func(w time.Duration) { stdinDrainWait = w }(stdinDrainWait)
 	stdinDrainWait = 100 * time.Millisecond
-	h := newHarness(t)
-	m, _ := h.startedPod()
-	m.guest.mu.Lock()
-	m.guest.stdinDelay = 3 * time.Second // each write hangs this long
-	m.guest.mu.Unlock()
-	std := stdio{Stdin: filepath.Join(t.TempDir(), "in")}
-	if err := syscall.Mkfifo(std.Stdin, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.exec(testExec, specs.Process{Args: []string{"sleep", "inf"}}, std); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.s.Start(h.ctx, &taskAPI.StartRequest{ID: testApp, ExecID: testExec}); err != nil {
-		t.Fatal(err)
-	}
-	in, err := os.OpenFile(std.Stdin, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := in.WriteString("never read"); err != nil {
-		t.Fatal(err)
-	}
-	in.Close()
+	h, m := execWithStdin(t, 3*time.Second /* each write hangs this long */, []string{"sleep", "inf"}, "never read")
 	began := time.Now()
 	if _, err := h.s.CloseIO(h.ctx, &taskAPI.CloseIORequest{ID: testApp, ExecID: testExec, Stdin: true}); err != nil {
 		t.Fatal(err)
@@ -238,6 +194,39 @@ func TestCloseIOBoundedByAStuckGuest(t *testing.T) {
 	if took >= 3*time.Second || !closed {
 		t.Fatalf("CloseIO took %v (the guest's write hangs 3 s, the bound is %v); stdin closed %v", took, stdinDrainWait, closed)
 	}
+}
+
+// execWithStdin starts exec testExec of args with its stdin a FIFO, as
+// CRI's exec with stdin does, the fake guest taking each write after
+// delay; it writes payload into the FIFO and closes the writing end.
+func execWithStdin(t *testing.T, delay time.Duration, args []string, payload string) (*harness, *fakeMachine) {
+	t.Helper()
+	h := newHarness(t)
+	m, _ := h.startedPod()
+	m.guest.mu.Lock()
+	m.guest.stdinDelay = delay
+	m.guest.mu.Unlock()
+	std := stdio{Stdin: filepath.Join(t.TempDir(), "in")}
+	if err := syscall.Mkfifo(std.Stdin, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.exec(testExec, specs.Process{Args: args}, std); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.s.Start(h.ctx, &taskAPI.StartRequest{ID: testApp, ExecID: testExec}); err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.OpenFile(std.Stdin, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.WriteString(payload); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return h, m
 }
 
 // TestResizeCloseIO: pty and stdin calls reach the guest process while
