@@ -184,13 +184,17 @@ func executor(cfg *rest.Config, u *url.URL) (remotecommand.Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("set up exec over WebSockets: %w", err)
 	}
-	exec, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-	})
+	exec, err := remotecommand.NewFallbackExecutor(ws, spdy, upgradeRefused)
 	if err != nil {
 		return nil, fmt.Errorf("set up exec: %w", err)
 	}
 	return exec, nil
+}
+
+// upgradeRefused says a WebSocket upgrade failed in a way SPDY may not
+// (an API server or proxy without WebSockets): fall back, as kubectl does.
+func upgradeRefused(err error) bool {
+	return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 }
 
 // rawTerminal puts the local terminal in raw mode (restore undoes it)

@@ -108,7 +108,5 @@ func portForwardDialer(cfg *rest.Config, u *url.URL) (httpstream.Dialer, error) 
 	if err != nil {
 		return nil, fmt.Errorf("set up port-forward over WebSockets: %w", err)
 	}
-	return portforward.NewFallbackDialer(ws, spdyDialer, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-	}), nil
+	return portforward.NewFallbackDialer(ws, spdyDialer, upgradeRefused), nil
 }

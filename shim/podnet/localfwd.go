@@ -1,7 +1,6 @@
 package podnet
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"os"
@@ -75,9 +74,7 @@ func replyToHost(resolver netip.Addr) []expr.Any {
 }
 
 func outInterface(ifindex int) []expr.Any {
-	b := make([]byte, 4)
-	binary.NativeEndian.PutUint32(b, uint32(ifindex)) // as the kernel stores an ifindex
-	return []expr.Any{&expr.Meta{Key: expr.MetaKeyOIF, Register: reg1}, eq(reg1, b)}
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyOIF, Register: reg1}, eq(reg1, ifindexData(ifindex))}
 }
 
 // natTo translates the address (not the port) to a.

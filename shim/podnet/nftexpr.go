@@ -107,13 +107,19 @@ func updateFlow(s *nftables.Set, timeout time.Duration) expr.Any {
 // forward sends the frame out of ifindex and drops the original: the
 // netdev "fwd" statement, spelt dup + drop (the library has no fwd).
 func forward(ifindex int) []expr.Any {
-	dev := make([]byte, 4)
-	binary.NativeEndian.PutUint32(dev, uint32(ifindex))
 	return []expr.Any{
-		&expr.Immediate{Register: reg1, Data: dev},
+		&expr.Immediate{Register: reg1, Data: ifindexData(ifindex)},
 		&expr.Dup{RegDev: reg1, IsRegDevSet: true},
 		&expr.Verdict{Kind: expr.VerdictDrop},
 	}
+}
+
+// ifindexData is an interface index as a rule's data: in the kernel's
+// own byte order, as it stores one.
+func ifindexData(ifindex int) []byte {
+	b := make([]byte, 4)
+	binary.NativeEndian.PutUint32(b, uint32(ifindex))
+	return b
 }
 
 func verdict(k expr.VerdictKind) expr.Any { return &expr.Verdict{Kind: k} }
