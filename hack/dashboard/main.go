@@ -46,32 +46,27 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, o options) error {
+func run(ctx context.Context, o options) (err error) {
 	if o.prometheus == "" {
 		return fmt.Errorf("-prometheus is required: make dashboard-png builds it (hack/prometheus-bins.sh)")
 	}
 	kubeconfig := filepath.Join(o.dir, "pki", "admin.kubeconfig")
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return fmt.Errorf("kubeconfig %s (is `NODES=2 make up` running?): %w", kubeconfig, err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	jobs, token, err := scrapeTargets(ctx, kubeconfig, o.ns)
 	if err != nil {
 		return err
 	}
-	quickstart := filepath.Join(cluster.RepoRoot(), "config", "samples", "quickstart.yaml")
-	if out, err := exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig, "apply", "-f", quickstart).CombinedOutput(); err != nil {
-		return fmt.Errorf("apply %s: %v: %s", quickstart, err, out)
-	}
-	token, err := dashboard.ScraperToken(ctx, cs, o.ns, "sandlot-dashboard-scraper")
+	data, err := os.MkdirTemp("", "sandlot-dashboard-")
 	if err != nil {
 		return err
 	}
-	jobs, err := dashboard.Jobs(ctx, cs, cluster.ReleaseNamespace)
-	if err != nil {
-		return err
-	}
-	srv, err := dashboard.Start(ctx, o.prometheus, filepath.Join(o.dir, "dashboard-prometheus"), jobs, token)
+	defer func() { // kept when the run failed: prometheus.log says why
+		if err == nil {
+			err = os.RemoveAll(data)
+		} else {
+			fmt.Fprintln(os.Stderr, "dashboard: prometheus' files are kept in", data)
+		}
+	}()
+	srv, err := dashboard.Start(ctx, o.prometheus, data, jobs, token)
 	if err != nil {
 		return err
 	}
@@ -100,6 +95,30 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	return render(ctx, srv, o, start, end)
+}
+
+// scrapeTargets applies the quickstart (its template is what the
+// workload starts) and returns the chart's metrics jobs and a scraper's
+// token.
+func scrapeTargets(ctx context.Context, kubeconfig, ns string) ([]dashboard.Job, string, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, "", fmt.Errorf("kubeconfig %s (is `NODES=2 make up` running?): %w", kubeconfig, err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	quickstart := filepath.Join(cluster.RepoRoot(), "config", "samples", "quickstart.yaml")
+	if out, err := exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig, "apply", "-f", quickstart).CombinedOutput(); err != nil {
+		return nil, "", fmt.Errorf("apply %s: %v: %s", quickstart, err, out)
+	}
+	token, err := dashboard.ScraperToken(ctx, cs, ns, "sandlot-dashboard-scraper")
+	if err != nil {
+		return nil, "", err
+	}
+	jobs, err := dashboard.Jobs(ctx, cs, cluster.ReleaseNamespace)
+	return jobs, token, err
 }
 
 // warmPool gives the quickstart's template a warm pool of one per node
@@ -133,7 +152,7 @@ func render(ctx context.Context, srv *dashboard.Server, o options, start, end ti
 	if err != nil {
 		return err
 	}
-	step, err := dashboard.Window(start, end)
+	step, err := dashboard.Step(start, end)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -88,5 +89,6 @@ func (t Target) Legend(labels map[string]string) string {
 	for k, v := range labels {
 		parts = append(parts, k+"="+v)
 	}
-	return "{" + strings.Join(sorted(parts), ", ") + "}"
+	slices.Sort(parts)
+	return "{" + strings.Join(parts, ", ") + "}"
 }

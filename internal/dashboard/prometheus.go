@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -216,9 +215,4 @@ func decodeMatrix(body []byte, expr string) ([]Series, error) {
 		out = append(out, s)
 	}
 	return out, nil
-}
-
-func sorted(s []string) []string {
-	sort.Strings(s)
-	return s
 }

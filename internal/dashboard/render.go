@@ -145,9 +145,9 @@ func line(s Series, c color.Color) (*plotter.Line, error) {
 	return l, nil
 }
 
-// Window is a run's time range and the query step that gives each panel
-// about 200 points.
-func Window(start, end time.Time) (time.Duration, error) {
+// Step is the query step that gives each panel about 200 points over
+// the run [start, end].
+func Step(start, end time.Time) (time.Duration, error) {
 	if !end.After(start) {
 		return 0, fmt.Errorf("empty window %s..%s", start, end)
 	}

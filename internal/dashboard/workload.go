@@ -23,8 +23,8 @@ type Workload struct {
 	Log            io.Writer
 }
 
-// Run repeats cycles until d has passed (the last one finishes) and
-// says how many steps failed; it fails when no cycle completed.
+// Run repeats cycles until d has passed (the last one finishes), logging
+// how many steps failed; it fails when no cycle completed.
 func (w Workload) Run(ctx context.Context, d time.Duration) error {
 	end := time.Now().Add(d)
 	done, failed := 0, 0
