@@ -157,7 +157,7 @@ endif
 	bin/sandlot-cluster up -nodes $${NODES:-1} -store $${STORE:-s3}
 
 .PHONY: dashboard-png
-dashboard-png: build ## Render the chart's Grafana dashboard from a real run to docs/dashboard.png: on a running `NODES=2 make up` cluster, a Prometheus (built from Go modules) scrapes sandlot while a workload creates, snapshots, clones, pauses and resumes sandboxes (about 10 min).
+dashboard-png: build ## Render the chart's Grafana dashboard from a real run to docs/dashboard.png: on a running `NODES=2 make up` cluster, a Prometheus (built from Go modules) scrapes sandlot while a workload creates, snapshots, clones, pauses and resumes sandboxes (about 10 min; it applies the quickstart sample and leaves it).
 	go run ./hack/dashboard -prometheus "$$(hack/prometheus-bins.sh | tail -1)/prometheus"
 
 .PHONY: test-e2e
