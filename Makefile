@@ -10,8 +10,10 @@ K8S_VERSION ?= v1.37.2
 ENVTEST_ASSETS := $(SANDLOT_CACHE)/k8s/$(K8S_VERSION)
 CONTROLLER_GEN := go tool controller-gen
 BINARIES := sandlot-controller sandlot-agent sandlot-api sandlot-guest containerd-shim-sandlot-v2 kubectl-sandlot
-# The images' tag: the Helm chart's appVersion.
+# The release version: the Helm chart's appVersion, stamped into every
+# binary (--version), the guest agent in the initramfs and the images' tag.
 APP_VERSION := $(shell awk '/^appVersion:/ { gsub(/"/, "", $$2); print $$2 }' charts/sandlot/Chart.yaml)
+GO_LDFLAGS := -s -w -X github.com/sandlot-dev/sandlot/internal/version.Version=$(APP_VERSION)
 GENERATED := api config guest/envdpb charts
 space := $(subst ,, )
 
@@ -35,15 +37,15 @@ manifests: ## Generate CRDs and RBAC (controller, API) into config/, and the Hel
 	$(CONTROLLER_GEN) rbac:roleName=sandlot-api paths=./e2b/... output:rbac:artifacts:config=config/api
 	@# The Helm chart takes its CRDs and RBAC rules from the same output, never a hand copy.
 	$(CONTROLLER_GEN) rbac:roleName=sandlot-agent paths=./nodeagent/... output:rbac:artifacts:config=charts/sandlot/files/agent
-	rm -f charts/sandlot/crds/*.yaml
-	cp config/crd/bases/*.yaml charts/sandlot/crds/
+	rm -f charts/sandlot/files/crds/*.yaml
+	cp config/crd/bases/*.yaml charts/sandlot/files/crds/
 	cp config/rbac/role.yaml charts/sandlot/files/controller-role.yaml
 	cp config/api/role.yaml charts/sandlot/files/api-role.yaml
 
 .PHONY: build
 build: ## Build the binaries into bin/.
 	@mkdir -p bin
-	for b in $(BINARIES); do CGO_ENABLED=0 go build -trimpath -o bin/$$b ./cmd/$$b; done
+	for b in $(BINARIES); do CGO_ENABLED=0 go build -trimpath -ldflags '$(GO_LDFLAGS)' -o bin/$$b ./cmd/$$b; done
 
 .PHONY: envtest-assets
 envtest-assets: ## Build etcd and kube-apiserver from Go modules into the cache (skips what exists).
@@ -81,9 +83,14 @@ image: build vm-assets ## Build the sandlot images (controller, API, agent) as O
 	source $(SANDLOT_CACHE)/vm/current.env && go run ./hack/images -bin bin -kernel "$$SANDLOT_VM_KERNEL" \
 		-initrd "$$SANDLOT_VM_INITRD" -tag $(APP_VERSION) -o bin/images
 
+.PHONY: release
+release: build image ## A release folder dist/$(VERSION)/ (image archives, the packaged chart, the kubectl plugin, SHA256SUMS) for VERSION=x.y.z, which must be the chart's version and appVersion and have a CHANGELOG section; REGISTRY=host[:port][/path] pushes the images (PLAIN_HTTP=1 for a registry without TLS).
+	@[[ -n "$(VERSION)" ]] || { echo "make release: set VERSION=x.y.z (charts/sandlot/Chart.yaml's version and appVersion)"; exit 2; }
+	go run ./hack/release -version $(VERSION) -o dist/$(VERSION) $(if $(REGISTRY),-registry $(REGISTRY)) $(if $(PLAIN_HTTP),-plain-http)
+
 .PHONY: test-chart
-test-chart: ## The Helm chart (lint, renders per storage mode, schema, RBAC from config/) and the node installer; no cluster.
-	go test -count=1 ./test/chart/ ./nodeagent/install/ ./cmd/sandlot-agent/
+test-chart: envtest-assets ## The Helm chart (lint, renders per storage mode, schema, RBAC from config/; install, upgrade with a CRD change, refused upgrades and uninstall on a real kube-apiserver) and the node installer; no nodes.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 ./test/chart/ ./nodeagent/install/ ./cmd/sandlot-agent/
 
 test-shim: vm-assets containerd-bins ## The shim under a real containerd (CRI, CNI bridge) with real QEMU: pods as VMs, snapshots, restarts, faults.
 	go test -count=1 -v -timeout 20m ./shim/... ./internal/crienv/ ./test/shim/
@@ -136,6 +143,10 @@ bench-vm: vm-assets ## VM layer timings and memory, with the bare-QEMU floor in 
 minio-bins: ## Build the MinIO server (the s3 store's tests run against it) from Go modules into the cache.
 	hack/minio-bins.sh
 
+.PHONY: registry-bins
+registry-bins: ## Build the CNCF Distribution registry (a local cluster's, the release tests') from Go modules into the cache.
+	hack/registry-bins.sh
+
 .PHONY: juicefs-bins
 juicefs-bins: vm-assets ## Build the JuiceFS client v1.2.5, the JuiceFS CSI driver v0.32.4 and its node registrar v2.17.0 (and their image) from the upstream sources in ../shared/thirdparty (SANDLOT_THIRDPARTY) into the cache: the juicefs store's live volume in the tests and STORE=juicefs make up.
 	hack/juicefs-bins.sh csi
@@ -145,7 +156,7 @@ coredns-bins: ## Build CoreDNS (the local clusters' DNS behind kube-dns) from th
 	hack/coredns-bins.sh
 
 .PHONY: cluster-bins
-cluster-bins: containerd-bins coredns-bins ## Build etcd and the Kubernetes components (apiserver, controller-manager, scheduler, kubelet, kube-proxy) and CoreDNS into the cache.
+cluster-bins: containerd-bins coredns-bins registry-bins ## Build etcd and the Kubernetes components (apiserver, controller-manager, scheduler, kubelet, kube-proxy), CoreDNS and the OCI registry the kubelets pull sandlot's images from into the cache.
 	K8S_VERSION=$(K8S_VERSION) hack/k8s-bins.sh kube-controller-manager kube-scheduler kubelet kube-proxy
 
 .PHONY: up

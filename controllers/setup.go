@@ -13,6 +13,7 @@ import (
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/controllers/data"
+	"github.com/sandlot-dev/sandlot/controllers/drain"
 	"github.com/sandlot-dev/sandlot/controllers/index"
 	"github.com/sandlot-dev/sandlot/controllers/metrics"
 	"github.com/sandlot-dev/sandlot/controllers/placement"
@@ -47,6 +48,10 @@ type Options struct {
 	// SlotsPerNode is each template's start slots per node unless its
 	// spec.slots says (0: none).
 	SlotsPerNode int
+	// SharedStore: the node agents' store is shared (s3, juicefs), so a
+	// drain moves sandboxes (pause here, resume elsewhere); with a local
+	// store a drain waits for them.
+	SharedStore bool
 	// ImagePullPolicy of every sandlot pod ("": IfNotPresent): Always
 	// checks the pod's pull Secrets with the registry at each start,
 	// Never runs only images the operator imported.
@@ -75,6 +80,9 @@ func SetupAll(mgr ctrl.Manager, opts Options) error {
 	holds := &placement.Holds{}
 	if err := (&sandbox.Reconciler{Client: c, Recorder: rec, APIReader: r, Workers: opts.SandboxWorkers, MilliCPUPerVCPU: opts.MilliCPUPerVCPU,
 		PausedExpiry: opts.PausedExpiry, Scheduler: &placement.Scheduler{Holds: holds}, ImagePullPolicy: opts.ImagePullPolicy}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&drain.Reconciler{Client: c, Recorder: rec, SharedStore: opts.SharedStore}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&template.Reconciler{Client: c, Recorder: rec, MilliCPUPerVCPU: opts.MilliCPUPerVCPU, SlotsPerNode: opts.SlotsPerNode,

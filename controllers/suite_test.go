@@ -83,6 +83,12 @@ func cluster(t *testing.T) *kube.Env {
 // the returned stop is called).
 func startController(t *testing.T) (stop func()) {
 	t.Helper()
+	return startControllerWith(t, controllers.Options{})
+}
+
+// startControllerWith is startController with the controller's options.
+func startControllerWith(t *testing.T, opts controllers.Options) (stop func()) {
+	t.Helper()
 	e := cluster(t)
 	// The controller runs as the chart's service account with the chart's
 	// RBAC: admin credentials would hide a missing grant.
@@ -101,7 +107,7 @@ func startController(t *testing.T) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := controllers.SetupAll(mgr, controllers.Options{}); err != nil {
+	if err := controllers.SetupAll(mgr, opts); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -386,32 +392,11 @@ func (h *harness) runPool(tpl string, want int) map[string]bool {
 func (h *harness) buildBases(tpl string) {
 	h.t.Helper()
 	h.eventually(20*time.Second, "template "+tpl+" base snapshot Ready", func() error {
-		ctx := context.Background()
-		builders := &sandlotv1.SandboxList{}
-		if err := h.c.List(ctx, builders, client.InNamespace(h.ns)); err != nil {
+		if err := h.playBuilders(tpl); err != nil {
 			return err
-		}
-		for _, b := range builders.Items {
-			if b.Annotations[sandlotv1.AnnotationBaseOf] != tpl || b.Status.Phase != sandlotv1.SandboxStarting {
-				continue
-			}
-			h.setPod(b.Name, corev1.PodRunning, "10.99.0.1", func(st *corev1.PodStatus) {
-				st.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-			})
-		}
-		snaps := &sandlotv1.SnapshotList{}
-		if err := h.c.List(ctx, snaps, client.InNamespace(h.ns)); err != nil {
-			return err
-		}
-		for _, sn := range snaps.Items {
-			if sn.Status.NodeName != "" && sn.Status.Phase == sandlotv1.DataPending && strings.HasPrefix(sn.Name, tpl+"-base-") {
-				h.setSnapshot(sn.Name, func(st *sandlotv1.SnapshotStatus) {
-					st.Phase, st.Location, st.RemoteStatus = sandlotv1.DataReady, "store://"+sn.Name, sandlotv1.RemoteNotApplicable
-				})
-			}
 		}
 		got := &sandlotv1.Template{}
-		if err := h.c.Get(ctx, h.key(tpl), got); err != nil {
+		if err := h.c.Get(context.Background(), h.key(tpl), got); err != nil {
 			return err
 		}
 		if c := condition(got.Status.Conditions, sandlotv1.ConditionBaseSnapshotReady); c.Status != metav1.ConditionTrue {
@@ -419,6 +404,36 @@ func (h *harness) buildBases(tpl string) {
 		}
 		return nil
 	})
+}
+
+// playBuilders plays the kubelet and the agent for tpl's builders: their
+// pods turn Ready, their snapshots Ready.
+func (h *harness) playBuilders(tpl string) error {
+	ctx := context.Background()
+	builders := &sandlotv1.SandboxList{}
+	if err := h.c.List(ctx, builders, client.InNamespace(h.ns)); err != nil {
+		return err
+	}
+	for _, b := range builders.Items {
+		if b.Annotations[sandlotv1.AnnotationBaseOf] != tpl || b.Status.Phase != sandlotv1.SandboxStarting {
+			continue
+		}
+		h.setPod(b.Name, corev1.PodRunning, "10.99.0.1", func(st *corev1.PodStatus) {
+			st.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		})
+	}
+	snaps := &sandlotv1.SnapshotList{}
+	if err := h.c.List(ctx, snaps, client.InNamespace(h.ns)); err != nil {
+		return err
+	}
+	for _, sn := range snaps.Items {
+		if sn.Status.NodeName != "" && sn.Status.Phase == sandlotv1.DataPending && strings.HasPrefix(sn.Name, tpl+"-base-") {
+			h.setSnapshot(sn.Name, func(st *sandlotv1.SnapshotStatus) {
+				st.Phase, st.Location, st.RemoteStatus = sandlotv1.DataReady, "store://"+sn.Name, sandlotv1.RemoteNotApplicable
+			})
+		}
+	}
+	return nil
 }
 
 func newSandbox(name string, src sandlotv1.SandboxSource) *sandlotv1.Sandbox {

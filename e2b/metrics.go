@@ -25,7 +25,7 @@ var (
 	}, []string{"route"})
 	proxied = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sandlot_api_proxy_requests_total",
-		Help: "Sandbox traffic by outcome: forwarded, refused (token), unavailable (unknown, paused, not running), resumed (autoResume).",
+		Help: "Sandbox traffic by outcome: forwarded, refused (token), unavailable (unknown, paused, not running), resumed (autoResume), moved (held while a drain moved it), held (held while it resumed or started).",
 	}, []string{"outcome"})
 	createFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sandlot_api_create_failures_total",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -11,7 +12,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
@@ -64,12 +68,51 @@ type proxy struct {
 
 type targetKey struct{}
 
+// dialPatience is how long a connection to a usable sandbox that is
+// refused or not answered is tried again: a VM just restored or resumed
+// can take a moment to answer, and a client should not see that as a
+// 502 (make soak saw them right after rollbacks). Each attempt gets
+// dialAttempt.
+const (
+	dialPatience = 30 * time.Second
+	dialAttempt  = 2 * time.Second
+)
+
+// dialPatiently is dial, tried again with a backoff while the address
+// refuses or does not answer, for at most patience (and ctx). Nothing
+// has been sent on a connection not made: trying again is safe.
+func dialPatiently(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), network, addr string, patience time.Duration) (net.Conn, error) {
+	deadline := time.Now().Add(patience)
+	wait := 25 * time.Millisecond
+	for {
+		attempt, cancel := context.WithTimeout(ctx, min(dialAttempt, time.Until(deadline)))
+		c, err := dial(attempt, network, addr)
+		cancel()
+		if err == nil || !retryableDial(err) || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// retryableDial: refused, unreachable, or not answered in time.
+func retryableDial(err error) bool {
+	var ne net.Error
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
 func newProxy(s *Server) *proxy {
 	p := &proxy{s: s, dial: (&net.Dialer{Timeout: 10 * time.Second}).DialContext}
 	transport := &http.Transport{
 		Proxy: nil,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return p.dial(ctx, network, addr)
+			return dialPatiently(ctx, p.dial, network, addr, dialPatience)
 		},
 		DisableKeepAlives:   true,
 		TLSHandshakeTimeout: 10 * time.Second,
@@ -105,6 +148,10 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request, t target) {
 	}
 	if err := p.s.checkAccess(r, sbx, t.port); err != nil {
 		p.refuse(w, "refused", err)
+		return
+	}
+	if sbx, err = p.s.settle(r.Context(), sbx); err != nil {
+		p.refuse(w, "unavailable", err)
 		return
 	}
 	if paused(sbx) {
@@ -203,6 +250,34 @@ func (s *Server) mayResume(r *http.Request, sbx *sandlotv1.Sandbox) bool {
 func sameSecret(got, want string) bool {
 	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
 	return got != "" && subtle.ConstantTimeCompare(g[:], w[:]) == 1
+}
+
+// settle is sbx as the proxy forwards to it. One on its way to running
+// — resuming, starting, moved by a drain — is waited for instead of
+// refused (a client reconnects through here). One the cache says is
+// paused is first read past the cache: a `kubectl sandlot resume
+// --wait` that just returned to a client now calling it must not get
+// "paused" from a cache a moment behind (found by make soak).
+func (s *Server) settle(ctx context.Context, sbx *sandlotv1.Sandbox) (*sandlotv1.Sandbox, *apiError) {
+	if paused(sbx) && sbx.Annotations[AnnotationAutoResume] != "true" {
+		live := &sandlotv1.Sandbox{}
+		if err := s.kube.direct.Get(ctx, client.ObjectKeyFromObject(sbx), live); err == nil {
+			sbx = live
+		}
+	}
+	if paused(sbx) || sbx.Usable(sbx.Generation) || sbx.Status.Phase.Terminal() || sbx.DeletionTimestamp != nil {
+		return sbx, nil
+	}
+	outcome := "held"
+	if moving(sbx) {
+		outcome = "moved"
+	}
+	ready, err := s.waitUsable(ctx, sbx.Namespace, sbx.Name, sbx.Generation)
+	if err != nil {
+		return nil, err
+	}
+	proxied.WithLabelValues(outcome).Inc()
+	return ready, nil
 }
 
 // autoResume resumes a paused sandbox for the traffic that reached it.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // echoed is what the test pod saw of a request.
@@ -240,5 +241,55 @@ func TestContextRoutesTakeTheTrafficToken(t *testing.T) {
 	}
 	if n := pod.hits.Load(); n != hits {
 		t.Errorf("refused requests reached the pod %d times", n-hits)
+	}
+}
+
+// TestProxyHoldsWhileMoving: traffic to a sandbox a drain is moving
+// (paused on its old node) waits, then reaches it on its new node, and
+// the API calls it running meanwhile.
+func TestProxyHoldsWhileMoving(t *testing.T) {
+	f := setup(t)
+	t.Parallel()
+	addr := newTestPod(t).Listener.Addr().String()
+	sbx := f.makeSandbox(t, func(s *sandlotv1.Sandbox) {
+		s.Annotations = map[string]string{sandlotv1.AnnotationMoveFrom: "node-1"}
+	})
+	token := f.createToken(t, sbx)
+	if err := f.c.Get(context.Background(), client.ObjectKeyFromObject(sbx), sbx); err != nil {
+		t.Fatal(err)
+	}
+	sbx.Status.Phase = sandlotv1.SandboxPaused
+	if err := f.c.Status().Update(context.Background(), sbx); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitCached(f.kube, sbx); err != nil {
+		t.Fatal(err)
+	}
+	if paused(sbx) || state(sbx) != "running" {
+		t.Errorf("a moving sandbox is %q to its clients, want running", state(sbx))
+	}
+	id := sandlotv1.SandboxIDFor(sbx.UID)
+	done := make(chan reply, 1)
+	go func() {
+		r, err := send(f.url, "POST", "/files?path=%2Fa", "moved", "Host", fmt.Sprintf("%d-%s.%s", sandlotv1.EnvdPort, id, testDomain),
+			"X-Access-Token", token)
+		if err != nil {
+			t.Errorf("POST /files: %v", err)
+		}
+		done <- r
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("answered %d while the sandbox was moving", r.code)
+	case <-time.After(time.Second):
+	}
+	f.setRunning(t, sbx, newPodIP(addr, sandlotv1.EnvdPort))
+	select {
+	case r := <-done:
+		if got := decode[echoed](t, r, http.StatusOK); got.Body != "moved" {
+			t.Errorf("the moved sandbox's pod saw %+v", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held request never reached the moved sandbox")
 	}
 }

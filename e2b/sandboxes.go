@@ -260,8 +260,18 @@ func listed(sbx *sandlotv1.Sandbox) bool {
 	return sbx.DeletionTimestamp == nil && sbx.Annotations[sandlotv1.AnnotationBaseOf] == ""
 }
 
+// paused: its user paused it. A sandbox a drain moves to another node
+// (paused there, resumed here) is running to its clients.
 func paused(sbx *sandlotv1.Sandbox) bool {
+	if moving(sbx) {
+		return false
+	}
 	return sbx.Spec.Paused || sbx.Status.Phase == sandlotv1.SandboxPaused || sbx.Status.Phase == sandlotv1.SandboxPausing
+}
+
+// moving: a drain moves the sandbox (controllers/drain), not its user.
+func moving(sbx *sandlotv1.Sandbox) bool {
+	return !sbx.Spec.Paused && sbx.Annotations[sandlotv1.AnnotationMoveFrom] != ""
 }
 
 func state(sbx *sandlotv1.Sandbox) string {

@@ -238,7 +238,13 @@ func (s *Server) rollback(_ http.ResponseWriter, r *http.Request) (int, any, *ap
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, s.sandboxJSON(r.Context(), sbx), nil
+	// Answer once the restored VM serves, as a create does: the caller's
+	// next command goes to it.
+	ready, err := s.waitUsable(r.Context(), sbx.Namespace, sbx.Name, gen)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, s.sandboxJSON(r.Context(), ready), nil
 }
 
 func randomID() string {

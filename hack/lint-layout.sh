@@ -130,7 +130,7 @@ done < <(go list -e -test -deps ./nodeagent/store/... |
 
 # controllers: layered packages, each of a reviewable size.
 CONTROLLERS_ORDER="controllers/index controllers/writes controllers/placement controllers/podspec
-controllers/metrics controllers/data controllers/template controllers/sandbox controllers"
+controllers/metrics controllers/data controllers/template controllers/sandbox controllers/drain controllers"
 rank() { # rank <pkg>: its place in CONTROLLERS_ORDER, or -1
 	local i=0 p
 	for p in $CONTROLLERS_ORDER; do

@@ -292,8 +292,14 @@ build_initramfs() {
 	kdir="$(cd "$kdir" && pwd -P)"
 	local w="$WORK/initramfs"
 	mkdir -p "$w"
-	log "initramfs: building sandlot-guest (CGO_ENABLED=0)"
-	(cd "$REPO" && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w' -o "$w/sandlot-guest" ./cmd/sandlot-guest)
+	# The guest agent carries the release version (the chart's appVersion),
+	# as every other binary does (make build).
+	local version
+	version="$(awk '/^appVersion:/ { gsub(/"/, "", $2); print $2 }' "$REPO/charts/sandlot/Chart.yaml")"
+	log "initramfs: building sandlot-guest $version (CGO_ENABLED=0)"
+	(cd "$REPO" && CGO_ENABLED=0 go build -trimpath -buildvcs=false \
+		-ldflags="-s -w -X github.com/sandlot-dev/sandlot/internal/version.Version=$version" \
+		-o "$w/sandlot-guest" ./cmd/sandlot-guest)
 	local agent_sha m
 	agent_sha="$(sha256 "$w/sandlot-guest")"
 	# The key covers everything in the archive: a new agent or kernel

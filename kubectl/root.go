@@ -73,7 +73,7 @@ func NewRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		return fmt.Errorf("%w\nSee '%s --help' for usage", err, c.CommandPath())
 	})
 	cmd.AddCommand(r.lsCmd(), r.createCmd(), r.snapshotCmd(), r.cloneCmd(), r.pauseCmd(), r.resumeCmd(),
-		r.rollbackCmd(), r.execCmd(), r.deleteCmd(), r.logsCmd(), r.cpCmd(), r.portForwardCmd(), r.versionCmd())
+		r.rollbackCmd(), r.execCmd(), r.deleteCmd(), r.logsCmd(), r.cpCmd(), r.portForwardCmd(), r.drainCmd(), r.versionCmd())
 	return cmd
 }
 

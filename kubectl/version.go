@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sandlot-dev/sandlot/internal/version"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,16 +32,18 @@ const unknown = "unknown"
 
 // versionInfo is what `version` prints (its -o json|yaml form).
 type versionInfo struct {
-	Client            clientVersion `json:"clientVersion"`
-	Server            string        `json:"serverVersion,omitempty"`
-	Controller        string        `json:"controllerVersion,omitempty"`
-	ControllerImage   string        `json:"controllerImage,omitempty"`
-	ControllerFrom    string        `json:"controllerDeployment,omitempty"`
-	controllerMissing string        // why the controller's version is unknown
+	Client          clientVersion `json:"clientVersion"`
+	Server          string        `json:"serverVersion,omitempty"`
+	Controller      string        `json:"controllerVersion,omitempty"`
+	ControllerImage string        `json:"controllerImage,omitempty"`
+	ControllerFrom  string        `json:"controllerDeployment,omitempty"`
+	// Components are the running pods' own reports (--version).
+	Components        []componentVersion `json:"components,omitempty"`
+	controllerMissing string             // why the controller's version is unknown
 }
 
-// clientVersion is the plugin's build: the module's version as the Go
-// toolchain stamped it and its VCS revision (there is no other stamp).
+// clientVersion is the plugin's build: the release version the build
+// stamped (internal/version) and the VCS revision Go stamped.
 type clientVersion struct {
 	Version   string `json:"version"`
 	Revision  string `json:"revision,omitempty"`
@@ -51,12 +55,15 @@ type clientVersion struct {
 // readBuildInfo is debug.ReadBuildInfo (tests replace it).
 var readBuildInfo = debug.ReadBuildInfo
 
+// releaseVersion is the stamped version (tests replace it).
+var releaseVersion = version.Version
+
 func buildVersion() clientVersion {
 	info, ok := readBuildInfo()
 	if !ok {
 		return clientVersion{Version: unknown}
 	}
-	v := clientVersion{Version: cmp.Or(info.Main.Version, unknown), GoVersion: info.GoVersion}
+	v := clientVersion{Version: cmp.Or(releaseVersion, unknown), GoVersion: info.GoVersion}
 	for _, s := range info.Settings {
 		switch s.Key {
 		case "vcs.revision":
@@ -98,9 +105,11 @@ func (r *root) versionCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the plugin's version, the API server's and the sandlot controller's",
-		Long: "version prints the plugin's build (the module version and VCS revision Go stamped in it), the\n" +
-			"kube-apiserver's version and the image tag of the sandlot-controller Deployment (labelled\n" +
-			controllerLabel + "=" + controllerName + "; \"unknown\" when none can be read).",
+		Long: "version prints the plugin's build (its release version and VCS revision), the kube-apiserver's\n" +
+			"version, the image tag of the sandlot-controller Deployment (labelled " + controllerLabel + "=" + controllerName + ";\n" +
+			"\"unknown\" when none can be read) and what each running sandlot pod in its namespace reports:\n" +
+			"the controller, the API, each node's agent and the shim it installs, each asked with --version\n" +
+			"(needs pods/exec there; a component that cannot be asked says why).",
 		Example:           "  kubectl sandlot version\n  kubectl sandlot version --client\n  kubectl sandlot version -o json",
 		Args:              args(0, 0, "no arguments"),
 		ValidArgsFunction: cobra.NoFileCompletions,
@@ -150,8 +159,9 @@ func (r *root) serverVersions(ctx context.Context, v *versionInfo) error {
 	case d != nil:
 		v.ControllerImage = controllerImage(d)
 		v.Controller, v.ControllerFrom, v.controllerMissing = imageTag(v.ControllerImage), d.Namespace+"/"+d.Name, ""
+		v.Components, err = s.componentVersions(ctx, d.Namespace)
 	}
-	return nil
+	return err
 }
 
 // controllerDeployment finds the controller's Deployment: in any
@@ -231,6 +241,9 @@ func printVersion(w io.Writer, format string, v *versionInfo) error {
 		fmt.Fprintf(w, "Controller Version: %s (%s in Deployment %s)\n", v.Controller, v.ControllerImage, v.ControllerFrom)
 	case v.Controller != "":
 		fmt.Fprintf(w, "Controller Version: %s (%s)\n", v.Controller, v.controllerMissing)
+	}
+	for _, c := range v.Components {
+		fmt.Fprintf(w, "%s\n", c.line(v.Client.Version))
 	}
 	return nil
 }

@@ -15,24 +15,53 @@ import (
 )
 
 func TestBuildVersion(t *testing.T) {
-	defer func(f func() (*debug.BuildInfo, bool)) { readBuildInfo = f }(readBuildInfo)
+	defer func(f func() (*debug.BuildInfo, bool), v string) { readBuildInfo, releaseVersion = f, v }(readBuildInfo, releaseVersion)
 	cases := []struct {
-		info *debug.BuildInfo
-		want string
+		release string
+		info    *debug.BuildInfo
+		want    string
 	}{
-		{&debug.BuildInfo{GoVersion: "go1.26.6", Main: debug.Module{Version: "v0.0.0-20260701120000-06bb926aaaaa+dirty"},
+		{"0.2.0", &debug.BuildInfo{GoVersion: "go1.26.6", Main: debug.Module{Version: "(devel)"},
 			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "06bb926aaaaa"}, {Key: "vcs.modified", Value: "true"}}},
-			"v0.0.0-20260701120000-06bb926aaaaa+dirty (revision 06bb926aaaaa, modified; built with go1.26.6)"},
-		{&debug.BuildInfo{GoVersion: "go1.26.6", Main: debug.Module{Version: "v0.2.0"},
+			"0.2.0 (revision 06bb926aaaaa, modified; built with go1.26.6)"},
+		{"0.2.0", &debug.BuildInfo{GoVersion: "go1.26.6", Main: debug.Module{Version: "v0.2.0"},
 			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc"}, {Key: "vcs.modified", Value: "false"}}},
-			"v0.2.0 (revision abc; built with go1.26.6)"},
-		{&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "(devel)"},
-		{nil, "unknown"},
+			"0.2.0 (revision abc; built with go1.26.6)"},
+		{"dev", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "dev"},
+		{"", &debug.BuildInfo{}, "unknown"},
+		{"0.2.0", nil, "unknown"},
 	}
 	for _, c := range cases {
 		readBuildInfo = func() (*debug.BuildInfo, bool) { return c.info, c.info != nil }
+		releaseVersion = c.release
 		if got := buildVersion().String(); got != c.want {
 			t.Errorf("got %q, want %q", got, c.want)
+		}
+	}
+}
+
+func TestParseVersionLine(t *testing.T) {
+	got, err := parseVersionLine("sandlot-agent 0.2.0 (go1.26.8, linux/amd64)\n")
+	if err != nil || got != "0.2.0" {
+		t.Errorf("got %q, %v", got, err)
+	}
+	if _, err := parseVersionLine("flag provided but not defined: -version\n"); err == nil {
+		t.Error("a line without a version parsed")
+	}
+	if _, err := parseVersionLine(""); err == nil {
+		t.Error("no output parsed")
+	}
+}
+
+func TestComponentLine(t *testing.T) {
+	cases := map[string]componentVersion{
+		"sandlot-agent Version: 0.2.0 (pod a on n1)":                                 {Component: "sandlot-agent", Pod: "a", Node: "n1", Version: "0.2.0"},
+		"sandlot-api Version: 0.1.0 (pod b): differs from the plugin's 0.2.0":        {Component: "sandlot-api", Pod: "b", Version: "0.1.0"},
+		"sandlot-api Version: unknown (pod b): pods \"b\" is forbidden: cannot exec": {Component: "sandlot-api", Pod: "b", Version: "unknown", Error: `pods "b" is forbidden: cannot exec`},
+	}
+	for want, c := range cases {
+		if got := c.line("0.2.0"); got != want {
+			t.Errorf("got %q, want %q", got, want)
 		}
 	}
 }

@@ -165,7 +165,7 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if name == "" || pod.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil
 	}
-	status, reason, msg := r.probe(ctx, pod)
+	status, reason, msg, guest := r.probe(ctx, pod)
 	// A claimed pool pod: its VM resumed with its sandbox's identity, or
 	// the sandbox's data restored into it (a start slot's only way).
 	claim, err := r.carryOut(ctx, pod, reason)
@@ -173,7 +173,7 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	case err != nil:
 		status, reason, msg = metav1.ConditionFalse, sandlotv1.ReasonClaimFailed, err.Error()
 	case claim == claimDone:
-		status, reason, msg = r.probe(ctx, pod)
+		status, reason, msg, guest = r.probe(ctx, pod)
 	}
 	if (reason == "VMPaused" || reason == "VMRunning") && !sandlotv1.ClaimPending(pod.Annotations) {
 		if err := r.pushNetwork(ctx, pod); err != nil {
@@ -190,7 +190,7 @@ func (r *VMReadyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		event(r.Recorder, sbx, pod, false, ReasonClaimActivated, actionClaim, claimStory(pod, r.Name, sbx.Name))
 		r.activated.set(pod, claimID(pod)+announcedMark)
 	}
-	changed, err := r.applyVMReady(ctx, sbx, pod, status, reason, msg)
+	changed, err := r.applyVMReady(ctx, sbx, pod, vmReady{status, reason, msg, guest})
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -273,30 +273,31 @@ func (r *VMReadyReconciler) podOfSandbox(_ context.Context, o client.Object) []r
 // reasonVMEmpty: the pod is a start slot with no VM in it yet.
 const reasonVMEmpty = "VMEmpty"
 
-// probe asks the pod's shim whether its VM runs.
-func (r *VMReadyReconciler) probe(ctx context.Context, pod *corev1.Pod) (metav1.ConditionStatus, string, string) {
+// probe asks the pod's shim whether its VM runs, and which guest agent
+// it runs ("" when the shim cannot say).
+func (r *VMReadyReconciler) probe(ctx context.Context, pod *corev1.Pod) (metav1.ConditionStatus, string, string, string) {
 	if pod.Status.Phase != corev1.PodRunning {
-		return metav1.ConditionFalse, "PodNotRunning", "pod " + pod.Name + " is " + string(pod.Status.Phase)
+		return metav1.ConditionFalse, "PodNotRunning", "pod " + pod.Name + " is " + string(pod.Status.Phase), ""
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	c, err := r.dial(ctx, string(pod.UID))
 	if err != nil {
-		return metav1.ConditionFalse, "ShimUnreachable", err.Error()
+		return metav1.ConditionFalse, "ShimUnreachable", err.Error(), ""
 	}
 	defer c.Close()
 	st, err := c.Stats(ctx, &controlapi.StatsRequest{})
 	if err != nil {
-		return metav1.ConditionFalse, "VMUnreachable", err.Error()
+		return metav1.ConditionFalse, "VMUnreachable", err.Error(), ""
 	}
 	switch st.GetState() {
 	case "Running":
 	case controlapi.StateEmpty:
-		return metav1.ConditionFalse, reasonVMEmpty, "no VM runs in start slot " + pod.Name + " until its claim restores one"
+		return metav1.ConditionFalse, reasonVMEmpty, "no VM runs in start slot " + pod.Name + " until its claim restores one", ""
 	default:
-		return metav1.ConditionFalse, "VM" + st.GetState(), "the VM is " + st.GetState()
+		return metav1.ConditionFalse, "VM" + st.GetState(), "the VM is " + st.GetState(), st.GetGuestAgent()
 	}
-	return metav1.ConditionTrue, "VMRunning", fmt.Sprintf("QEMU %d (%s) runs on %s", st.GetQemuPid(), st.GetAccel(), r.Name)
+	return metav1.ConditionTrue, "VMRunning", fmt.Sprintf("QEMU %d (%s) runs on %s", st.GetQemuPid(), st.GetAccel(), r.Name), st.GetGuestAgent()
 }
 
 // activate pushes a claiming sandbox's identity (ID, env, envd token
@@ -382,19 +383,32 @@ func (r *VMReadyReconciler) markActivated(ctx context.Context, pod *corev1.Pod) 
 	return nil
 }
 
-// applyVMReady writes only the agent's condition, by server-side apply:
-// the controller owns every other field of the status. changed: the
-// condition's status is new (not only its generation). A new status or
-// reason is an Event on the Sandbox.
-func (r *VMReadyReconciler) applyVMReady(ctx context.Context, sbx *sandlotv1.Sandbox, pod *corev1.Pod,
-	status metav1.ConditionStatus, reason, msg string) (bool, error) {
+// vmReady is what a probe found.
+type vmReady struct {
+	status             metav1.ConditionStatus
+	reason, msg, guest string
+}
+
+// applyVMReady writes only the agent's fields, by server-side apply: the
+// VMReady condition and the guest agent's version (guestVersion, removed
+// when the guest does not say); the controller owns every other field of
+// the status. changed: the condition's status is new (not only its
+// generation). A new status or reason is an Event on the Sandbox.
+func (r *VMReadyReconciler) applyVMReady(ctx context.Context, sbx *sandlotv1.Sandbox, pod *corev1.Pod, v vmReady) (bool, error) {
+	status, reason, msg := v.status, v.reason, v.msg
+	if v.guest == "" && v.reason != "VMRunning" {
+		v.guest = sbx.Status.GuestVersion // the shim could not be asked: keep what it said
+	}
 	c := meta.FindStatusCondition(sbx.Status.Conditions, sandlotv1.ConditionVMReady)
-	if c != nil && c.Status == status && c.Reason == reason && c.ObservedGeneration == sbx.Generation {
+	if c != nil && c.Status == status && c.Reason == reason && c.ObservedGeneration == sbx.Generation && sbx.Status.GuestVersion == v.guest {
 		return false, nil
 	}
 	changed := c == nil || c.Status != status
-	if err := applySandboxStatus(ctx, r.Client, sbx.Namespace, sbx.Name, FieldManager,
-		map[string]any{"conditions": []any{conditionFields(sandlotv1.ConditionVMReady, status, reason, msg, sbx.Generation)}}); err != nil {
+	fields := map[string]any{"conditions": []any{conditionFields(sandlotv1.ConditionVMReady, status, reason, msg, sbx.Generation)}}
+	if v.guest != "" {
+		fields["guestVersion"] = v.guest
+	}
+	if err := applySandboxStatus(ctx, r.Client, sbx.Namespace, sbx.Name, FieldManager, fields); err != nil {
 		return false, fmt.Errorf("apply VMReady of sandbox %s: %w", sbx.Name, err)
 	}
 	conditionEvents(r.Recorder, sbx, pod, actionProbe, sbx.Status.Conditions,

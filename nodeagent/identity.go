@@ -33,11 +33,16 @@ func Fingerprint(hostRoot, qemu string) (sandlotv1.Fingerprint, error) {
 
 // PublishFingerprint labels the agent's node with its fingerprint key
 // and annotates it with the public key the controller seals each
-// sandbox's token and env to for this node (claimKey, base64).
-func PublishFingerprint(ctx context.Context, c client.Client, node string, fp sandlotv1.Fingerprint, claimKey string) error {
+// sandbox's token and env to for this node (claimKey, base64) and the
+// guest its shims boot (GuestDigest; "" removes it: unknown).
+func PublishFingerprint(ctx context.Context, c client.Client, node string, fp sandlotv1.Fingerprint, claimKey, guest string) error {
+	annotations := map[string]any{sandlotv1.AnnotationClaimKey: claimKey, sandlotv1.AnnotationGuest: nil}
+	if guest != "" {
+		annotations[sandlotv1.AnnotationGuest] = guest
+	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"labels":      map[string]string{sandlotv1.LabelFingerprint: fp.Key()},
-		"annotations": map[string]string{sandlotv1.AnnotationClaimKey: claimKey}}})
+		"annotations": annotations}})
 	if err != nil {
 		return err
 	}

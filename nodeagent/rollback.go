@@ -120,7 +120,11 @@ func (r *RollbackReconciler) restore(ctx context.Context, sbx *sandlotv1.Sandbox
 		return 0, fmt.Errorf("shim of pod %s: %w", pod, err)
 	}
 	defer c.Close()
-	resp, err := c.Restore(ctx, &controlapi.RestoreRequest{Dir: dir})
+	// The request's ID makes a second reconcile of the same request (its
+	// status write not in this cache yet) a no-op in the shim instead of
+	// a second restore under the client the API already answered (make
+	// soak: a 502 right after a rollback).
+	resp, err := c.Restore(ctx, &controlapi.RestoreRequest{Dir: dir, RequestId: sbx.Spec.Rollback.RequestID})
 	if err != nil {
 		return 0, fmt.Errorf("restore in place from %s: %w", snap.Name, err)
 	}

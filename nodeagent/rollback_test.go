@@ -82,4 +82,12 @@ func TestRollbackRestoresInPlace(t *testing.T) {
 		t.Fatalf("shim asked to restore from %v, want the snapshot's directory %s", restores, dir)
 	}
 	a.waitEvent(sbx, corev1.EventTypeNormal, sandlotv1.ReasonRolledBack, "request r2")
+	// Each restore names its request: the shim does a request once, however
+	// often a stale cache reconciles it.
+	vm.mu.Lock()
+	ids := slices.Clone(vm.restoreIDs)
+	vm.mu.Unlock()
+	if len(ids) == 0 || ids[len(ids)-1] != "r2" {
+		t.Fatalf("restore request IDs %q, want the last to be r2", ids)
+	}
 }

@@ -56,8 +56,9 @@ func (s *fakeShims) Dial(ctx context.Context, podUID string) (nodeagent.Control,
 // fakeVM answers the control API as a shim would, records what it was
 // asked, and fails the calls the test sets an error for.
 type fakeVM struct {
-	mu    sync.Mutex
-	state string // "Running", "Paused"
+	mu         sync.Mutex
+	state      string // "Running", "Paused"
+	guestAgent string // the guest agent's version the shim reports
 	// Errors the next calls return (nil: they succeed).
 	identityErr, snapshotErr, restoreErr error
 	// What it was asked.
@@ -67,6 +68,7 @@ type fakeVM struct {
 	ingress    []string // the last SetNetwork's
 	snapshots  []string
 	restores   []string
+	restoreIDs []string // each restore's request ID
 }
 
 var _ nodeagent.Control = (*fakeVM)(nil)
@@ -102,7 +104,7 @@ func (v *fakeVM) Stats(ctx context.Context, _ *controlapi.StatsRequest) (*contro
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return &controlapi.StatsResponse{State: v.state, QemuPid: 4242, Accel: "tcg", PssBytes: 40 << 20, PrivateBytes: 30 << 20,
-		CpuNanos: 1_500_000_000}, nil
+		CpuNanos: 1_500_000_000, GuestAgent: v.guestAgent}, nil
 }
 
 func (v *fakeVM) SetIdentity(ctx context.Context, req *controlapi.SetIdentityRequest) (*controlapi.SetIdentityResponse, error) {
@@ -143,6 +145,7 @@ func (v *fakeVM) Restore(ctx context.Context, req *controlapi.RestoreRequest) (*
 		return nil, v.restoreErr
 	}
 	v.restores = append(v.restores, req.GetDir())
+	v.restoreIDs = append(v.restoreIDs, req.GetRequestId())
 	if id := req.GetIdentity(); id != nil { // a claim's restore: the identity comes with it
 		v.identities = append(v.identities, id)
 	}

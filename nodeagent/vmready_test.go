@@ -59,10 +59,13 @@ func TestVMReadyFollowsTheVM(t *testing.T) {
 	a.setStatus(pod, func() { pod.Status.Phase = corev1.PodRunning })
 	a.waitVMReady("probed", metav1.ConditionFalse, "VMPaused")
 
-	vm.set(func(v *fakeVM) { v.state = "Running" })
+	vm.set(func(v *fakeVM) { v.state, v.guestAgent = "Running", "0.2.0" })
 	sbx = a.waitVMReady("probed", metav1.ConditionTrue, "VMRunning")
 	if err := appliedBy(sbx, nodeagent.FieldManager, `"k:{\"type\":\"VMReady\"}"`); err != nil {
 		t.Fatal(err)
+	}
+	if err := appliedBy(sbx, nodeagent.FieldManager, `"f:guestVersion"`); err != nil || sbx.Status.GuestVersion != "0.2.0" {
+		t.Fatalf("guestVersion %q (%v): want the guest agent's 0.2.0, applied by the agent", sbx.Status.GuestVersion, err)
 	}
 	if c := condition(sbx.Status.Conditions, sandlotv1.ConditionVMReady); c.ObservedGeneration != sbx.Generation ||
 		!strings.Contains(c.Message, a.node) {

@@ -149,7 +149,7 @@ func (a *controlAPI) Stats(_ context.Context, _ *controlapi.StatsRequest) (*cont
 		}
 		resp.State = string(a.pod.vm.State())
 		resp.PssBytes, resp.PrivateBytes, resp.CpuNanos = st.PSSBytes, st.PrivateBytes, int64(st.CPU)
-		resp.QemuPid, resp.Accel = int32(a.pod.vm.PID()), a.pod.vm.Accel()
+		resp.QemuPid, resp.Accel, resp.GuestAgent = int32(a.pod.vm.PID()), a.pod.vm.Accel(), a.pod.vm.GuestAgent()
 		return nil
 	})
 }

@@ -78,6 +78,7 @@ type fakeMachine struct {
 
 func (m *fakeMachine) PID() int             { return m.pid }
 func (m *fakeMachine) Accel() string        { return "tcg" }
+func (m *fakeMachine) GuestAgent() string   { return "0.0.0-fake" }
 func (m *fakeMachine) OwnedPaths() []string { return nil }
 func (m *fakeMachine) Guest() guest         { return m.guest }
 

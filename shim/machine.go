@@ -49,6 +49,9 @@ type machine interface {
 	PID() int
 	State() vm.State
 	Accel() string
+	// GuestAgent is the guest agent's version as it last said ("": not
+	// yet, or a guest older than that).
+	GuestAgent() string
 	OwnedPaths() []string
 	SetLabel(key, value string)
 	Guest() guest

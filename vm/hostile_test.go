@@ -255,3 +255,23 @@ func TestStagingIsOutsideTheVMsDirectories(t *testing.T) {
 		}
 	}
 }
+
+// TestGuestAgentVersion: what a guest says its agent's version is goes
+// into the Sandbox's status only when it looks like one.
+func TestGuestAgentVersion(t *testing.T) {
+	for in, want := range map[string]string{
+		"0.2.0-dev":                       "0.2.0-dev",
+		"1.0.0+build.7":                   "1.0.0+build.7",
+		"":                                "",
+		strings.Repeat("9", 65):           "",
+		strings.Repeat("1", 16<<20):       "",
+		"0.2.0\x1b[31m":                   "",
+		"0.2.0 (a guest that lies)":       "",
+		"-rf":                             "",
+		"0.2.0\nguestVersion: forged-too": "",
+	} {
+		if got := guestAgentVersion(in); got != want {
+			t.Errorf("guestAgentVersion(%.40q) = %q, want %q", in, got, want)
+		}
+	}
+}

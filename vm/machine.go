@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sync"
 	"time"
 
@@ -79,6 +80,16 @@ type VM struct {
 	ramID string
 	// identity is pushed to the guest once it runs.
 	identity identity.Identity
+	// guestAgent is the version the guest agent gave at its last identity
+	// ("" until then, or from a guest older than the field).
+	guestAgent string
+}
+
+// GuestAgent is the guest agent's version, as it last said.
+func (v *VM) GuestAgent() string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.guestAgent
 }
 
 // State is the VM's current state.
@@ -307,7 +318,7 @@ func (v *VM) connect(ctx context.Context, id identity.Identity) error {
 		}
 		trace.step("agent answered")
 	}
-	res, err := setIdentity(ctx, c, id)
+	res, err := v.setIdentity(ctx, c, id)
 	trace.step(fmt.Sprintf("identity set (guest steps %v)", res.StepNanos))
 	if err != nil {
 		return fmt.Errorf("set identity of %s: %w", v.cfg.Name, err)
@@ -342,17 +353,38 @@ func (v *VM) SetIdentity(ctx context.Context, id identity.Identity) (control.Set
 	if c == nil {
 		return control.SetIdentityResult{}, fmt.Errorf("set identity of %s: no control channel", v.cfg.Name)
 	}
-	return setIdentity(ctx, c, id)
+	return v.setIdentity(ctx, c, id)
 }
 
 // setIdentity sends id with 64 bytes of the host's RNG: every clone of a
 // snapshot gets its own, and the guest feeds them to its kernel as is.
-func setIdentity(ctx context.Context, c *control.Client, id identity.Identity) (control.SetIdentityResult, error) {
+// The guest's answer says its agent's version.
+func (v *VM) setIdentity(ctx context.Context, c *control.Client, id identity.Identity) (control.SetIdentityResult, error) {
 	seed := make([]byte, 64)
 	if _, err := randRead(seed); err != nil {
 		return control.SetIdentityResult{}, err
 	}
-	return c.SetIdentity(ctx, id, seed)
+	res, err := c.SetIdentity(ctx, id, seed)
+	if err == nil {
+		v.mu.Lock()
+		v.guestAgent = guestAgentVersion(res.Agent)
+		v.mu.Unlock()
+	}
+	return res, err
+}
+
+// guestVersionRE is what the host takes from a guest as its agent's
+// version. The guest is not trusted (root in it can answer for its
+// agent, up to a 16 MiB frame): anything else — long, control
+// characters, spaces — is dropped, never written into the Sandbox's
+// status by the node agent.
+var guestVersionRE = regexp.MustCompile(`^[0-9A-Za-z][0-9A-Za-z.+-]{0,63}$`)
+
+func guestAgentVersion(s string) string {
+	if guestVersionRE.MatchString(s) {
+		return s
+	}
+	return ""
 }
 
 // guestErr adds why the guest went away: QEMU's exit and the end of the

@@ -73,7 +73,18 @@ const (
 	ReasonPodCreateFailed      = "PodCreateFailed"
 	ReasonPodRejected          = "PodRejected"
 	ReasonInUse                = "InUse"
+	// ReasonTokenSecretLost: the Sandbox's token Secret is gone (its
+	// FinalizerTokenInUse removed by hand) while a pod of it exists: its VM
+	// keeps the token it booted with, which no client can be given now. No
+	// token is drawn under it; the next pod (after a pause and resume)
+	// boots with a new one.
+	ReasonTokenSecretLost = "TokenSecretLost"
 )
+
+// ReasonTokenSecretDeletionHeld is the reason of the Event recorded on a
+// Sandbox when a deletion of its token Secret is held by
+// FinalizerTokenInUse (once per deletion).
+const ReasonTokenSecretDeletionHeld = "TokenSecretDeletionHeld"
 
 // Reasons of the Template conditions (and of a BaseSnapshot).
 const (
@@ -92,6 +103,22 @@ const (
 	// ReasonBaseSnapshotDeleted: a Ready base's Snapshot was deleted (by
 	// hand, a sweep): the base is built again on that node once it is gone.
 	ReasonBaseSnapshotDeleted = "BaseSnapshotDeleted"
+	// ReasonGuestChanged: the node's guest (kernel, initramfs and guest
+	// agent: an upgrade) is not the one its Ready base captured; a base
+	// of the new guest builds while the old one serves.
+	ReasonGuestChanged = "GuestChanged"
+)
+
+// Event reasons of a drain (controllers/drain) on a Sandbox.
+const (
+	// ReasonMoving: its node is cordoned; it is paused there, to resume
+	// on another node.
+	ReasonMoving = "Moving"
+	// ReasonMoved: it runs on another node than the cordoned one.
+	ReasonMoved = "Moved"
+	// ReasonCannotMove: its node is cordoned and it cannot move (no other
+	// node for it, a local store); it holds the drain.
+	ReasonCannotMove = "CannotMove"
 )
 
 // Reasons of ConditionRolledBack.

@@ -182,6 +182,15 @@ type SandboxStatus struct {
 	PodName string `json:"podName,omitempty"`
 	// +optional
 	PodIP string `json:"podIP,omitempty"`
+	// GuestVersion is the release of the guest agent the sandbox's VM runs
+	// (written by its node's agent with VMReady): a VM restored from a
+	// snapshot runs the guest the snapshot captured, which an upgrade
+	// does not change. Bounded: the guest is not trusted (the shim keeps
+	// only a version-shaped answer).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[0-9A-Za-z][0-9A-Za-z.+-]*$`
+	GuestVersion string `json:"guestVersion,omitempty"`
 	// StartedAt is when the current VM's pod started running.
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
@@ -227,6 +236,7 @@ type SandboxStatus struct {
 // +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.status.source`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.status.podIP`,priority=1
+// +kubebuilder:printcolumn:name="Guest",type=string,JSONPath=`.status.guestVersion`,priority=1
 // +kubebuilder:printcolumn:name="Expires",type=string,format=date-time,JSONPath=`.status.expiresAt`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:selectablefield:JSONPath=`.status.nodeName`

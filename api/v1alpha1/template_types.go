@@ -158,8 +158,15 @@ type BaseSnapshot struct {
 	// Revision digests the template spec it was built from (image,
 	// resources, writable layer, probe, env): a change of those builds a
 	// new base; one of the pool size or timeout does not.
-	Revision string    `json:"revision"`
-	Phase    BasePhase `json:"phase"`
+	Revision string `json:"revision"`
+	// Guest is the node's guest (its sandlot.dev/guest annotation: the
+	// kernel and initramfs digest) the base was built with; a node whose
+	// guest changes gets a new base, the old one serving until it is
+	// Ready. Empty: built before guests were recorded.
+	// +optional
+	// +kubebuilder:default=""
+	Guest string    `json:"guest,omitempty"`
+	Phase BasePhase `json:"phase"`
 	// Snapshot names the Snapshot (owned by the Template); the builder
 	// Sandbox has the same name while it runs.
 	Snapshot string `json:"snapshot"`
@@ -214,6 +221,7 @@ type TemplateStatus struct {
 	// +listType=map
 	// +listMapKey=node
 	// +listMapKey=revision
+	// +listMapKey=guest
 	BaseSnapshots []BaseSnapshot `json:"baseSnapshots,omitempty"`
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`

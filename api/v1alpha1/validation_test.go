@@ -200,3 +200,33 @@ func TestSandboxIDFor(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+// TestBoundsGuestVersion: status.guestVersion (from a guest, which is not
+// trusted) is refused by the API server when long or not version-shaped,
+// even if the shim's own check let it through.
+func TestBoundsGuestVersion(t *testing.T) {
+	ctx := context.Background()
+	u := object(t, fmt.Sprintf(goodSandbox, "guestver"))
+	if err := env.Client.Create(ctx, u); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	for v, want := range map[string]string{
+		"0.2.0-dev":             "",
+		strings.Repeat("9", 65): "status.guestVersion: Too long",
+		"0.2.0 \x1b[31m":        "guestVersion in body should match",
+	} {
+		_ = unstructured.SetNestedField(u.Object, v, "status", "guestVersion")
+		err := env.Client.Status().Update(ctx, u)
+		switch {
+		case want == "" && err != nil:
+			t.Fatalf("guestVersion %q refused: %v", v, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Fatalf("guestVersion %.20q: got %v, want an error containing %q", v, err, want)
+		}
+		if err == nil {
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

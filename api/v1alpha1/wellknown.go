@@ -18,6 +18,9 @@ const (
 	// LabelBaseRevision is the revision of the template base snapshot a
 	// pool pod restores (BaseSnapshot.Revision).
 	LabelBaseRevision = "sandlot.dev/base-revision"
+	// LabelBaseGuest is the guest (AnnotationGuest) of the base a pool
+	// pod restores (BaseSnapshot.Guest): a pool of an older guest rolls.
+	LabelBaseGuest = "sandlot.dev/base-guest"
 	// LabelFingerprint is set on a node (by its agent) to the CPU/kernel
 	// fingerprint a snapshot must match to be restored there.
 	LabelFingerprint = "sandlot.dev/fingerprint"
@@ -61,6 +64,14 @@ const (
 	// token sealed to its node's key (base64 of api/sealed's Seal): the
 	// node agent runs the build's steps through envd with it.
 	AnnotationSealedIdentity = "sandlot.dev/sealed-identity"
+	// AnnotationMoveFrom, on a Sandbox, is set by the controller to the
+	// cordoned node (a drain) it moves the sandbox off: the sandbox is
+	// paused there and resumed on another node, same ID, memory and
+	// files; removed once it runs elsewhere.
+	AnnotationMoveFrom = "sandlot.dev/move-from"
+	// AnnotationMoveBlocked says why a sandbox on a cordoned node cannot
+	// move (its pod's disruption budget holds the drain meanwhile).
+	AnnotationMoveBlocked = "sandlot.dev/move-blocked"
 )
 
 // Node annotations, each set by the node's agent on its own Node.
@@ -69,6 +80,11 @@ const (
 	// a sandbox's token and env to for this node's agent (api/sealed):
 	// the agent may read no Secret.
 	AnnotationClaimKey = "sandlot.dev/claim-key"
+	// AnnotationGuest is the digest of the guest this node boots VMs
+	// with (its kernel and initramfs, the guest agent inside): a
+	// template's base records the guest it captured, and a node whose
+	// guest changed (an upgrade) gets its bases built again.
+	AnnotationGuest = "sandlot.dev/guest"
 )
 
 // PoolClaim is AnnotationClaim's value.
@@ -117,6 +133,11 @@ const (
 	// FinalizerData holds a Snapshot or PausedSandbox while its data exists
 	// in the store (owned by the node agent).
 	FinalizerData = "sandlot.dev/data"
+	// FinalizerTokenInUse holds a Sandbox's token Secret (TokenSecretName)
+	// until the Sandbox goes (owned by the controller). The token's other
+	// copy lives outside the cluster, in the running VM: a Secret deleted
+	// by hand would leave clients without the only token the VM accepts.
+	FinalizerTokenInUse = "sandlot.dev/token-in-use"
 )
 
 // Names of things outside this API that sandlot components agree on.

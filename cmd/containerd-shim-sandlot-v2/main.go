@@ -4,13 +4,19 @@ package main
 
 import (
 	"context"
+	"os"
 
 	"github.com/containerd/containerd/v2/pkg/shim"
 
+	"github.com/sandlot-dev/sandlot/internal/version"
 	sandlotshim "github.com/sandlot-dev/sandlot/shim"
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		version.Print(os.Stdout, "containerd-shim-sandlot-v2")
+		return
+	}
 	sandlotshim.Register()
 	// QEMU is the shim's child, waited for by the VM layer: the library's
 	// reaper would race that Wait and lose QEMU's exit status.

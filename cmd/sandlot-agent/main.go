@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	nodeapi "github.com/sandlot-dev/sandlot/api/node"
+	"github.com/sandlot-dev/sandlot/internal/version"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -37,6 +38,10 @@ import (
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		version.Print(os.Stdout, "sandlot-agent")
+		return
+	}
 	ctx := ctrl.SetupSignalHandler()
 	sub := ""
 	if len(os.Args) > 1 {
@@ -157,6 +162,7 @@ func run(ctx context.Context) error {
 	apiService := flag.String("api-service", "", "sandlot-api's Service as namespace/name: its pods may open connections to the sandboxes (empty: only the node may)")
 	hostRoot := flag.String("host-root", "", "where the node's / is mounted when the agent runs in a container (its QEMU is fingerprinted there)")
 	qemu := flag.String("qemu", "", "the node's QEMU, as the shims run it (default qemu-system-x86_64 on the PATH)")
+	shimConfig := flag.String("shim-config", "", "the shims' config on the node (read under --host-root): the digest of the guest kernel and initramfs it names is published on the Node (empty: none)")
 	stf.bind(flag.CommandLine)
 	metrics := metricsflag.Bind(flag.CommandLine, "0")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8082", "address of /healthz and /readyz")
@@ -194,12 +200,18 @@ func run(ctx context.Context) error {
 	if node.ClaimKey, err = nodeagent.LoadClaimKey(nodeagent.ClaimKeyPath(node.SandlotRoot)); err != nil {
 		return err
 	}
-	return serve(ctx, node, fp, metrics.Options(), probeAddr)
+	guest := ""
+	if *shimConfig != "" {
+		if guest, err = nodeagent.GuestDigest(*hostRoot, *shimConfig); err != nil {
+			return err
+		}
+	}
+	return serve(ctx, node, fp, guest, metrics.Options(), probeAddr)
 }
 
-// serve runs the agent's manager for node, once its fingerprint is
-// published on the Node.
-func serve(ctx context.Context, node nodeagent.Node, fp sandlotv1.Fingerprint, metrics metricsserver.Options, probeAddr string) error {
+// serve runs the agent's manager for node, once its fingerprint and
+// guest are published on the Node.
+func serve(ctx context.Context, node nodeagent.Node, fp sandlotv1.Fingerprint, guest string, metrics metricsserver.Options, probeAddr string) error {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, discoveryv1.AddToScheme, sandlotv1.AddToScheme} {
 		if err := add(scheme); err != nil {
@@ -223,7 +235,7 @@ func serve(ctx context.Context, node nodeagent.Node, fp sandlotv1.Fingerprint, m
 	if err != nil {
 		return err
 	}
-	if err := nodeagent.PublishFingerprint(ctx, direct, node.Name, fp, node.ClaimKey.PublicBase64()); err != nil {
+	if err := nodeagent.PublishFingerprint(ctx, direct, node.Name, fp, node.ClaimKey.PublicBase64(), guest); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

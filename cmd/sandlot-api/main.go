@@ -14,10 +14,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -26,9 +28,14 @@ import (
 
 	"github.com/sandlot-dev/sandlot/api/node"
 	"github.com/sandlot-dev/sandlot/e2b"
+	"github.com/sandlot-dev/sandlot/internal/version"
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		version.Print(os.Stdout, "sandlot-api")
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
@@ -58,7 +65,11 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
-	kube, err := e2b.NewKube(ctx, rest, cfg.Namespaces()...)
+	// The cache and the requests outlive the signal (see shutdown): run
+	// ends after the servers are down.
+	run, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+	kube, err := e2b.NewKube(run, rest, cfg.Namespaces()...)
 	if err != nil {
 		return fmt.Errorf("watch namespace %s: %w", cfg.Namespace, err)
 	}
@@ -77,7 +88,10 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	servers := startServers(lf, api, metrics, metricsTLS, errs)
+	requests, cancelRequests := context.WithCancel(run)
+	defer cancelRequests()
+	var inflight sync.WaitGroup
+	servers := startServers(lf, track(api, &inflight), metrics, metricsTLS, errs, requests)
 	cfg.Log.Info("serving the E2B API", "listen", lf.listen, "tls", lf.tlsListen, "namespace", cfg.Namespace, "domain", cfg.Domain,
 		"createRate", cfg.CreateRate, "createBurst", cfg.CreateBurst, "metrics", lf.metricsListen, "metricsSecure", lf.secureMetrics)
 	select {
@@ -85,12 +99,54 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	case <-ctx.Done():
 	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for _, s := range servers {
-		_ = s.Shutdown(shutdown)
-	}
+	// Deliberate: closing the listener at the signal refused every
+	// client until the next pod was Ready (make soak: the API pod deleted).
+	time.Sleep(lameDuck)
+	shutdown(servers, cancelRequests, &inflight, drainTimeout, cleanupTimeout)
 	return nil
+}
+
+// Within the pod's 30 s termination grace: the API keeps accepting for
+// lameDuck (the Service still sends new connections here until the
+// endpoint update reaches every node; with one replica it keeps sending
+// them until the next pod is Ready), then requests in flight get
+// drainTimeout to finish, then their contexts end and they get
+// cleanupTimeout to clean up after themselves.
+const (
+	lameDuck       = 5 * time.Second
+	drainTimeout   = 15 * time.Second
+	cleanupTimeout = 8 * time.Second
+)
+
+// shutdown stops the servers without cutting a request short: a create
+// waiting for its sandbox answers (its cache still runs), and one still
+// waiting after drain is cancelled and deletes the sandbox it made
+// (within cleanup). Exiting under it left a running sandbox whose ID no
+// client had (found by make soak deleting the API pod).
+func shutdown(servers []*http.Server, cancelRequests context.CancelFunc, inflight *sync.WaitGroup, drain, cleanup time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		wg.Go(func() { _ = s.Shutdown(ctx) })
+	}
+	wg.Wait()
+	cancelRequests()
+	done := make(chan struct{})
+	go func() { inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(cleanup):
+	}
+}
+
+// track counts the requests in flight.
+func track(h http.Handler, inflight *sync.WaitGroup) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inflight.Add(1)
+		defer inflight.Done()
+		h.ServeHTTP(w, r)
+	})
 }
 
 // parseServeFlags is serve's configuration, checked.
@@ -170,7 +226,7 @@ type listenFlags struct {
 
 // startServers serves handler, and metrics when not nil, on lf's
 // listeners; a listener that fails says so on errs.
-func startServers(lf listenFlags, handler, metrics http.Handler, metricsTLS *tls.Config, errs chan<- error) []*http.Server {
+func startServers(lf listenFlags, handler, metrics http.Handler, metricsTLS *tls.Config, errs chan<- error, requests context.Context) []*http.Server {
 	run := func(srv *http.Server, serve func() error) {
 		if err := serve(); err != nil {
 			errs <- fmt.Errorf("serve %s: %w", srv.Addr, err)
@@ -178,11 +234,14 @@ func startServers(lf listenFlags, handler, metrics http.Handler, metricsTLS *tls
 	}
 	// The API and proxy listeners carry long-lived envd streams: only
 	// header and idle bounds there (the REST API bounds its own calls).
+	base := func(net.Listener) context.Context { return requests }
 	srv := e2b.NewHTTPServer(lf.listen, handler, e2b.ProxyTimeouts)
+	srv.BaseContext = base
 	servers := []*http.Server{srv}
 	go run(srv, srv.ListenAndServe)
 	if lf.tlsListen != "" {
 		srv := e2b.NewHTTPServer(lf.tlsListen, handler, e2b.ProxyTimeouts)
+		srv.BaseContext = base
 		servers = append(servers, srv)
 		go run(srv, func() error { return srv.ListenAndServeTLS(lf.tlsCert, lf.tlsKey) })
 	}

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -19,41 +20,31 @@ import (
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/cmd/internal/metricsflag"
 	"github.com/sandlot-dev/sandlot/controllers"
+	"github.com/sandlot-dev/sandlot/internal/version"
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		version.Print(os.Stdout, "sandlot-controller")
+		return
+	}
 	if err := run(ctrl.SetupSignalHandler()); err != nil {
 		fmt.Fprintln(os.Stderr, "sandlot-controller:", err)
 		os.Exit(1)
 	}
 }
 
+// flags are the controller's command line.
+type flags struct {
+	probeAddr, pprofAddr, leaderNamespace string
+	leaderElect                           bool
+	metrics                               *metricsflag.Flags
+	opts                                  controllers.Options
+}
+
 func run(ctx context.Context) error {
-	var (
-		probeAddr       string
-		pprofAddr       string
-		leaderElect     bool
-		leaderNamespace string
-		opts            controllers.Options
-	)
-	metrics := metricsflag.Bind(flag.CommandLine, ":8080")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
-	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "address of Go's /debug/pprof (empty: none; for profiling, never exposed by the chart)")
-	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader, so that replicas can stand by")
-	flag.StringVar(&leaderNamespace, "leader-election-namespace", "", "namespace of the leader lease (defaults to the pod's)")
-	flag.IntVar(&opts.SandboxWorkers, "sandbox-workers", controllers.DefaultSandboxWorkers, "Sandboxes reconciled concurrently")
-	flag.DurationVar(&opts.SnapshotExpiry, "snapshot-expiry", 0, "delete Snapshots without their own expiry this long after creation (0: never)")
-	flag.DurationVar(&opts.PausedExpiry, "paused-expiry", 0, "delete pause packages this long after creation (0: never)")
-	flag.IntVar(&opts.SlotsPerNode, "slots-per-node", 0, "start slots (pods with no VM that starts restore into) each node keeps per template whose spec.slots is unset (0: none)")
-	pullPolicy := flag.String("image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of every sandbox pod: "+
-		"IfNotPresent, Always (each start checks the pod's pull Secrets with the registry) or Never (only images imported on the nodes)")
-	cpuPerVCPU := flag.String("cpu-per-vcpu", "1", "CPU a sandbox pod requests per vCPU (e.g. 250m overcommits the nodes' CPUs 4:1)")
-	logOpts := zap.Options{}
-	logOpts.BindFlags(flag.CommandLine)
-	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
-	opts.ImagePullPolicy = corev1.PullPolicy(*pullPolicy)
-	if err := checkOptions(&opts, *cpuPerVCPU); err != nil {
+	f, err := parseFlags()
+	if err != nil {
 		return err
 	}
 	scheme, err := newScheme()
@@ -67,17 +58,17 @@ func run(ctx context.Context) error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   controllers.CacheOptions(),
-		Metrics:                 metrics.Options(),
-		HealthProbeBindAddress:  probeAddr,
-		PprofBindAddress:        pprofAddr,
-		LeaderElection:          leaderElect,
+		Metrics:                 f.metrics.Options(),
+		HealthProbeBindAddress:  f.probeAddr,
+		PprofBindAddress:        f.pprofAddr,
+		LeaderElection:          f.leaderElect,
 		LeaderElectionID:        "sandlot-controller.sandlot.dev",
-		LeaderElectionNamespace: leaderNamespace,
+		LeaderElectionNamespace: f.leaderNamespace,
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := controllers.SetupAll(mgr, opts); err != nil {
+	if err := controllers.SetupAll(mgr, f.opts); err != nil {
 		return fmt.Errorf("set up reconcilers: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -89,9 +80,35 @@ func run(ctx context.Context) error {
 	return mgr.Start(ctx)
 }
 
+// parseFlags reads the command line and checks it.
+func parseFlags() (*flags, error) {
+	f := &flags{}
+	opts := &f.opts
+	f.metrics = metricsflag.Bind(flag.CommandLine, ":8080")
+	flag.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	flag.StringVar(&f.pprofAddr, "pprof-bind-address", "", "address of Go's /debug/pprof (empty: none; for profiling, never exposed by the chart)")
+	flag.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader, so that replicas can stand by")
+	flag.StringVar(&f.leaderNamespace, "leader-election-namespace", "", "namespace of the leader lease (defaults to the pod's)")
+	flag.IntVar(&opts.SandboxWorkers, "sandbox-workers", controllers.DefaultSandboxWorkers, "Sandboxes reconciled concurrently")
+	flag.DurationVar(&opts.SnapshotExpiry, "snapshot-expiry", 0, "delete Snapshots without their own expiry this long after creation (0: never)")
+	flag.DurationVar(&opts.PausedExpiry, "paused-expiry", 0, "delete pause packages this long after creation (0: never)")
+	flag.IntVar(&opts.SlotsPerNode, "slots-per-node", 0, "start slots (pods with no VM that starts restore into) each node keeps per template whose spec.slots is unset (0: none)")
+	pullPolicy := flag.String("image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of every sandbox pod: "+
+		"IfNotPresent, Always (each start checks the pod's pull Secrets with the registry) or Never (only images imported on the nodes)")
+	flag.BoolVar(&opts.SharedStore, "shared-store", false, "the node agents' store is shared (s3, juicefs): a drain moves each sandbox (pause, resume on another node); "+
+		"false: a drain waits for the sandboxes to end")
+	cpuPerVCPU := flag.String("cpu-per-vcpu", "1", "CPU a sandbox pod requests per vCPU (e.g. 250m overcommits the nodes' CPUs 4:1)")
+	logOpts := zap.Options{}
+	logOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&logOpts)))
+	opts.ImagePullPolicy = corev1.PullPolicy(*pullPolicy)
+	return f, checkOptions(opts, *cpuPerVCPU)
+}
+
 func newScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, nodev1.AddToScheme, sandlotv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, nodev1.AddToScheme, policyv1.AddToScheme, sandlotv1.AddToScheme} {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("build scheme: %w", err)
 		}

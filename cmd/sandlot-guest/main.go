@@ -29,6 +29,7 @@ import (
 	"github.com/sandlot-dev/sandlot/guest/identity"
 	"github.com/sandlot-dev/sandlot/guest/interpreter"
 	"github.com/sandlot-dev/sandlot/guest/sandboxfs"
+	"github.com/sandlot-dev/sandlot/internal/version"
 )
 
 type options struct {
@@ -38,6 +39,10 @@ type options struct {
 }
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		version.Print(os.Stdout, "sandlot-guest")
+		return
+	}
 	if os.Getpid() == 1 {
 		err := runInit()
 		// Returning from PID 1 panics the kernel: say why on the console first.

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -20,6 +21,7 @@ import (
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/controllers/metrics"
 	"github.com/sandlot-dev/sandlot/controllers/placement"
+	"github.com/sandlot-dev/sandlot/controllers/podspec"
 	"github.com/sandlot-dev/sandlot/controllers/writes"
 )
 
@@ -58,6 +60,8 @@ type Reconciler struct {
 
 	// written skips reconciles of a cached copy older than our last write.
 	written ownWrites
+	// tokens keeps the token Secrets (SetupWithManager makes it).
+	tokens *podspec.Tokens
 }
 
 // +kubebuilder:rbac:groups=sandlot.dev,resources=sandboxes,verbs=get;list;watch;update;patch;delete
@@ -67,7 +71,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch
 
@@ -77,8 +81,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Get(ctx, req.NamespacedName, sbx); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.written.forget(req.NamespacedName)
+			r.tokens.Forget(req.NamespacedName)
+			return ctrl.Result{}, r.tokens.ReleaseOrphan(ctx, req.NamespacedName)
 		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return ctrl.Result{}, err
 	}
 	if r.written.stale(req.NamespacedName, sbx.ResourceVersion) {
 		// The write's own watch event reconciles again; the requeue is a
@@ -136,10 +142,18 @@ func (r *Reconciler) reconcileSandbox(ctx context.Context, sbx *sandlotv1.Sandbo
 	if expired, err := r.enforceTimeout(ctx, sbx); expired || err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.ensureToken(ctx, sbx); err != nil {
+	lost, err := r.tokens.Ensure(ctx, sbx, func() (bool, error) {
+		pod, err := r.currentPod(ctx, sbx)
+		return pod != nil, err
+	})
+	if err != nil {
 		return ctrl.Result{}, err
 	}
+	ready := meta.FindStatusCondition(st.Conditions, sandlotv1.ConditionReady).DeepCopy()
 	res, err := r.lifecycle(ctx, sbx, src)
+	if lost {
+		podspec.MarkTokenLost(sbx, ready)
+	}
 	return r.untilExpiry(sbx, res), err
 }
 
@@ -156,7 +170,7 @@ func (r *Reconciler) lifecycle(ctx context.Context, sbx *sandlotv1.Sandbox, src 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	d := decidePause(pauseWorld{Paused: sbx.Spec.Paused, Phase: sbx.Status.Phase, Pod: pod, Package: pkg})
+	d := decidePause(pauseWorld{Paused: sbx.Spec.Paused || moving(sbx, pod, pkg), Phase: sbx.Status.Phase, Pod: pod, Package: pkg})
 	if err := r.carryOut(ctx, sbx, d, pod, pkg); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -202,14 +216,14 @@ func observeNetwork(sbx *sandlotv1.Sandbox, pod *corev1.Pod) {
 	applyNetworkView(&sbx.Status, sbx.Generation, viewNetwork(sbx.Spec.Network, specNetworkError(sbx.Spec.Network), pod))
 }
 
-// finalize removes the Pod (and with it the VM), the token and any pause
-// package, and lets the Sandbox go once the Pod is really gone.
+// finalize removes the Pod (and with it the VM) and any pause package,
+// and once the Pod is really gone the token, then lets the Sandbox go.
+// The token goes last: while the VM may still run, its token stays
+// readable, and a held token Secret is released only by this (or, for a
+// Sandbox gone without it, Tokens.ReleaseOrphan).
 func (r *Reconciler) finalize(ctx context.Context, sbx *sandlotv1.Sandbox) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(sbx, sandlotv1.FinalizerSandboxVM) {
 		return ctrl.Result{}, nil
-	}
-	if err := r.deleteOwned(ctx, sbx, &corev1.Secret{}, sandlotv1.TokenSecretName(sbx.Name)); err != nil {
-		return ctrl.Result{}, fmt.Errorf("delete token of sandbox %s: %w", sbx.Name, err)
 	}
 	// Most sandboxes never paused: the cache says so without a request.
 	if err := r.deleteOwned(ctx, sbx, &sandlotv1.PausedSandbox{}, sbx.Name); err != nil {
@@ -218,6 +232,9 @@ func (r *Reconciler) finalize(ctx context.Context, sbx *sandlotv1.Sandbox) (ctrl
 	gone, err := r.deletePod(ctx, sbx)
 	if err != nil || !gone {
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, err
+	}
+	if err := r.tokens.Release(ctx, sbx); err != nil {
+		return ctrl.Result{}, fmt.Errorf("release token of sandbox %s: %w", sbx.Name, err)
 	}
 	r.Scheduler.Forget(types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Name})
 	metrics.ForgetSandbox(sbx.UID)

@@ -2,8 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -91,34 +89,6 @@ func (r *Reconciler) untilExpiry(sbx *sandlotv1.Sandbox, res ctrl.Result) ctrl.R
 		res.RequeueAfter = left
 	}
 	return res
-}
-
-// ensureToken creates the Secret holding the sandbox's envd access token.
-func (r *Reconciler) ensureToken(ctx context.Context, sbx *sandlotv1.Sandbox) error {
-	key := types.NamespacedName{Namespace: sbx.Namespace, Name: sandlotv1.TokenSecretName(sbx.Name)}
-	if err := r.Get(ctx, key, &corev1.Secret{}); !apierrors.IsNotFound(err) {
-		return err
-	}
-	buf := make([]byte, 32)
-	if _, err := rand.Read(buf); err != nil {
-		return fmt.Errorf("draw access token: %w", err)
-	}
-	err := r.Create(ctx, buildTokenSecret(sbx, hex.EncodeToString(buf)))
-	if apierrors.IsAlreadyExists(err) {
-		// Ours and not yet in the cache, or someone else's by that name.
-		existing := &corev1.Secret{}
-		if err := r.APIReader.Get(ctx, key, existing); err != nil {
-			return fmt.Errorf("get token secret %s: %w", key, err)
-		}
-		if !metav1.IsControlledBy(existing, sbx) {
-			return fmt.Errorf("secret %s exists and is not owned by sandbox %s: rename or delete it", key, sbx.Name)
-		}
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("create token secret %s: %w", key, err)
-	}
-	return nil
 }
 
 func podNameOf(sbx *sandlotv1.Sandbox) string {

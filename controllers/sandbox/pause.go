@@ -1,6 +1,9 @@
 package sandbox
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+
 	corev1 "k8s.io/api/core/v1"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -30,6 +33,34 @@ type pauseDecision struct {
 	Fail    bool                   // Phase is Failed: terminal
 	Reason  string
 	Message string
+}
+
+// moving: a drain moves the sandbox off the node its move-from annotation
+// names (controllers/drain): it is paused while its pod is there, and
+// until its package is in the shared store another node restores from;
+// then the resume places it on another node (the origin is cordoned).
+func moving(sbx *sandlotv1.Sandbox, pod *corev1.Pod, pkg *sandlotv1.PausedSandbox) bool {
+	from := sbx.Annotations[sandlotv1.AnnotationMoveFrom]
+	switch {
+	case from == "":
+		return false
+	case pod != nil:
+		return pod.Spec.NodeName == from
+	}
+	return pkg != nil && pkg.Status.RemoteStatus != sandlotv1.RemoteReady
+}
+
+// newPodName names a new pod of sbx: the sandbox's own name, but another
+// for a sandbox a drain moves: kubectl drain evicts pods by name, and
+// took the resumed pod on the other node (Pending: no budget applies) for
+// the one it drained.
+func newPodName(sbx *sandlotv1.Sandbox) string {
+	from := sbx.Annotations[sandlotv1.AnnotationMoveFrom]
+	if from == "" {
+		return sbx.Name
+	}
+	sum := sha256.Sum256([]byte(from))
+	return sbx.Name[:min(len(sbx.Name), 240)] + "-" + hex.EncodeToString(sum[:3])
 }
 
 func waitIn(phase sandlotv1.SandboxPhase, reason, msg string) pauseDecision {

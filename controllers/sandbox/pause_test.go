@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -98,4 +99,48 @@ func encodeAnnotations(t *testing.T, a sandlotv1.VMAnnotations) map[string]strin
 		t.Fatal(err)
 	}
 	return m
+}
+
+// TestMoving: a sandbox marked to move off a node is paused while its pod
+// is there and until its package is in the shared store.
+func TestMoving(t *testing.T) {
+	marked := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{sandlotv1.AnnotationMoveFrom: "a"}}}
+	on := func(n string) *corev1.Pod { return &corev1.Pod{Spec: corev1.PodSpec{NodeName: n}} }
+	pkg := func(r sandlotv1.RemoteStatus) *sandlotv1.PausedSandbox {
+		p := &sandlotv1.PausedSandbox{}
+		p.Status.RemoteStatus = r
+		return p
+	}
+	cases := []struct {
+		name string
+		sbx  *sandlotv1.Sandbox
+		pod  *corev1.Pod
+		pkg  *sandlotv1.PausedSandbox
+		want bool
+	}{
+		{"not marked", &sandlotv1.Sandbox{}, on("a"), nil, false},
+		{"its pod on the origin", marked, on("a"), nil, true},
+		{"its pod elsewhere", marked, on("b"), nil, false},
+		{"package not in the store yet", marked, nil, pkg(sandlotv1.RemoteInProgress), true},
+		{"package in the store", marked, nil, pkg(sandlotv1.RemoteReady), false},
+		{"no pod, no package", marked, nil, nil, false},
+	}
+	for _, c := range cases {
+		if got := moving(c.sbx, c.pod, c.pkg); got != c.want {
+			t.Errorf("%s: moving %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestNewPodName(t *testing.T) {
+	plain := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "hello"}}
+	moving := plain.DeepCopy()
+	moving.Annotations = map[string]string{sandlotv1.AnnotationMoveFrom: "node-1"}
+	if got := newPodName(plain); got != "hello" {
+		t.Errorf("a sandbox's pod is %q, want its name", got)
+	}
+	got := newPodName(moving)
+	if got == "hello" || !strings.HasPrefix(got, "hello-") || newPodName(moving) != got {
+		t.Errorf("a moved sandbox's pod is %q, want a stable name of its own", got)
+	}
 }

@@ -26,21 +26,6 @@ func buildPod(sbx *sandlotv1.Sandbox, plan podspec.Plan) (*corev1.Pod, error) {
 	return pod, nil
 }
 
-// buildTokenSecret holds the envd access token of a Sandbox. (Its env
-// reaches a claimed pool VM sealed in the claim: seal.go.)
-func buildTokenSecret(sbx *sandlotv1.Sandbox, token string) *corev1.Secret {
-	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:            sandlotv1.TokenSecretName(sbx.Name),
-			Namespace:       sbx.Namespace,
-			Labels:          map[string]string{sandlotv1.LabelSandbox: sbx.Name},
-			OwnerReferences: []metav1.OwnerReference{ownerRef(sbx)},
-		},
-		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{sandlotv1.TokenSecretKey: []byte(token)},
-	}
-}
-
 func ownerRef(sbx *sandlotv1.Sandbox) metav1.OwnerReference {
 	return *metav1.NewControllerRef(sbx, sandlotv1.GroupVersion.WithKind("Sandbox"))
 }

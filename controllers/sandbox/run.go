@@ -182,7 +182,7 @@ func (r *Reconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox, src r
 		res, err := r.withoutRoom(ctx, sbx, p)
 		return res, nil, err
 	}
-	plan := podspec.Plan{Name: sbx.Name, Node: p.Node, SandboxID: st.SandboxID, VM: src.VM, Env: src.Env, Restore: src.restoreFor(p.Node),
+	plan := podspec.Plan{Name: newPodName(sbx), Node: p.Node, SandboxID: st.SandboxID, VM: src.VM, Env: src.Env, Restore: src.restoreFor(p.Node),
 		Probe: src.Probe, MilliCPUPerVCPU: r.milliCPUPerVCPU(), Constraints: cons, Network: sbx.Spec.Network,
 		PullPolicy: r.ImagePullPolicy, PullSecrets: src.PullSecrets}
 	pod, err := r.createPod(ctx, sbx, plan)

@@ -20,6 +20,7 @@ import (
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/controllers/index"
 	"github.com/sandlot-dev/sandlot/controllers/placement"
+	"github.com/sandlot-dev/sandlot/controllers/podspec"
 )
 
 // SetupWithManager watches Sandboxes and what they depend on. An
@@ -31,6 +32,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	r.bases = newBaseMemo()
+	r.tokens = &podspec.Tokens{Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder}
 	if err := r.bases.watch(context.Background(), mgr); err != nil {
 		return err
 	}
@@ -41,6 +43,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&sandlotv1.Sandbox{}, ahead(&handler.EnqueueRequestForObject{}, sandboxPlaced)).
 		Watches(&corev1.Pod{}, ahead(owned(), always)).
 		Watches(&sandlotv1.PausedSandbox{}, ahead(owned(), always)).
+		Watches(&corev1.Secret{}, owned(), builder.WithPredicates(podspec.TokenSecretEvents())).
 		Watches(&sandlotv1.Template{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesUsing(index.SandboxByTemplate)),
 			builder.WithPredicates(templateChangedForSandboxes())).
 		Watches(&sandlotv1.Snapshot{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesUsing(index.SandboxBySnapshot))).

@@ -1,6 +1,7 @@
 package template
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -44,6 +45,10 @@ type builderWorld struct {
 	Build bool
 	Built *metav1.Condition
 	Steps []sandlotv1.BuildStep // the build's steps, for its checkpoints
+	// Replaces is the guest of the node's Ready base of this revision
+	// when the node's guest changed (an upgrade): it serves until this
+	// one is Ready.
+	Replaces string
 }
 
 // buildTimeout bounds a builder's steps, start and ready commands.
@@ -52,6 +57,9 @@ const buildTimeout = time.Hour
 // buildStep is what to do next for one node.
 type buildStep struct {
 	CreateBuilder, CreateSnapshot, DeleteBuilder bool
+	// DeleteSnapshot: a failed attempt's Snapshot goes before the next
+	// attempt's builder (they share the name).
+	DeleteSnapshot bool
 	// Checkpoint is the build step after which to snapshot the builder
 	// (the step cache), 0 for none.
 	Checkpoint int
@@ -72,22 +80,18 @@ func decideBuild(w builderWorld, entry sandlotv1.BaseSnapshot) buildStep {
 	entry.Attempts = attemptOf(w.Entry)
 	building := func(msg string) buildStep {
 		entry.Phase, entry.Reason, entry.Message = sandlotv1.BaseBuilding, sandlotv1.ReasonBuilding, msg
+		if w.Replaces != "" {
+			entry.Reason = sandlotv1.ReasonGuestChanged
+			entry.Message = fmt.Sprintf("the node's guest changed (%s to %s): %s; the base of guest %s serves meanwhile",
+				cmp.Or(w.Replaces, "unrecorded"), entry.Guest, msg, cmp.Or(w.Replaces, "unrecorded"))
+		}
 		return buildStep{Entry: entry}
 	}
 	failed := func(reason, msg string) buildStep {
 		return buildStep{Entry: failedEntry(entry, reason, msg, w.Now), DeleteBuilder: w.Builder != nil}
 	}
 	if w.Snap != nil {
-		switch w.Snap.Status.Phase {
-		case sandlotv1.DataReady:
-			entry.Phase, entry.Reason, entry.Message = sandlotv1.BaseReady, sandlotv1.ReasonBaseReady,
-				fmt.Sprintf("snapshot %s on %s", w.Snap.Name, entry.Node)
-			entry.RemoteStatus = w.Snap.Status.RemoteStatus
-			return buildStep{Entry: entry, DeleteBuilder: w.Builder != nil}
-		case sandlotv1.DataFailed:
-			return failed(sandlotv1.ReasonBuildFailed, "snapshot of the builder failed: "+data.DataMessage(w.Snap.Status.DataStatus))
-		}
-		return building("snapshotting the builder")
+		return snapshotStep(w, entry, building, failed)
 	}
 	if w.Builder == nil {
 		return buildStep{CreateBuilder: true, Entry: building("booting the image").Entry}
@@ -113,6 +117,29 @@ func decideBuild(w builderWorld, entry sandlotv1.BaseSnapshot) buildStep {
 		return failed(sandlotv1.ReasonProbeTimeout, fmt.Sprintf("the readiness probe did not pass within %v of the VM starting", w.Probe))
 	}
 	return building("waiting for the readiness probe")
+}
+
+// snapshotStep is a node's build once its base Snapshot exists.
+func snapshotStep(w builderWorld, entry sandlotv1.BaseSnapshot, building func(string) buildStep, failed func(string, string) buildStep) buildStep {
+	if w.Snap.DeletionTimestamp != nil {
+		// The old base, held by what restored from it, not this build's
+		// (TestHeal found it called Ready again the reconcile after).
+		return rebuildDeleted(w, entry)
+	}
+	switch w.Snap.Status.Phase {
+	case sandlotv1.DataReady:
+		entry.Phase, entry.Reason, entry.Message = sandlotv1.BaseReady, sandlotv1.ReasonBaseReady,
+			fmt.Sprintf("snapshot %s on %s", w.Snap.Name, entry.Node)
+		entry.RemoteStatus = w.Snap.Status.RemoteStatus
+		return buildStep{Entry: entry, DeleteBuilder: w.Builder != nil}
+	case sandlotv1.DataFailed:
+		reason := sandlotv1.ReasonBuildFailed
+		if sourceGone(w.Snap) {
+			reason = sandlotv1.ReasonBuilderLost // the builder went under it: built again
+		}
+		return failed(reason, "snapshot of the builder failed: "+data.DataMessage(w.Snap.Status.DataStatus))
+	}
+	return building("snapshotting the builder")
 }
 
 // imageMissing says whether the builder's image could not be had, and
@@ -242,24 +269,36 @@ func buildKey(b *sandlotv1.TemplateBuild) *sandlotv1.TemplateBuild {
 }
 
 // baseName names a node's builder Sandbox and base Snapshot for a
-// revision: a DNS label, stable across reconciles. The template's UID is
-// in it: a template deleted and made again under its name never takes
-// the previous one's objects (still going away) for its own.
-func baseName(tpl *sandlotv1.Template, node string) string {
-	sum := sha256.Sum256([]byte(string(tpl.UID) + "/" + node))
+// revision and the node's guest: a DNS label, stable across reconciles.
+// The template's UID is in it: a template deleted and made again under
+// its name never takes the previous one's objects (still going away)
+// for its own. A node without a published guest names as before guests
+// were recorded.
+func baseName(tpl *sandlotv1.Template, node, guest string) string {
+	key := string(tpl.UID) + "/" + node
+	if guest != "" {
+		key += "/" + guest
+	}
+	sum := sha256.Sum256([]byte(key))
 	return fmt.Sprintf("%s-base-%s-%s", shortName(tpl.Name), BaseRevision(tpl), hex.EncodeToString(sum[:3]))
 }
 
 // buildNode carries out one node's build step and returns its entry.
-func (r *Reconciler) buildNode(ctx context.Context, tpl *sandlotv1.Template, node string) (sandlotv1.BaseSnapshot, error) {
-	name := baseName(tpl, node)
+func (r *Reconciler) buildNode(ctx context.Context, tpl *sandlotv1.Template, n *corev1.Node) (sandlotv1.BaseSnapshot, error) {
+	node, guest := n.Name, n.Annotations[sandlotv1.AnnotationGuest]
+	name := baseName(tpl, node, guest)
 	w := builderWorld{Probe: probeTimeout(tpl), Now: time.Now(), Build: tpl.Spec.Build != nil}
 	if w.Build {
 		w.Steps = tpl.Spec.Build.Steps
 	}
 	for i := range tpl.Status.BaseSnapshots {
-		if b := &tpl.Status.BaseSnapshots[i]; b.Node == node && b.Revision == BaseRevision(tpl) {
+		b := &tpl.Status.BaseSnapshots[i]
+		switch {
+		case b.Node != node || b.Revision != BaseRevision(tpl):
+		case b.Guest == guest:
 			w.Entry = b
+		case b.Phase == sandlotv1.BaseReady:
+			w.Replaces = b.Guest
 		}
 	}
 	key := types.NamespacedName{Namespace: tpl.Namespace, Name: name}
@@ -278,7 +317,7 @@ func (r *Reconciler) buildNode(ctx context.Context, tpl *sandlotv1.Template, nod
 	if w.Snap, err = getOrNil(ctx, r.Client, key, &sandlotv1.Snapshot{}); err != nil {
 		return sandlotv1.BaseSnapshot{}, err
 	}
-	step := decideBuild(w, sandlotv1.BaseSnapshot{Node: node, Revision: BaseRevision(tpl), Snapshot: name})
+	step := decideBuild(w, sandlotv1.BaseSnapshot{Node: node, Revision: BaseRevision(tpl), Guest: guest, Snapshot: name})
 	switch {
 	case step.CreateBuilder:
 		var from builderFrom
@@ -293,6 +332,8 @@ func (r *Reconciler) buildNode(ctx context.Context, tpl *sandlotv1.Template, nod
 			Spec: sandlotv1.SnapshotSpec{Source: sandlotv1.SnapshotSource{Sandbox: name}}})
 	case step.DeleteBuilder:
 		err = client.IgnoreNotFound(r.Delete(ctx, w.Builder))
+	case step.DeleteSnapshot:
+		err = client.IgnoreNotFound(r.Delete(ctx, w.Snap))
 	}
 	if apierrors.IsAlreadyExists(err) {
 		err = nil
@@ -375,16 +416,17 @@ func baseCondition(entries []sandlotv1.BaseSnapshot, rev string, eligible int) (
 	return metav1.ConditionFalse, sandlotv1.ReasonBuilding, msg
 }
 
-// dropOldBases deletes the Snapshots of older revisions on nodes whose
-// current base is Ready (deletion waits for the sandboxes using them) and
-// keeps only the entries still worth showing.
+// dropOldBases deletes the Snapshots of older revisions, and of older
+// guests, on nodes whose current base is Ready (deletion waits for the
+// sandboxes using them) and keeps only the entries still worth showing.
 func (r *Reconciler) dropOldBases(ctx context.Context, tpl *sandlotv1.Template, current map[string]sandlotv1.BaseSnapshot) ([]sandlotv1.BaseSnapshot, error) {
 	var keep []sandlotv1.BaseSnapshot
 	for _, b := range tpl.Status.BaseSnapshots {
-		if b.Revision == BaseRevision(tpl) {
+		cur, ok := current[b.Node]
+		if b.Revision == BaseRevision(tpl) && (!ok || cur.Snapshot == b.Snapshot) {
 			continue // replaced by current
 		}
-		if cur, ok := current[b.Node]; ok && cur.Phase == sandlotv1.BaseReady {
+		if ok && cur.Phase == sandlotv1.BaseReady {
 			snap := &sandlotv1.Snapshot{ObjectMeta: metav1.ObjectMeta{Name: b.Snapshot, Namespace: tpl.Namespace}}
 			if err := r.Delete(ctx, snap); client.IgnoreNotFound(err) != nil {
 				return nil, fmt.Errorf("delete old base snapshot %s: %w", b.Snapshot, err)

@@ -36,6 +36,11 @@ func TestDecideBuild(t *testing.T) {
 		return s
 	}
 	ready := &sandlotv1.BaseSnapshot{Node: "n", Phase: sandlotv1.BaseReady}
+	sourceFailed := func(s *sandlotv1.Snapshot) *sandlotv1.Snapshot {
+		s.Status.Conditions = []metav1.Condition{{Type: sandlotv1.ConditionScheduled, Status: metav1.ConditionFalse, Reason: sandlotv1.ReasonSourceFailed}}
+		return s
+	}
+	rebuilding := &sandlotv1.BaseSnapshot{Node: "n", Phase: sandlotv1.BaseBuilding, Reason: sandlotv1.ReasonBaseSnapshotDeleted}
 	deleting := func(s *sandlotv1.Snapshot) *sandlotv1.Snapshot {
 		s.DeletionTimestamp = &started
 		return s
@@ -88,6 +93,18 @@ func TestDecideBuild(t *testing.T) {
 			reason: sandlotv1.ReasonBaseSnapshotDeleted, want: buildStep{CreateBuilder: true}},
 		"Ready, its snapshot going: wait for it": {w: builderWorld{Entry: ready, Snap: deleting(snap(sandlotv1.DataReady))},
 			wantPhase: sandlotv1.BaseBuilding, reason: sandlotv1.ReasonBaseSnapshotDeleted},
+		// Found by the cluster's TestHeal: the next reconcile took the
+		// going snapshot for a fresh one and said Ready again.
+		"rebuilding, its old snapshot still going: not Ready": {w: builderWorld{Entry: rebuilding, Snap: deleting(snap(sandlotv1.DataReady))},
+			wantPhase: sandlotv1.BaseBuilding, reason: sandlotv1.ReasonBaseSnapshotDeleted},
+		"the builder went under its snapshot: retried": {w: builderWorld{Snap: sourceFailed(snap(sandlotv1.DataFailed))},
+			wantPhase: sandlotv1.BaseFailed, reason: sandlotv1.ReasonBuilderLost},
+		"the node's guest changed: build, saying so": {w: builderWorld{Replaces: "0ldguest"}, wantPhase: sandlotv1.BaseBuilding,
+			reason: sandlotv1.ReasonGuestChanged, want: buildStep{CreateBuilder: true}},
+		"the node's guest changed, built: Ready": {w: builderWorld{Replaces: "0ldguest", Builder: running, Snap: snap(sandlotv1.DataReady)},
+			wantPhase: sandlotv1.BaseReady, reason: sandlotv1.ReasonBaseReady, want: buildStep{DeleteBuilder: true}},
+		"the node's guest changed, build failed": {w: builderWorld{Replaces: "0ldguest", Builder: running, Snap: snap(sandlotv1.DataFailed)},
+			wantPhase: sandlotv1.BaseFailed, reason: sandlotv1.ReasonBuildFailed, want: buildStep{DeleteBuilder: true}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -133,13 +150,16 @@ func TestBaseCondition(t *testing.T) {
 func TestBaseName(t *testing.T) {
 	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Name: "a-very-long-template-name-that-goes-on-and-on-for-ever-x", Generation: 12}}
 	tpl.UID = "11111111-2222-3333-4444-555555555555"
-	a, b := baseName(tpl, "node-1"), baseName(tpl, "node-2")
-	if a == b || len(a) > 63 || a != baseName(tpl, "node-1") {
+	a, b := baseName(tpl, "node-1", ""), baseName(tpl, "node-2", "")
+	if a == b || len(a) > 63 || a != baseName(tpl, "node-1", "") {
 		t.Fatalf("names %q %q: want distinct, stable DNS labels", a, b)
+	}
+	if g := baseName(tpl, "node-1", "0123456789abcdef"); g == a || len(g) > 63 {
+		t.Fatalf("a node's new guest names its base %q (before: %q): want another DNS label", g, a)
 	}
 	again := tpl.DeepCopy() // deleted and made again under the same name
 	again.UID = "66666666-2222-3333-4444-555555555555"
-	if baseName(again, "node-1") == a {
+	if baseName(again, "node-1", "") == a {
 		t.Fatalf("a new template of the same name reuses %q: it would take the old one's snapshot", a)
 	}
 }

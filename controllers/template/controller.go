@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -104,7 +105,7 @@ func (r *Reconciler) build(ctx context.Context, tpl *sandlotv1.Template) (ctrl.R
 			continue // its tolerations and selector choose the nodes built on
 		}
 		eligible++
-		entry, err := r.buildNode(ctx, tpl, n.Name)
+		entry, err := r.buildNode(ctx, tpl, n)
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("base snapshot of %s on %s: %w", tpl.Name, n.Name, err)
 		}
@@ -207,8 +208,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(poolTemplate)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allTemplates),
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{},
-				placement.NodeReadyChanged()))).
+				placement.NodeReadyChanged(), guestChanged()))).
 		Named("template").Complete(r)
+}
+
+// guestChanged: a node's agent published another guest (an upgrade):
+// its bases are built again.
+func guestChanged() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetAnnotations()[sandlotv1.AnnotationGuest] != e.ObjectNew.GetAnnotations()[sandlotv1.AnnotationGuest]
+	}}
 }
 
 // poolTemplate maps a warm pool pod, claimed or not, to its Template.

@@ -35,8 +35,9 @@ type poolPods struct {
 
 // listPool reads a node's pool pods of a template: its warm pool and its
 // start slots (AnnotationBoot BootSlot: pods with no VM a claim restores
-// into).
-func (r *Reconciler) listPool(ctx context.Context, tpl *sandlotv1.Template, node string) (warm, slots poolPods, err error) {
+// into). Warm pods restored from an older revision, or from a base of
+// another guest than the node's Ready base, are old.
+func (r *Reconciler) listPool(ctx context.Context, tpl *sandlotv1.Template, node string, base sandlotv1.BaseSnapshot) (warm, slots poolPods, err error) {
 	list := &corev1.PodList{}
 	if err := r.List(ctx, list, client.InNamespace(tpl.Namespace), client.MatchingFields{index.PodByPool: index.PoolKey(tpl.Name, node)}); err != nil {
 		return warm, slots, fmt.Errorf("list pool pods: %w", err)
@@ -56,7 +57,7 @@ func (r *Reconciler) listPool(ctx context.Context, tpl *sandlotv1.Template, node
 		case pod.DeletionTimestamp != nil:
 		case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
 			p.failed = append(p.failed, pod)
-		case pod.Labels[sandlotv1.LabelBaseRevision] != rev:
+		case pod.Labels[sandlotv1.LabelBaseRevision] != rev || p == &warm && staleGuest(pod, base):
 			p.old = append(p.old, pod)
 		case pod.Status.Phase == corev1.PodRunning:
 			p.ready = append(p.ready, pod)
@@ -78,7 +79,7 @@ const poolStartBatch = 2
 // pool keeps a node's warm pool at spec.warmPool and its start slots at
 // slotsOf once the node's base snapshot of this revision is Ready.
 func (r *Reconciler) pool(ctx context.Context, tpl *sandlotv1.Template, node string, base sandlotv1.BaseSnapshot) (sandlotv1.NodePool, error) {
-	warm, slots, err := r.listPool(ctx, tpl, node)
+	warm, slots, err := r.listPool(ctx, tpl, node, base)
 	if err != nil {
 		return sandlotv1.NodePool{}, err
 	}
@@ -173,7 +174,17 @@ func (r *Reconciler) poolPod(ctx context.Context, tpl *sandlotv1.Template, node 
 		Restore:         sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindSnapshot, Name: snap.Name, UID: string(snap.UID), Location: snap.Status.Location},
 		MilliCPUPerVCPU: r.MilliCPUPerVCPU, Pool: tpl.Name, Constraints: placement.TemplateConstraints(tpl),
 		PullPolicy: r.ImagePullPolicy, PullSecrets: tpl.Spec.ImagePullSecrets}
-	return r.poolPodOf(tpl, node, plan, "-pool-")
+	pod, err := r.poolPodOf(tpl, node, plan, "-pool-")
+	if pod != nil && base.Guest != "" {
+		pod.Labels[sandlotv1.LabelBaseGuest] = base.Guest
+	}
+	return pod, err
+}
+
+// staleGuest: a warm pod restored from a base of another guest than the
+// node's Ready one (the node was upgraded): it goes as new ones are ready.
+func staleGuest(pod *corev1.Pod, base sandlotv1.BaseSnapshot) bool {
+	return base.Phase == sandlotv1.BaseReady && pod.Labels[sandlotv1.LabelBaseGuest] != base.Guest
 }
 
 // slotsOf is how many start slots each node keeps for tpl.

@@ -71,11 +71,27 @@ func decideRetry(w builderWorld) buildStep {
 		return buildStep{Entry: e, DeleteBuilder: true}
 	case e.RetryAt == nil || w.Now.Before(e.RetryAt.Time):
 		return buildStep{Entry: e}
+	case w.Snap != nil:
+		// The failed attempt's snapshot first: the next attempt's would
+		// find it under the same name and fail with it.
+		return buildStep{Entry: e, DeleteSnapshot: w.Snap.DeletionTimestamp == nil}
 	}
 	e.Attempts++
 	e.Phase, e.Reason, e.RetryAt = sandlotv1.BaseBuilding, sandlotv1.ReasonBuilding, nil
 	e.Message = fmt.Sprintf("booting the image (attempt %d)", e.Attempts)
 	return buildStep{CreateBuilder: true, Entry: e}
+}
+
+// sourceGone: a builder's snapshot failed because the builder went (was
+// deleted or ended) before the node agent took it: nothing in the image
+// or the build, so another attempt may pass.
+func sourceGone(snap *sandlotv1.Snapshot) bool {
+	for _, c := range snap.Status.Conditions {
+		if c.Status == metav1.ConditionFalse && (c.Reason == sandlotv1.ReasonSourceFailed || c.Reason == sandlotv1.ReasonSourceNotFound) {
+			return true
+		}
+	}
+	return false
 }
 
 // evictions are a failed pod's reasons for going that say nothing of its

@@ -63,6 +63,9 @@ func TestDecideBuildRetry(t *testing.T) {
 		"backoff not passed: wait":         {w: builderWorld{Entry: failed(sandlotv1.ReasonImageMissing, 2, time.Minute)}, phase: sandlotv1.BaseFailed, attempts: 2},
 		"backoff passed, builder going":    {w: builderWorld{Entry: failed(sandlotv1.ReasonImageMissing, 2, -time.Second), Builder: gone}, phase: sandlotv1.BaseFailed, attempts: 2, want: buildStep{DeleteBuilder: true}},
 		"backoff passed: the next attempt": {w: builderWorld{Entry: failed(sandlotv1.ReasonBuilderLost, 2, -time.Second)}, phase: sandlotv1.BaseBuilding, attempts: 3, want: buildStep{CreateBuilder: true}},
+		"backoff passed, the failed snapshot left: drop it first": {w: builderWorld{Entry: failed(sandlotv1.ReasonBuilderLost, 2, -time.Second),
+			Snap: &sandlotv1.Snapshot{Status: sandlotv1.SnapshotStatus{DataStatus: sandlotv1.DataStatus{Phase: sandlotv1.DataFailed}}}},
+			phase: sandlotv1.BaseFailed, attempts: 2, want: buildStep{DeleteSnapshot: true}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -71,7 +74,8 @@ func TestDecideBuildRetry(t *testing.T) {
 			if got.Entry.Phase != tc.phase || got.Entry.Attempts != tc.attempts {
 				t.Fatalf("entry %+v, want phase %s, attempt %d", got.Entry, tc.phase, tc.attempts)
 			}
-			if got.CreateBuilder != tc.want.CreateBuilder || got.DeleteBuilder != tc.want.DeleteBuilder || got.CreateSnapshot {
+			if got.CreateBuilder != tc.want.CreateBuilder || got.DeleteBuilder != tc.want.DeleteBuilder ||
+				got.DeleteSnapshot != tc.want.DeleteSnapshot || got.CreateSnapshot {
 				t.Fatalf("step %+v, want %+v", got, tc.want)
 			}
 			if got.CreateBuilder && got.Entry.RetryAt != nil {

@@ -138,6 +138,9 @@ type PingResult struct {
 	// BootID is /proc/sys/kernel/random/boot_id; clones of one snapshot
 	// share it.
 	BootID string `json:"bootID"`
+	// Agent is the guest agent's release version (internal/version): a
+	// VM restored from a snapshot runs the agent the snapshot captured.
+	Agent string `json:"agent,omitempty"`
 }
 
 // SetIdentityParams is setIdentity's request: the identity (its fields
@@ -161,6 +164,9 @@ type SetIdentityResult struct {
 	// is mostly this under TCG: every clone runs these paths for the
 	// first time).
 	StepNanos map[string]int64 `json:"stepNanos,omitempty"`
+	// Agent is the guest agent's release version (internal/version): the
+	// host learns which guest a VM runs at every boot, restore and claim.
+	Agent string `json:"agent,omitempty"`
 }
 
 // Err is nil when every step setIdentity attempted worked.

@@ -15,8 +15,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/sandlot-dev/sandlot/internal/oci"
 )
@@ -83,8 +85,26 @@ func write(img image, ref, out string) (string, error) {
 			return "", err
 		}
 	}
+	if err := pinTimes(tree); err != nil {
+		return "", err
+	}
 	cfg := oci.Config{Entrypoint: []string{"/" + img.name}, User: img.user}
 	return oci.WriteArchive(out, ref, cfg, func(w io.Writer) error { return oci.TarTree(w, tree) })
+}
+
+// builtAt is every entry's mtime in the images: the copies made now
+// would give each build its own layer digest (a release built twice
+// from one tag must be the same images).
+var builtAt = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// pinTimes sets every entry of tree to builtAt.
+func pinTimes(tree string) error {
+	return filepath.WalkDir(tree, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chtimes(p, builtAt, builtAt)
+	})
 }
 
 func copyFile(src, dst string) error {

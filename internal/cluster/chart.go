@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"time"
@@ -29,25 +28,18 @@ const (
 // ImageNames are the images `make image` writes as <BinDir>/images/<name>.tar.
 var ImageNames = []string{"sandlot-controller", "sandlot-api", "sandlot-agent"}
 
-// imageRepository is the images' repository prefix (hack/images, the chart's defaults).
-const imageRepository = "docker.io/sandlot/"
+// imageRepository is the images' repository prefix under a registry
+// (the chart's defaults).
+const imageRepository = "sandlot/"
 
-// installChart imports the images into every node's containerd and
-// installs charts/sandlot with the local cluster's values, waiting until
-// every component is ready.
-func (c *Cluster) installChart(t crienv.T) error {
-	ch, err := LoadChart()
+// installChart pushes the images to the cluster's registry and installs
+// charts/sandlot with the local cluster's values (image.registry names
+// that registry: the kubelets pull), waiting until every component is
+// ready.
+func (c *Cluster) installChart(crienv.T) error {
+	ch, err := c.installedChart()
 	if err != nil {
 		return err
-	}
-	for _, n := range c.Nodes {
-		for _, name := range ImageNames {
-			archive := filepath.Join(c.BinDir, "images", name+".tar")
-			if _, err := os.Stat(archive); err != nil {
-				return fmt.Errorf("%w: run `make image`", err)
-			}
-			n.CRI.ImportArchive(t, archive, imageRepository+name+":"+ch.AppVersion())
-		}
 	}
 	if err := c.preinstall(); err != nil {
 		return err
@@ -63,6 +55,43 @@ func (c *Cluster) installChart(t crienv.T) error {
 		return fmt.Errorf("helm install %s: %w", ReleaseName, err)
 	}
 	return nil
+}
+
+// installedChart is the chart the cluster installs, its images pushed:
+// this checkout's, or Options.Release's.
+func (c *Cluster) installedChart() (*chart.Chart, error) {
+	if c.Release == "" {
+		ch, err := LoadChart()
+		if err != nil {
+			return nil, err
+		}
+		return ch, c.pushImages(ch.AppVersion())
+	}
+	tgz, err := filepath.Glob(filepath.Join(c.Release, "sandlot-*.tgz"))
+	if err != nil || len(tgz) != 1 {
+		return nil, fmt.Errorf("release %s: want one sandlot-<version>.tgz, found %v (%v)", c.Release, tgz, err)
+	}
+	ch, err := loader.Load(tgz[0])
+	if err != nil {
+		return nil, fmt.Errorf("release %s: %w", c.Release, err)
+	}
+	v := ch.AppVersion()
+	return ch, c.pushArchives(v, func(name string) string { return filepath.Join(c.Release, name+"-"+v+".oci.tar") })
+}
+
+// UpgradeToCheckout upgrades a cluster installed from Options.Release to
+// this checkout, as an operator moves to a new release: its images
+// pushed, helm upgrade with its chart and the cluster's values.
+func (c *Cluster) UpgradeToCheckout() error {
+	ch, err := LoadChart()
+	if err != nil {
+		return err
+	}
+	if err := c.pushImages(ch.AppVersion()); err != nil {
+		return err
+	}
+	c.Release = ""
+	return c.Upgrade(nil)
 }
 
 // Upgrade runs helm upgrade of the release with values laid over the
@@ -108,8 +137,8 @@ func LoadChart() (*chart.Chart, error) {
 	return ch, nil
 }
 
-// ChartValues are the local cluster's chart values — images imported
-// (never pulled), node paths under each node's directory ($(NODE_NAME))
+// ChartValues are the local cluster's chart values — images pulled from
+// the cluster's registry, node paths under each node's directory ($(NODE_NAME))
 // where the chart's installer puts the shim and its config (the runtime
 // registered by the harness), agents on nodes labelled AgentLabel, the
 // local cluster's CPU overcommit, the store (local or s3) — with
@@ -138,9 +167,10 @@ func deepCopy(m map[string]any) map[string]any {
 }
 
 func (c *Cluster) localValues() map[string]any {
-	image := map[string]any{"pullPolicy": "Never"}
+	image := map[string]any{"pullPolicy": "IfNotPresent"}
 	nodeDir := filepath.Join(c.Dir, "$(NODE_NAME)")
 	v := map[string]any{
+		"image":      map[string]any{"registry": c.RegistryHost()},
 		"controller": map[string]any{"image": image, "cpuPerVCPU": "10m"},
 		"api":        map[string]any{"image": image, "defaultTemplate": "python"},
 		// The installer puts the shim, guest assets and shim config into the

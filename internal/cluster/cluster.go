@@ -81,6 +81,10 @@ type Options struct {
 	// JuiceFSMountOptions are added to the store volume's mount options
 	// (a StorageClass's mountOptions on a real cluster).
 	JuiceFSMountOptions []string
+	// Release, when set, is a release folder (make release) installed
+	// instead of this checkout: its images pushed to the cluster's
+	// registry, its packaged chart. UpgradeToCheckout moves to this one.
+	Release string
 	// Fleet: the cluster's nodes run sandlot's control plane only (no
 	// sandbox runtime label, no agent), and kube-controller-manager runs
 	// without its node lifecycle controller — the sandbox nodes are a
@@ -147,6 +151,7 @@ func Start(t crienv.T, o Options) *Cluster {
 		{"shared mounts", c.sharedDir},
 		{"pki", c.pki},
 		{"api bridge", c.bridge},
+		{"registry", c.registry},
 		{"minio", c.minio},
 		{"juicefs volume", c.juicefsVolume},
 		{"etcd", c.etcd},

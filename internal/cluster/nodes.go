@@ -137,7 +137,7 @@ func (c *Cluster) startNode(t crienv.T, i int, assets vmassets.Env) (*Node, erro
 	// the first sandlot pod.
 	n.CRI = crienv.Start(t, crienv.Options{Dir: filepath.Join(n.dir, "c"), ShimDir: filepath.Join(n.dir, "bin"),
 		SandlotConfig: filepath.Join(n.dir, shimConfigName), ShimInstalledLater: true,
-		Subnet: fmt.Sprintf("%s.%d.0/24", c.Prefix, i), Bridge: true})
+		Subnet: fmt.Sprintf("%s.%d.0/24", c.Prefix, i), Bridge: true, PlainHTTPRegistries: []string{c.RegistryHost()}})
 	if assets.Image != "" {
 		n.CRI.ImportArchive(t, assets.Image, assets.ImageRef)
 	}
@@ -349,10 +349,25 @@ func (c *Cluster) node(name string) (*Node, error) {
 	return nil, fmt.Errorf("no node %s", name)
 }
 
-// Build compiles the sandlot binaries a cluster runs into dir.
+// VersionLDFlags stamp the chart's appVersion into a binary, as make
+// build does.
+func VersionLDFlags() (string, error) {
+	ch, err := LoadChart()
+	if err != nil {
+		return "", err
+	}
+	return "-X github.com/sandlot-dev/sandlot/internal/version.Version=" + ch.AppVersion(), nil
+}
+
+// Build compiles the sandlot binaries a cluster runs into dir, stamped
+// as make build stamps them.
 func Build(dir string) error {
+	ldflags, err := VersionLDFlags()
+	if err != nil {
+		return err
+	}
 	for _, cmd := range []string{"sandlot-controller", "sandlot-agent", "sandlot-api", "containerd-shim-sandlot-v2"} {
-		b := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "./cmd/"+cmd)
+		b := exec.Command("go", "build", "-ldflags", ldflags, "-o", filepath.Join(dir, cmd), "./cmd/"+cmd)
 		b.Dir = RepoRoot()
 		b.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := b.CombinedOutput(); err != nil {

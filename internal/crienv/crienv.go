@@ -72,6 +72,10 @@ type Options struct {
 	// Bridge creates the CNI bridge with its gateway address up front
 	// (the CNI plugin adopts it): a kubelet binds the node IP there.
 	Bridge bool
+	// PlainHTTPRegistries are registries (host:port) CRI pulls from over
+	// HTTP (a local cluster's own registry), each by a hosts.toml in the
+	// registry config_path, as a node's operator configures a mirror.
+	PlainHTTPRegistries []string
 }
 
 // Env is a running containerd with CRI.
@@ -178,6 +182,8 @@ imports = []
 
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = 'overlayfs'
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = '{{.Dir}}/certs.d'
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
       sandbox = '{{.PauseImage}}'
 
@@ -222,6 +228,9 @@ func (e *Env) writeConfigs() error {
 	if err := e.writeCNIConfig(); err != nil {
 		return err
 	}
+	if err := e.writeRegistryHosts(); err != nil {
+		return err
+	}
 	var buf bytes.Buffer
 	err := configTemplate.Execute(&buf, map[string]any{
 		"Dir": e.Dir, "Address": e.Address, "SocketDir": e.socketDir, "PauseImage": e.PauseImage,
@@ -239,4 +248,20 @@ func (e *Env) writeConfigs() error {
 func apparmorEnabled() bool {
 	b, err := os.ReadFile("/sys/module/apparmor/parameters/enabled")
 	return err == nil && strings.HasPrefix(string(b), "Y")
+}
+
+// writeRegistryHosts writes certs.d/<host>/hosts.toml for each plain-HTTP
+// registry: containerd's hosts format, pull and resolve only.
+func (e *Env) writeRegistryHosts() error {
+	for _, host := range e.opts.PlainHTTPRegistries {
+		dir := filepath.Join(e.Dir, "certs.d", host)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		toml := fmt.Sprintf("server = \"http://%[1]s\"\n\n[host.\"http://%[1]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", host)
+		if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(toml), 0o644); err != nil {
+			return fmt.Errorf("registry %s: %w", host, err)
+		}
+	}
+	return nil
 }

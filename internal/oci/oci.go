@@ -378,31 +378,36 @@ func header(p, name string, fi fs.FileInfo, links map[fileID]string) (*tar.Heade
 // ManifestDigest reads an archive's index.json and returns the digest of
 // its (single) image manifest.
 func ManifestDigest(archive string) (string, error) {
-	f, err := os.Open(archive)
+	idx, err := readIndex(archive)
 	if err != nil {
 		return "", err
+	}
+	if len(idx.Manifests) != 1 {
+		return "", fmt.Errorf("%s: %d manifests in index.json, want 1", archive, len(idx.Manifests))
+	}
+	return idx.Manifests[0].Digest, nil
+}
+
+// readIndex reads an archive's index.json.
+func readIndex(archive string) (*index, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return nil, err
 	}
 	defer f.Close()
 	tr := tar.NewReader(f) // skips blob data by seeking: fast on a big layer
 	for {
 		h, err := tr.Next()
 		if err != nil {
-			return "", fmt.Errorf("%s: no index.json: %w", archive, err)
+			return nil, fmt.Errorf("%s: no index.json: %w", archive, err)
 		}
 		if h.Name != "index.json" {
 			continue
 		}
-		var idx struct {
-			Manifests []struct {
-				Digest string `json:"digest"`
-			} `json:"manifests"`
+		idx := &index{}
+		if err := json.NewDecoder(tr).Decode(idx); err != nil {
+			return nil, fmt.Errorf("%s: index.json: %w", archive, err)
 		}
-		if err := json.NewDecoder(tr).Decode(&idx); err != nil {
-			return "", fmt.Errorf("%s: index.json: %w", archive, err)
-		}
-		if len(idx.Manifests) != 1 {
-			return "", fmt.Errorf("%s: %d manifests in index.json, want 1", archive, len(idx.Manifests))
-		}
-		return idx.Manifests[0].Digest, nil
+		return idx, nil
 	}
 }

@@ -200,9 +200,9 @@ func TestChartFilesAreGenerated(t *testing.T) {
 		t.Fatalf("config/crd/bases: %v, %v", bases, err)
 	}
 	for _, b := range bases {
-		pairs["crds/"+filepath.Base(b)] = b
+		pairs["files/crds/"+filepath.Base(b)] = b
 	}
-	inChart, _ := filepath.Glob(filepath.Join(chartDir, "crds", "*.yaml"))
+	inChart, _ := filepath.Glob(filepath.Join(chartDir, "files", "crds", "*.yaml"))
 	if len(inChart) != len(bases) {
 		t.Errorf("chart has %d CRDs, config/crd/bases %d: run make manifests", len(inChart), len(bases))
 	}

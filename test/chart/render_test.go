@@ -394,18 +394,38 @@ func TestImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := d.Spec.Template.Spec.Containers[0].Image; got != "sandlot/sandlot-controller:"+ch.AppVersion() {
+	if got := d.Spec.Template.Spec.Containers[0].Image; got != "docker.io/sandlot/sandlot-controller:"+ch.AppVersion() {
 		t.Errorf("controller image %q, want the appVersion tag", got)
 	}
-	if got := ds.Spec.Template.Spec.Containers[0].Image; got != "sandlot/sandlot-agent:dev" {
+	if got := ds.Spec.Template.Spec.Containers[0].Image; got != "docker.io/sandlot/sandlot-agent:dev" {
 		t.Errorf("agent image %q", got)
 	}
-	if got := ds.Spec.Template.Spec.InitContainers[0].Image; got != "sandlot/sandlot-agent:dev" {
+	if got := ds.Spec.Template.Spec.InitContainers[0].Image; got != "docker.io/sandlot/sandlot-agent:dev" {
 		t.Errorf("install image %q", got)
 	}
 	objs.into(t, "Deployment", "sandlot-api", &d)
-	if got := d.Spec.Template.Spec.Containers[0].Image; got != "sandlot/sandlot-api:"+ch.AppVersion() {
+	if got := d.Spec.Template.Spec.Containers[0].Image; got != "docker.io/sandlot/sandlot-api:"+ch.AppVersion() {
 		t.Errorf("api image %q", got)
+	}
+}
+
+// TestImageRegistry: one value moves every image to a release's registry.
+func TestImageRegistry(t *testing.T) {
+	for registry, prefix := range map[string]string{"10.246.0.1:5000": "10.246.0.1:5000/", "": "", "ghcr.io/acme": "ghcr.io/acme/"} {
+		objs := render(t, map[string]any{"image": map[string]any{"registry": registry}})
+		var d appsv1.Deployment
+		var ds appsv1.DaemonSet
+		objs.into(t, "Deployment", "sandlot-controller", &d)
+		objs.into(t, "DaemonSet", "sandlot-agent", &ds)
+		for _, got := range []string{d.Spec.Template.Spec.Containers[0].Image, ds.Spec.Template.Spec.Containers[0].Image,
+			ds.Spec.Template.Spec.InitContainers[0].Image} {
+			if !strings.HasPrefix(got, prefix+"sandlot/sandlot-") {
+				t.Errorf("registry %q: image %q, want it under %q", registry, got, prefix)
+			}
+		}
+	}
+	if _, _, err := release(map[string]any{"image": map[string]any{"registry": "https://registry.example.com"}}); err == nil {
+		t.Error("a registry URL with a scheme rendered")
 	}
 }
 

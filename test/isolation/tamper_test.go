@@ -65,6 +65,9 @@ func TestTamperedBucket(t *testing.T) {
 			t.Fatal(noQEMU(string(pod.UID)))
 		}
 	}
+	// Its node cordoned, the source sandbox moved to the other node (a
+	// cordon starts a drain of sandboxes): read it where it runs now.
+	src = sbxtest.WaitRunning(t, k, src.Name)
 	if got := strings.TrimSpace(sbxtest.EnvdRun(t, k, src, "echo untouched")); got != "untouched" {
 		t.Fatalf("the snapshot's own sandbox: %q", got)
 	}

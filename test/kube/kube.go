@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	nodev1 "k8s.io/api/node/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
@@ -55,7 +56,7 @@ func Start() (*Env, error) {
 			"kube-apiserver from Go modules into $SANDLOT_CACHE) or run the tests with `make test`")
 	}
 	scheme := k8sruntime.NewScheme()
-	for _, add := range []func(*k8sruntime.Scheme) error{corev1.AddToScheme, discoveryv1.AddToScheme, nodev1.AddToScheme, rbacv1.AddToScheme, eventsv1.AddToScheme, sandlotv1.AddToScheme} {
+	for _, add := range []func(*k8sruntime.Scheme) error{corev1.AddToScheme, discoveryv1.AddToScheme, nodev1.AddToScheme, policyv1.AddToScheme, rbacv1.AddToScheme, eventsv1.AddToScheme, sandlotv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return nil, err
 		}

@@ -84,7 +84,11 @@ func setup() error {
 		return err
 	}
 	e.plugin = filepath.Join(tmp, "kubectl-sandlot")
-	build := exec.Command("go", "build", "-o", e.plugin, "./cmd/kubectl-sandlot")
+	ldflags, err := cluster.VersionLDFlags()
+	if err != nil {
+		return err
+	}
+	build := exec.Command("go", "build", "-ldflags", ldflags, "-o", e.plugin, "./cmd/kubectl-sandlot")
 	build.Dir = cluster.RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("build kubectl-sandlot: %v\n%s", err, out)

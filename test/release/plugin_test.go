@@ -7,10 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -55,18 +53,9 @@ func pluginLikeKubectl(t *testing.T) {
 	}
 }
 
-// buildSetting is key of the build info's settings ("" when unset).
-func buildSetting(info *debug.BuildInfo, key string) string {
-	for _, s := range info.Settings {
-		if s.Key == key {
-			return s.Value
-		}
-	}
-	return ""
-}
-
-// pluginVersion: the client's VCS revision (the build of this checkout),
-// the API server's version and the controller's image tag.
+// pluginVersion: the plugin's stamped version (the chart's appVersion),
+// the API server's version, the controller's image tag, and every
+// running component's own --version — the same release everywhere.
 func pluginVersion(t *testing.T) {
 	out := plugin(t, "version")
 	var kv struct {
@@ -75,23 +64,50 @@ func pluginVersion(t *testing.T) {
 	if err := json.Unmarshal([]byte(kubectl(t, "version", "-o", "json")), &kv); err != nil || kv.ServerVersion.GitVersion == "" {
 		t.Fatalf("kubectl version -o json: %v", err)
 	}
+	ch, err := cluster.LoadChart()
+	if err != nil {
+		t.Fatal(err)
+	}
 	image := kubectl(t, "-n", cluster.ReleaseNamespace, "get", "deploy", "-l", "app.kubernetes.io/name=sandlot-controller",
 		"-o", `jsonpath={.items[0].spec.template.spec.containers[?(@.name=="controller")].image}`)
-	tag := image[strings.LastIndex(image, ":")+1:]
-	want := []string{"Client Version: ", "Server Version: " + kv.ServerVersion.GitVersion + "\n",
-		"Controller Version: " + tag + " (" + image + " in Deployment " + cluster.ReleaseNamespace + "/sandlot-controller)"}
-	// The builds here set -buildvcs=false (reproducible cache keys): a
-	// revision is checked only when Go stamped one. Issue 37 stamps a
-	// version into every binary.
-	if info, ok := debug.ReadBuildInfo(); ok && buildSetting(info, "vcs.revision") != "" {
-		if rev, err := exec.Command("git", "-C", cluster.RepoRoot(), "rev-parse", "HEAD").Output(); err == nil {
-			want = append(want, "revision "+strings.TrimSpace(string(rev)))
-		}
-	}
+	want := []string{"Client Version: " + ch.AppVersion() + " (", "Server Version: " + kv.ServerVersion.GitVersion + "\n",
+		"Controller Version: " + ch.AppVersion() + " (" + image + " in Deployment " + cluster.ReleaseNamespace + "/sandlot-controller)"}
 	for _, w := range want {
 		if !strings.Contains(out, w) {
 			t.Fatalf("kubectl sandlot version lacks %q:\n%s", w, out)
 		}
+	}
+	componentVersions(t, ch.AppVersion())
+	// The guest agent in hello's VM, as its node's agent reports it (the
+	// wide output's Guest column).
+	if got := sandboxOf(t, "hello").Status.GuestVersion; got != ch.AppVersion() {
+		t.Errorf("hello's guestVersion %q, want %s", got, ch.AppVersion())
+	}
+	if out := kubectl(t, "get", "sbx", "hello", "-o", "wide"); !strings.Contains(out, "GUEST") || !strings.Contains(out, ch.AppVersion()) {
+		t.Errorf("kubectl get sbx -o wide shows no guest version:\n%s", out)
+	}
+}
+
+// componentVersions: each component, asked in its pod, reports the
+// release's version: the controller, the API, and each node's agent and
+// the shim its image installs.
+func componentVersions(t *testing.T, want string) {
+	var v struct {
+		Components []struct{ Component, Pod, Node, Version, Error string }
+	}
+	if err := json.Unmarshal([]byte(plugin(t, "version", "-o", "json")), &v); err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, c := range v.Components {
+		if c.Version != want || c.Error != "" {
+			t.Errorf("%s in pod %s reports %q (%s), want %s", c.Component, c.Pod, c.Version, c.Error, want)
+		}
+		count[c.Component]++
+	}
+	wantCount := map[string]int{"sandlot-controller": 1, "sandlot-api": 1, "sandlot-agent": 2, "containerd-shim-sandlot-v2": 2}
+	if fmt.Sprint(count) != fmt.Sprint(wantCount) {
+		t.Errorf("components %v, want %v", count, wantCount)
 	}
 }
 

@@ -207,6 +207,16 @@ func PodsGone(ctx context.Context, k client.Client, ns, sandbox, pod string) err
 	return nil
 }
 
+// Patch merge-patches the object name in namespace default with body.
+func Patch(t *testing.T, k client.Client, obj client.Object, name, body string) {
+	t.Helper()
+	obj.SetNamespace("default")
+	obj.SetName(name)
+	if err := k.Patch(context.Background(), obj, client.RawPatch(types.MergePatchType, []byte(body))); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func SetPaused(t *testing.T, k client.Client, name string, paused bool) {
 	t.Helper()
 	s := &sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}

@@ -421,13 +421,16 @@ func (*StatsRequest) Descriptor() ([]byte, []int) {
 }
 
 type StatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	State         string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
-	PssBytes      int64                  `protobuf:"varint,2,opt,name=pss_bytes,json=pssBytes,proto3" json:"pss_bytes,omitempty"`
-	PrivateBytes  int64                  `protobuf:"varint,3,opt,name=private_bytes,json=privateBytes,proto3" json:"private_bytes,omitempty"`
-	CpuNanos      int64                  `protobuf:"varint,4,opt,name=cpu_nanos,json=cpuNanos,proto3" json:"cpu_nanos,omitempty"`
-	QemuPid       int32                  `protobuf:"varint,5,opt,name=qemu_pid,json=qemuPid,proto3" json:"qemu_pid,omitempty"`
-	Accel         string                 `protobuf:"bytes,6,opt,name=accel,proto3" json:"accel,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	State        string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	PssBytes     int64                  `protobuf:"varint,2,opt,name=pss_bytes,json=pssBytes,proto3" json:"pss_bytes,omitempty"`
+	PrivateBytes int64                  `protobuf:"varint,3,opt,name=private_bytes,json=privateBytes,proto3" json:"private_bytes,omitempty"`
+	CpuNanos     int64                  `protobuf:"varint,4,opt,name=cpu_nanos,json=cpuNanos,proto3" json:"cpu_nanos,omitempty"`
+	QemuPid      int32                  `protobuf:"varint,5,opt,name=qemu_pid,json=qemuPid,proto3" json:"qemu_pid,omitempty"`
+	Accel        string                 `protobuf:"bytes,6,opt,name=accel,proto3" json:"accel,omitempty"`
+	// The guest agent's release version, as it gave it at its last
+	// identity ("" before that, or from a guest older than the field).
+	GuestAgent    string `protobuf:"bytes,7,opt,name=guest_agent,json=guestAgent,proto3" json:"guest_agent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -500,6 +503,13 @@ func (x *StatsResponse) GetQemuPid() int32 {
 func (x *StatsResponse) GetAccel() string {
 	if x != nil {
 		return x.Accel
+	}
+	return ""
+}
+
+func (x *StatsResponse) GetGuestAgent() string {
+	if x != nil {
+		return x.GuestAgent
 	}
 	return ""
 }
@@ -724,14 +734,16 @@ const file_control_proto_rawDesc = "" +
 	"\x0fRestoreResponse\x12\x1d\n" +
 	"\n" +
 	"took_nanos\x18\x01 \x01(\x03R\ttookNanos\"\x0e\n" +
-	"\fStatsRequest\"\xb5\x01\n" +
+	"\fStatsRequest\"\xd6\x01\n" +
 	"\rStatsResponse\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1b\n" +
 	"\tpss_bytes\x18\x02 \x01(\x03R\bpssBytes\x12#\n" +
 	"\rprivate_bytes\x18\x03 \x01(\x03R\fprivateBytes\x12\x1b\n" +
 	"\tcpu_nanos\x18\x04 \x01(\x03R\bcpuNanos\x12\x19\n" +
 	"\bqemu_pid\x18\x05 \x01(\x05R\aqemuPid\x12\x14\n" +
-	"\x05accel\x18\x06 \x01(\tR\x05accel\"\xef\x01\n" +
+	"\x05accel\x18\x06 \x01(\tR\x05accel\x12\x1f\n" +
+	"\vguest_agent\x18\a \x01(\tR\n" +
+	"guestAgent\"\xef\x01\n" +
 	"\x12SetIdentityRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12!\n" +

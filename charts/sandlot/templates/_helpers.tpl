@@ -21,7 +21,7 @@ app.kubernetes.io/name: {{ .name }}
 
 {{/* A component's image: (dict "ctx" $ "image" .Values.agent.image). */}}
 {{- define "sandlot.image" -}}
-{{ .image.repository }}:{{ .image.tag | default .ctx.Chart.AppVersion }}
+{{ with .ctx.Values.image.registry }}{{ . }}/{{ end }}{{ .image.repository }}:{{ .image.tag | default .ctx.Chart.AppVersion }}
 {{- end }}
 
 {{/* The rules of a generated ClusterRole in files/ (make manifests copies them from config/). */}}

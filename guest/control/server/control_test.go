@@ -15,6 +15,7 @@ import (
 	"github.com/sandlot-dev/sandlot/guest/control"
 	"github.com/sandlot-dev/sandlot/guest/identity"
 	"github.com/sandlot-dev/sandlot/internal/poll"
+	"github.com/sandlot-dev/sandlot/internal/version"
 )
 
 func TestPing(t *testing.T) {
@@ -56,6 +57,9 @@ func TestSetIdentityRecordsAndReseeds(t *testing.T) {
 		}
 		if !res.Stored {
 			t.Error("not stored")
+		}
+		if res.Agent != version.Version {
+			t.Errorf("the result names agent %q, want %q", res.Agent, version.Version)
 		}
 		t.Logf("setIdentity result: %+v", res)
 		// ApplyHost is false: the host's hostname, network and clock stay.

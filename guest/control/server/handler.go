@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandlot-dev/sandlot/guest/control"
 	"github.com/sandlot-dev/sandlot/guest/identity"
+	"github.com/sandlot-dev/sandlot/internal/version"
 )
 
 // Reaper starts a child without racing a central reaper that calls
@@ -156,7 +157,7 @@ var methods = map[string]methodFunc{
 func (h *Handler) ping(_ context.Context, _ json.RawMessage) (any, error) {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
-	return control.PingResult{Version: control.ProtocolVersion, UptimeNanos: ts.Nano(), BootID: bootID()}, nil
+	return control.PingResult{Version: control.ProtocolVersion, UptimeNanos: ts.Nano(), BootID: bootID(), Agent: version.Version}, nil
 }
 
 func bootID() string {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandlot-dev/sandlot/guest/control"
 	"github.com/sandlot-dev/sandlot/guest/identity"
+	"github.com/sandlot-dev/sandlot/internal/version"
 )
 
 // SetIdentity applies a (new) identity, as the setIdentity method does:
@@ -28,7 +29,7 @@ import (
 // Go's crypto/rand reads getrandom on every call, so it follows the
 // reseeded kernel RNG with nothing more to do.
 func (h *Handler) SetIdentity(p control.SetIdentityParams) control.SetIdentityResult {
-	res := control.SetIdentityResult{StepNanos: map[string]int64{}}
+	res := control.SetIdentityResult{StepNanos: map[string]int64{}, Agent: version.Version}
 	fail := func(step string, err error) {
 		res.Errors = append(res.Errors, step+": "+err.Error())
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -47,6 +48,15 @@ func sorted(samples []float64) []float64 {
 // pick is the p quantile of sorted samples, as the table reports it (the
 // nearest rank; of an even count, the upper middle for the median).
 func pick(s []float64, p float64) float64 { return s[int(p*float64(len(s)-1)+0.5)] }
+
+// Quantile is the p quantile of samples as the table reports it, NaN
+// for none.
+func Quantile(samples []float64, p float64) float64 {
+	if len(samples) == 0 {
+		return math.NaN()
+	}
+	return pick(sorted(samples), p)
+}
 
 // Median of samples as the table reports it, 0 for none.
 func Median(samples []float64) float64 {
