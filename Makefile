@@ -62,7 +62,7 @@ vm-assets: ## Build the guest kernel, initramfs and base disks into the cache (r
 UNIT_TESTS = $$(go list ./... | grep -v '/test/\|/nodeagent/store$$\|/internal/\(crienv\|oci\|minio\)$$') ./test/admission/ ./test/chart/ ./test/kube/
 # The suites that each load both cores (the fleet simulation, VMs, shims,
 # clusters): alone, one package at a time, after the rest.
-HEAVY_TESTS := scale vm shim e2e agent jfsagent lifecycle e2b isolation network
+HEAVY_TESTS := scale vm shim e2e agent jfsagent lifecycle e2b isolation network upgrade drain soak
 HEAVY_PATTERN := /test/\($(subst $(space),\|,$(HEAVY_TESTS))\|release\)$$
 
 .PHONY: test-unit
@@ -75,7 +75,8 @@ test: deps envtest-assets vm-assets cluster-bins minio-bins juicefs-bins ## Ever
 	$(MAKE) --no-print-directory test-unit || status=1; \
 	rest="$$(go list ./nodeagent/store/ ./internal/... ./test/... | grep -v '$(HEAVY_PATTERN)' | grep -vxF "$$(go list $(UNIT_TESTS))")"; \
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $$rest || status=1; \
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -p 1 -timeout 60m $(addprefix ./test/,$(addsuffix /,$(HEAVY_TESTS))) || status=1; \
+	previous="$$(hack/previous-release.sh | tail -n1)" || status=1; \
+	SANDLOT_PREVIOUS_RELEASE="$$previous" KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -p 1 -timeout 60m $(addprefix ./test/,$(addsuffix /,$(HEAVY_TESTS))) || status=1; \
 	if [[ $$status != 0 ]]; then echo "make test: a group failed (above)"; fi; exit $$status
 
 .PHONY: image
@@ -182,6 +183,23 @@ ifeq ($(STORE),juicefs)
 else
 	go test -count=1 -v -timeout 30m ./nodeagent/... ./internal/minio/ ./test/agent/
 endif
+
+.PHONY: previous-release
+previous-release: vm-assets ## Build the previous release (the newest v* tag; PREVIOUS_RELEASE=vX.Y.Z) with its own `make release` in a worktree, into the cache (skips what exists).
+	hack/previous-release.sh
+
+.PHONY: test-upgrade
+test-upgrade: cluster-bins vm-assets minio-bins previous-release ## The previous release installed on a real two-node cluster with running, paused and snapshotted sandboxes and a warm pool, then helm upgrade to this checkout: everything kept, bases rebuilt for the new guest.
+	SANDLOT_PREVIOUS_RELEASE="$$(hack/previous-release.sh | tail -n1)" go test -count=1 -v -timeout 30m ./test/upgrade/
+
+.PHONY: test-drain
+test-drain: cluster-bins vm-assets minio-bins ## kubectl drain of a node of a real two-node cluster (s3 on MinIO): its sandboxes (a running process, a warm pool claim, a paused one, plain ones) move to the other node with ID, memory and files, the drain completes, per-sandbox downtime printed; a drain with nowhere to go is held, each sandbox saying why.
+	go test -count=1 -v -timeout 30m ./test/drain/
+
+.PHONY: soak
+SOAK_MIN ?= 30
+soak: cluster-bins vm-assets minio-bins ## SOAK_MIN (30) minutes of E2B and kubectl churn on a real two-node cluster while agents, the controller, the API, containerd, MinIO and a kubelet are killed in turn: every operation and leak accounted for; writes docs/soak.png and docs/soak.md. Its 5-minute short form is in make test.
+	SOAK_MIN=$(SOAK_MIN) SOAK_LONG=1 SOAK_OUT=$(CURDIR)/docs go test -count=1 -v -timeout $$(( $(SOAK_MIN) + 30 ))m -run TestSoak ./test/soak/
 
 .PHONY: test-lifecycle
 test-lifecycle: cluster-bins vm-assets ## Templates that build their base snapshot and sandboxes that restore it, warm pools, fork, rollback, timeouts, template failures, on a real two-node cluster.

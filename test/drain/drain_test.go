@@ -1,0 +1,254 @@
+package drain
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/internal/poll"
+	"github.com/sandlot-dev/sandlot/test/sbxtest"
+)
+
+// moving are the sandboxes the drain moves (paused: it has no pod).
+var moving = []string{"busy", "claimed", "plain-1", "plain-2"}
+
+// TestDrainMovesSandboxes drains the node the sandboxes run on, then
+// tries to drain the other one with nowhere to go.
+func TestDrainMovesSandboxes(t *testing.T) {
+	k := sbxtest.Client(t, c)
+	from, to := c.Nodes[0].Name, c.Nodes[1].Name
+	pids := state(t, k, from, to)
+	before := map[string]string{}
+	for _, name := range append(slices.Clone(moving), "paused") {
+		before[name] = get(t, k, name).Status.SandboxID
+	}
+	watch := watchDowntime(k)
+	start := time.Now()
+	out, err := c.Kubectl(context.Background(), "drain", from, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=8m")
+	if err != nil {
+		t.Fatalf("kubectl drain %s: %v", from, err)
+	}
+	t.Logf("kubectl drain %s: done in %v (its sandbox pods gone)\n%s", from, time.Since(start).Round(time.Millisecond), tail(out))
+	// Whether an eviction met the budget here depends on timing (the pods
+	// may already be going when kubectl asks): that the budget refuses
+	// evictions is asserted in held; that no eviction killed a VM before
+	// its move, by each sandbox running on with its files and process.
+	for _, name := range moving {
+		sbxtest.WaitRunning(t, k, name)
+	}
+	t.Logf("every sandbox running again %v after the drain began", time.Since(start).Round(time.Millisecond))
+	report(t, watch())
+	for _, name := range moving {
+		sbx := sbxtest.WaitRunning(t, k, name)
+		if sbx.Status.NodeName != to || sbx.Status.SandboxID != before[name] {
+			t.Errorf("%s runs as %s on %s, want %s on %s", name, sbx.Status.SandboxID, sbx.Status.NodeName, before[name], to)
+		}
+		if got := strings.TrimSpace(sbxtest.EnvdRun(t, k, sbx, "cat /root/state")); got != name {
+			t.Errorf("%s reads %q after the move", name, got)
+		}
+	}
+	busy := sbxtest.WaitRunning(t, k, "busy")
+	if got := strings.TrimSpace(sbxtest.EnvdRun(t, k, busy, "kill -0 "+pids+" && echo alive")); got != "alive" {
+		t.Errorf("busy's process %s after the move: %q", pids, got)
+	}
+	sbxtest.SetPaused(t, k, "paused", false)
+	if sbx := sbxtest.WaitRunning(t, k, "paused"); sbx.Status.NodeName != to || sbx.Status.SandboxID != before["paused"] {
+		t.Errorf("paused resumed as %s on %s", sbx.Status.SandboxID, sbx.Status.NodeName)
+	}
+	held(t, k, to)
+	if _, err := c.Kubectl(context.Background(), "uncordon", from); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// state makes the sandboxes on node from (to cordoned meanwhile): a
+// template with a warm pool, one sandbox claiming it, one running a
+// process, two plain, one paused; each writes its name to /root/state.
+// It returns busy's process id.
+func state(t *testing.T, k client.Client, from, to string) string {
+	sbxtest.Template(t, k, "drn")
+	sbxtest.Patch(t, k, &sandlotv1.Template{}, "drn", `{"spec":{"warmPool":1}}`)
+	waitPool(t, k, from)
+	cordon(t, to, true)
+	names := append(slices.Clone(moving), "paused")
+	sbxs := sbxtest.Create(t, k, "drn", "claimed") // first: the node's warm pod is its
+	if pod := sbxtest.PodOf(t, k, sbxs["claimed"]); pod.Labels[sandlotv1.LabelPool] != "drn" {
+		t.Fatalf("claimed runs in pod %s, not a pod of the warm pool", pod.Name)
+	}
+	for name, sbx := range sbxtest.Create(t, k, "drn", "busy", "plain-1", "plain-2", "paused") {
+		sbxs[name] = sbx
+	}
+	cordon(t, to, false)
+	for _, name := range names {
+		if sbxs[name].Status.NodeName != from {
+			t.Fatalf("%s runs on %s, want %s", name, sbxs[name].Status.NodeName, from)
+		}
+		sbxtest.EnvdRun(t, k, sbxs[name], "echo "+name+" > /root/state")
+	}
+	pid := strings.TrimSpace(sbxtest.EnvdRun(t, k, sbxs["busy"], "nohup sleep 100000 >/dev/null 2>&1 & echo $!"))
+	sbxtest.Pause(t, k, "paused")
+	return pid
+}
+
+// held: with the other node cordoned, `kubectl sandlot drain` of to
+// cordons it and fails naming each sandbox and why it cannot move; a
+// drain of to is then held by their budget (and times out); they run on.
+func held(t *testing.T, k client.Client, to string) {
+	out, err := sandlotDrain(t, to)
+	if err == nil || !strings.Contains(out, "cannot move") {
+		t.Fatalf("kubectl sandlot drain %s with nowhere to go: %v\n%s", to, err, out)
+	}
+	for _, name := range moving {
+		if !strings.Contains(out, "default/"+name+": no other node can run it") {
+			t.Errorf("kubectl sandlot drain does not name %s and why:\n%s", name, out)
+		}
+	}
+	t.Logf("kubectl sandlot drain %s: %v\n%s", to, err, tail(out))
+	out, err = c.Kubectl(context.Background(), "drain", to, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=30s")
+	if err == nil || !strings.Contains(out, "disruption budget") {
+		t.Fatalf("a drain with nowhere to go: %v\n%s", err, tail(out))
+	}
+	for _, name := range moving {
+		if sbx := get(t, k, name); sbx.Status.Phase != sandlotv1.SandboxRunning || sbx.Status.NodeName != to {
+			t.Errorf("%s: %s on %s after a held drain", name, sbx.Status.Phase, sbx.Status.NodeName)
+		}
+	}
+	t.Logf("a drain of %s with %s cordoned is held: %s", to, c.Nodes[0].Name, get(t, k, "busy").Annotations[sandlotv1.AnnotationMoveBlocked])
+	cordon(t, to, false)
+}
+
+// downtime is one sandbox's time away from Running.
+type downtime struct {
+	left, back time.Time
+	from, to   string
+}
+
+// watchDowntime polls the sandboxes every 100 ms until stopped, and once
+// after, and returns, per sandbox, when it left Running and when it ran
+// again.
+func watchDowntime(k client.Client) (stop func() map[string]*downtime) {
+	seen := map[string]*downtime{}
+	done, finished := make(chan struct{}), make(chan struct{})
+	poll := func() {
+		list := &sandlotv1.SandboxList{}
+		if err := k.List(context.Background(), list, client.InNamespace("default")); err == nil {
+			for _, s := range list.Items {
+				observe(seen, &s, time.Now())
+			}
+		}
+	}
+	go func() {
+		defer close(finished)
+		for {
+			poll()
+			select {
+			case <-done:
+				poll() // once more after stop: what the caller saw last is seen
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return func() map[string]*downtime {
+		close(done)
+		<-finished
+		return seen
+	}
+}
+
+func observe(seen map[string]*downtime, s *sandlotv1.Sandbox, now time.Time) {
+	d := seen[s.Name]
+	running := s.Status.Phase == sandlotv1.SandboxRunning
+	switch {
+	case d == nil && running:
+		seen[s.Name] = &downtime{from: s.Status.NodeName}
+	case d != nil && !running && d.left.IsZero():
+		d.left = now
+	case d != nil && running && !d.left.IsZero() && d.back.IsZero() && s.Status.NodeName != d.from:
+		d.back, d.to = now, s.Status.NodeName
+	}
+}
+
+// report logs each moved sandbox's downtime and fails on one that did
+// not move.
+func report(t *testing.T, seen map[string]*downtime) {
+	var lines []string
+	for _, name := range moving {
+		d := seen[name]
+		if d == nil || d.back.IsZero() {
+			t.Errorf("%s: no move seen (%+v)", name, d)
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%-8s %s -> %s  down %v", name, d.from, d.to, d.back.Sub(d.left).Round(10*time.Millisecond)))
+	}
+	t.Logf("per-sandbox downtime (not Running -> Running on the other node; 100 ms polls, TCG):\n%s", strings.Join(lines, "\n"))
+}
+
+func waitPool(t *testing.T, k client.Client, node string) {
+	poll.Eventually(t, 5*time.Minute, "a warm pod of drn running on "+node, func() error {
+		pods := &corev1.PodList{}
+		if err := k.List(context.Background(), pods, client.InNamespace("default"),
+			client.MatchingLabels{sandlotv1.LabelPool: "drn", sandlotv1.LabelSandbox: ""}); err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning && !sandlotv1.IsStartSlot(p.Annotations) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d pool pods, none running on %s", len(pods.Items), node)
+	})
+}
+
+func cordon(t *testing.T, node string, on bool) {
+	t.Helper()
+	verb := "uncordon"
+	if on {
+		verb = "cordon"
+	}
+	if _, err := c.Kubectl(context.Background(), verb, node); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(t *testing.T, k client.Client, name string) *sandlotv1.Sandbox {
+	t.Helper()
+	s := &sandlotv1.Sandbox{}
+	if err := k.Get(context.Background(), types.NamespacedName{Namespace: "default", Name: name}, s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func tail(s string) string {
+	if len(s) > 2000 {
+		return "..." + s[len(s)-2000:]
+	}
+	return s
+}
+
+// sandlotDrain runs `kubectl sandlot drain node` (the plugin built from
+// this checkout) against the cluster and returns its output.
+func sandlotDrain(t *testing.T, node string) (string, error) {
+	t.Helper()
+	plugin, err := sbxtest.BuildPlugin(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, plugin, "drain", node, "--timeout", "2m")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig)
+	b, err := cmd.CombinedOutput()
+	return string(b), err
+}
