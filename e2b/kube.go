@@ -47,6 +47,8 @@ type Kube struct {
 	direct  client.Reader
 	changed *notifier
 	pods    corev1client.PodsGetter // pod logs (a subresource the client above does not stream)
+	// sandboxes is the cache's Sandbox informer, for the proxy's streams.
+	sandboxes cache.Informer
 }
 
 // podLogs streams a pod's log.
@@ -87,6 +89,9 @@ func NewKube(ctx context.Context, cfg *rest.Config, namespaces ...string) (*Kube
 		}
 		if _, err := inf.AddEventHandler(k.changed.handler()); err != nil {
 			return nil, fmt.Errorf("watch %T: %w", o, err)
+		}
+		if _, ok := o.(*sandlotv1.Sandbox); ok {
+			k.sandboxes = inf
 		}
 	}
 	go func() { _ = c.Start(ctx) }()

@@ -27,6 +27,10 @@ var (
 		Name: "sandlot_api_proxy_requests_total",
 		Help: "Sandbox traffic by outcome: forwarded, refused (token), unavailable (unknown, paused, not running), resumed (autoResume), moved (held while a drain moved it), held (held while it resumed or started).",
 	}, []string{"outcome"})
+	proxyCut = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sandlot_api_proxy_cut_total",
+		Help: "Sandbox requests in flight (streams) cut because the sandbox's VM left the pod they went to: paused, moved by a drain, deleted.",
+	})
 	createFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sandlot_api_create_failures_total",
 		Help: "Sandbox creates (POST /sandboxes) that failed, by reason: Invalid, RateLimited, TemplateNotFound, QuotaExceeded, " +
@@ -35,7 +39,7 @@ var (
 )
 
 func init() {
-	registry.MustRegister(requests, requestSeconds, proxied, createFailures,
+	registry.MustRegister(requests, requestSeconds, proxied, proxyCut, createFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 

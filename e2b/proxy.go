@@ -61,9 +61,10 @@ func stripPort(host string) string {
 // (rollback) or resumed comes back with the TCP state of its snapshot,
 // and a pooled connection to it would hang.
 type proxy struct {
-	s    *Server
-	rp   *httputil.ReverseProxy
-	dial func(ctx context.Context, network, addr string) (net.Conn, error) // tests replace it
+	s       *Server
+	rp      *httputil.ReverseProxy
+	streams *streams
+	dial    func(ctx context.Context, network, addr string) (net.Conn, error) // tests replace it
 }
 
 type targetKey struct{}
@@ -108,7 +109,7 @@ func retryableDial(err error) bool {
 }
 
 func newProxy(s *Server) *proxy {
-	p := &proxy{s: s, dial: (&net.Dialer{Timeout: 10 * time.Second}).DialContext}
+	p := &proxy{s: s, streams: newStreams(), dial: (&net.Dialer{Timeout: 10 * time.Second}).DialContext}
 	transport := &http.Transport{
 		Proxy: nil,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -178,7 +179,14 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request, t target) {
 	// interpreter's first line) would race it. HTTP/2 is full duplex anyway.
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	u := &url.URL{Scheme: "http", Host: net.JoinHostPort(sbx.Status.PodIP, strconv.Itoa(t.port))}
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, u)))
+	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), targetKey{}, u))
+	defer cancel()
+	// A change of the sandbox between its read above and this add is not
+	// seen by the streams: a request to a pod that went meanwhile fails
+	// its dial instead. Comparing with the cache here would cut requests
+	// settle read past a cache that is behind.
+	defer p.streams.add(sbx, cancel)()
+	p.rp.ServeHTTP(w, r.WithContext(ctx))
 }
 
 func (p *proxy) refuse(w http.ResponseWriter, outcome string, err *apiError) {

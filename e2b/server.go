@@ -146,6 +146,12 @@ func New(cfg Config, kube *Kube) *Server {
 		s.uploads = newCreateLimiter(cfg.UploadRate, cfg.UploadBurst, time.Now)
 	}
 	s.proxy = newProxy(s)
+	if kube != nil && kube.sandboxes != nil {
+		// Fails only for an informer already stopped: its server is done.
+		if _, err := kube.sandboxes.AddEventHandler(s.proxy.streams.handler()); err != nil {
+			cfg.Log.Error("the proxy will not cut the streams of sandboxes that move", "err", err)
+		}
+	}
 	s.mux = s.routes()
 	return s
 }
