@@ -32,6 +32,7 @@ func TestDrainMovesSandboxes(t *testing.T) {
 	for _, name := range append(slices.Clone(moving), "paused") {
 		before[name] = get(t, k, name).Status.SandboxID
 	}
+	stream := holdStream(t, before["busy"]) // an E2B client following a command of busy
 	watch := watchDowntime(k)
 	start := time.Now()
 	out, err := c.Kubectl(context.Background(), "drain", from, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=8m")
@@ -48,6 +49,7 @@ func TestDrainMovesSandboxes(t *testing.T) {
 	}
 	t.Logf("every sandbox running again %v after the drain began", time.Since(start).Round(time.Millisecond))
 	report(t, watch())
+	stream.reconnected(t)
 	for _, name := range moving {
 		sbx := sbxtest.WaitRunning(t, k, name)
 		if sbx.Status.NodeName != to || sbx.Status.SandboxID != before[name] {

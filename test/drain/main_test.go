@@ -1,8 +1,9 @@
 // Package drain drains a node of a real two-node cluster (sandlot
 // installed by its chart, the s3 store on MinIO) the way an operator
 // does, with `kubectl drain`: the sandboxes on it — one running a
-// process, one claimed from a warm pool, one paused, two plain — move to
-// the other node with their ID, memory and files, the drain completes,
+// process an E2B client follows, one claimed from a warm pool, one
+// paused, two plain — move to the other node with their ID, memory and
+// files (the client reconnects to its process), the drain completes,
 // and each sandbox's downtime is measured; then a drain that no sandbox
 // can survive (the other node cordoned) is held by them, each saying
 // why. `make test-drain` runs it.
