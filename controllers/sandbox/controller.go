@@ -22,6 +22,7 @@ import (
 	"github.com/sandlot-dev/sandlot/controllers/metrics"
 	"github.com/sandlot-dev/sandlot/controllers/placement"
 	"github.com/sandlot-dev/sandlot/controllers/podspec"
+	"github.com/sandlot-dev/sandlot/controllers/template"
 	"github.com/sandlot-dev/sandlot/controllers/writes"
 )
 
@@ -56,7 +57,7 @@ type Reconciler struct {
 
 	// bases remembers each template's Ready bases between changes
 	// (SetupWithManager makes it; nil: read at every start).
-	bases *baseMemo
+	bases *template.BaseMemo
 
 	// written skips reconciles of a cached copy older than our last write.
 	written ownWrites

@@ -21,6 +21,7 @@ import (
 	"github.com/sandlot-dev/sandlot/controllers/index"
 	"github.com/sandlot-dev/sandlot/controllers/placement"
 	"github.com/sandlot-dev/sandlot/controllers/podspec"
+	"github.com/sandlot-dev/sandlot/controllers/template"
 )
 
 // SetupWithManager watches Sandboxes and what they depend on. An
@@ -31,9 +32,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := r.setupScheduler(mgr); err != nil {
 		return err
 	}
-	r.bases = newBaseMemo()
+	r.bases = template.NewBaseMemo()
 	r.tokens = &podspec.Tokens{Client: r.Client, APIReader: r.APIReader, Recorder: r.Recorder}
-	if err := r.bases.watch(context.Background(), mgr); err != nil {
+	if err := r.bases.Watch(context.Background(), mgr); err != nil {
 		return err
 	}
 	owned := func() handler.EventHandler {

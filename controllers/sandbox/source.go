@@ -130,13 +130,13 @@ func (r *Reconciler) builderCheckpoint(ctx context.Context, sbx *sandlotv1.Sandb
 // snapshots of its current generation: on a node that holds one, that
 // one; on another compatible node, one that is remote Ready.
 func (r *Reconciler) resolveBase(ctx context.Context, tpl *sandlotv1.Template, src resolvedSource) (resolvedSource, error) {
-	b, err := r.basesOf(ctx, tpl)
+	b, err := r.bases.Of(ctx, r.Client, tpl)
 	if err != nil {
 		return resolvedSource{}, err
 	}
-	src.PerNode, src.Data.Nodes = b.perNode, b.nodes
-	if b.remote {
-		src.Data.Remote, src.Data.Fingerprint, src.Restore = true, b.fingerprint, b.restore
+	src.PerNode, src.Data.Nodes = b.PerNode, b.Nodes
+	if b.Remote {
+		src.Data.Remote, src.Data.Fingerprint, src.Restore = true, b.Fingerprint, b.Restore
 	}
 	if len(src.PerNode) == 0 {
 		msg := "template " + tpl.Name + " has no Ready base snapshot yet"

@@ -1,4 +1,4 @@
-package sandbox
+package template
 
 import (
 	"testing"
@@ -16,8 +16,8 @@ func TestBaseMemoForgetsOnEveryChange(t *testing.T) {
 	tpl := &sandlotv1.Template{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "t", UID: "u1", Generation: 1},
 		Status: sandlotv1.TemplateStatus{BaseSnapshots: []sandlotv1.BaseSnapshot{{Node: "n1", Phase: sandlotv1.BaseReady, Snapshot: "s1"}}}}
 	key := types.NamespacedName{Namespace: "ns", Name: "t"}
-	read := baseSet{nodes: []string{"n1"}}
-	m := newBaseMemo()
+	read := ReadyBases{Nodes: []string{"n1"}}
+	m := NewBaseMemo()
 	remember := func() {
 		_, epoch, _ := m.get(tpl)
 		m.put(tpl, epoch, read)
