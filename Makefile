@@ -193,7 +193,7 @@ test-upgrade: cluster-bins vm-assets minio-bins previous-release ## The previous
 	SANDLOT_PREVIOUS_RELEASE="$$(hack/previous-release.sh | tail -n1)" go test -count=1 -v -timeout 30m ./test/upgrade/
 
 .PHONY: test-drain
-test-drain: cluster-bins vm-assets minio-bins ## kubectl drain of a node of a real two-node cluster (s3 on MinIO): its sandboxes (a running process, a warm pool claim, a paused one, plain ones) move to the other node with ID, memory and files, the drain completes, per-sandbox downtime printed; a drain with nowhere to go is held, each sandbox saying why.
+test-drain: cluster-bins vm-assets minio-bins ## kubectl drain of a node of a real two-node cluster (s3 on MinIO): its sandboxes (a running process an E2B client follows, a warm pool claim, a paused one, plain ones) move to the other node with ID, memory and files, the drain completes, per-sandbox downtime printed; a drain with nowhere to go is held, each sandbox saying why; a node powered off under an onNodeLost: Restore sandbox.
 	go test -count=1 -v -timeout 30m ./test/drain/
 
 .PHONY: soak

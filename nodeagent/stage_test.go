@@ -260,3 +260,29 @@ func TestStagePausedSandbox(t *testing.T) {
 	a.refused("another sandbox's resume", a.stage(ref, a.restoringPod(a.ns, "nosy", nosy, ref)),
 		"it is not Sandbox nosy's pause package")
 }
+
+// TestStageOwnSnapshotAfterNodeLost: a sandbox the controller restores
+// on this node after its own was lost (status.restoringFrom) gets that
+// Snapshot when it was taken of this sandbox, not another sandbox's
+// Snapshot named there, nor a Snapshot its restoringFrom does not name.
+func TestStageOwnSnapshotAfterNodeLost(t *testing.T) {
+	a := startAgent(t, nil)
+	snap, ref := a.readySnapshot("lost")
+	src := &sandlotv1.Sandbox{}
+	src.Name = "lost-src"
+	if err := a.get(src); err != nil {
+		t.Fatal(err)
+	}
+	a.setStatus(snap, func() { snap.Status.SandboxID = src.Status.SandboxID }) // as the controller writes it
+	a.setStatus(src, func() { src.Status.RestoringFrom = snap.Name })
+	if ans := a.stage(ref, a.restoringPod(a.ns, "lost-src-2", src, ref)); ans.Status != http.StatusOK {
+		t.Errorf("the sandbox's own snapshot: HTTP %d %q, want 200", ans.Status, ans.Message)
+	}
+	other := a.sandbox("claims-it", "claimsit000000000001")
+	a.setStatus(other, func() { other.Status.RestoringFrom = snap.Name })
+	a.refused("another sandbox restoring it", a.stage(ref, a.restoringPod(a.ns, "claims-it", other, ref)),
+		"Snapshot lost was not taken of Sandbox claims-it")
+	a.setStatus(src, func() { src.Status.RestoringFrom = "another-snapshot" })
+	a.refused("not the snapshot it restores from", a.stage(ref, a.restoringPod(a.ns, "lost-src-3", src, ref)),
+		"Sandbox lost-src restores Snapshot another-snapshot")
+}

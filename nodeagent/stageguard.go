@@ -251,6 +251,9 @@ func (c *stageCheck) sandboxDenial(ctx context.Context, ns string, owner *metav1
 	case sbx.UID != owner.UID:
 		return fmt.Sprintf("its Sandbox %s (UID %s) was replaced", owner.Name, owner.UID), nil
 	}
+	if kind == sandlotv1.RestoreKindSnapshot && sbx.Status.RestoringFrom != "" {
+		return ownSnapshotDenial(sbx, data), nil
+	}
 	src := sbx.Spec.Source
 	switch {
 	case kind == sandlotv1.RestoreKindPausedSandbox:
@@ -270,6 +273,22 @@ func (c *stageCheck) sandboxDenial(ctx context.Context, ns string, owner *metav1
 		return c.baseDenial(ctx, ns, src.Template, "", data)
 	}
 	return fmt.Sprintf("Sandbox %s has no source", sbx.Name), nil
+}
+
+// ownSnapshotDenial says why a sandbox whose node was lost does not
+// restore data: only the Snapshot the controller restores it from
+// (status.restoringFrom), and only one taken of this very sandbox — its
+// status.sandboxID, which the controller wrote from the source sandbox —
+// whatever that status names.
+func ownSnapshotDenial(sbx *sandlotv1.Sandbox, data client.Object) string {
+	snap, ok := data.(*sandlotv1.Snapshot)
+	switch {
+	case data.GetName() != sbx.Status.RestoringFrom:
+		return fmt.Sprintf("Sandbox %s restores Snapshot %s", sbx.Name, sbx.Status.RestoringFrom)
+	case !ok || snap.Status.SandboxID == "" || snap.Status.SandboxID != sbx.Status.SandboxID:
+		return fmt.Sprintf("Snapshot %s was not taken of Sandbox %s", data.GetName(), sbx.Name)
+	}
+	return ""
 }
 
 // baseDenial says why snap is not a base Snapshot of Template name (of

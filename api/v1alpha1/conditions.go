@@ -79,6 +79,10 @@ const (
 	// token is drawn under it; the next pod (after a pause and resume)
 	// boots with a new one.
 	ReasonTokenSecretLost = "TokenSecretLost"
+	// ReasonNodeLost: the sandbox's node is gone (deleted, out of
+	// service) or stopped answering while its VM ran there; with
+	// spec.onNodeLost Restore it is restored on another node.
+	ReasonNodeLost = "NodeLost"
 )
 
 // ReasonTokenSecretDeletionHeld is the reason of the Event recorded on a

@@ -30,6 +30,18 @@ const (
 	TimeoutPause  TimeoutAction = "Pause"
 )
 
+// NodeLostAction is what happens to a running sandbox whose node is lost.
+// +kubebuilder:validation:Enum=Report;Restore
+type NodeLostAction string
+
+const (
+	// NodeLostReport fails the sandbox with reason NodeLost.
+	NodeLostReport NodeLostAction = "Report"
+	// NodeLostRestore starts it on another node from its newest Snapshot
+	// whose data is in the shared store, once the node is known down.
+	NodeLostRestore NodeLostAction = "Restore"
+)
+
 // RollbackRequest asks the node agent to restore the sandbox in place from
 // one of its own snapshots; a new requestID asks again.
 type RollbackRequest struct {
@@ -82,6 +94,18 @@ type SandboxSpec struct {
 	// PausedSandbox of the same name while true.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+
+	// OnNodeLost is what happens when the node a sandbox runs on is lost:
+	// Report (the default) fails it with reason NodeLost; Restore starts
+	// it on another node, same sandbox ID, from its newest Snapshot whose
+	// data is in the shared store (remoteStatus Ready): its memory and
+	// files as of that snapshot. Restore waits until the node is known
+	// down — its Node deleted, or tainted node.kubernetes.io/out-of-service
+	// (Kubernetes' non-graceful node shutdown) — since a node that only
+	// stopped answering may still run the VM.
+	// +kubebuilder:default=Report
+	// +optional
+	OnNodeLost NodeLostAction `json:"onNodeLost,omitempty"`
 
 	// Rollback restores the sandbox in place from one of its snapshots.
 	// +optional
@@ -204,6 +228,11 @@ type SandboxStatus struct {
 	// from (sandboxes of a template never boot cold).
 	// +optional
 	BaseSnapshot string `json:"baseSnapshot,omitempty"`
+	// RestoringFrom names the Snapshot the sandbox is being restored
+	// from on another node after its node was lost (spec.onNodeLost
+	// Restore); cleared once it runs there.
+	// +optional
+	RestoringFrom string `json:"restoringFrom,omitempty"`
 	// BuildCheckpoint, on a template's builder, is the build step after
 	// which the node agent waits for the checkpoint Snapshot (set with
 	// the Built condition's reason BuildCheckpoint).

@@ -32,7 +32,7 @@ var failureReasons = []string{
 	ReasonNoEligibleNode, ReasonInsufficientCapacity, ReasonSourceNotFound, ReasonSourceFailed, ReasonTemplateNotAccepted,
 	ReasonPodFailed, ReasonPodLost, ReasonPodRejected, ReasonPodCreateFailed, ReasonPauseFailed, ReasonPausedStateDiscarded,
 	ReasonInvalidSpec, ReasonClaimFailed, ReasonClaimedPodLost, ReasonPlacementFailed, ReasonInvalidImage, ReasonImageMissing, ReasonProbeTimeout,
-	ReasonBuildFailed, ReasonBuilderLost, ReasonRollbackRefused, ReasonRollbackFailed, ReasonExpired, ReasonDataLost, ReasonInvalidNetwork, ReasonTokenSecretLost, "Failed",
+	ReasonBuildFailed, ReasonBuilderLost, ReasonRollbackRefused, ReasonRollbackFailed, ReasonExpired, ReasonDataLost, ReasonInvalidNetwork, ReasonTokenSecretLost, ReasonNodeLost, "Failed",
 }
 
 // Transition is one change of a condition, worded as its Event.

@@ -12,7 +12,7 @@ const reasonOther = "Other"
 var createFailureReasons = setOf(sandlotv1.ReasonPodFailed, sandlotv1.ReasonPodLost, sandlotv1.ReasonPodSucceeded,
 	sandlotv1.ReasonSourceFailed, sandlotv1.ReasonInvalidSpec, sandlotv1.ReasonInvalidNetwork, sandlotv1.ReasonExpired,
 	sandlotv1.ReasonClaimFailed, sandlotv1.ReasonPlacementFailed, sandlotv1.ReasonDataLost, sandlotv1.ReasonPausedStateDiscarded,
-	sandlotv1.ReasonPauseFailed, sandlotv1.ReasonPodRejected, sandlotv1.ReasonPodCreateFailed)
+	sandlotv1.ReasonPauseFailed, sandlotv1.ReasonPodRejected, sandlotv1.ReasonPodCreateFailed, sandlotv1.ReasonNodeLost)
 
 // buildFailureReasons are the reasons a base build fails with.
 var buildFailureReasons = setOf(sandlotv1.ReasonImageMissing, sandlotv1.ReasonBuilderLost, sandlotv1.ReasonBuildFailed,

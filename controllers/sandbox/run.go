@@ -29,6 +29,11 @@ const retryPlacement = 30 * time.Second
 func (r *Reconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src resolvedSource, pod *corev1.Pod) (ctrl.Result, *corev1.Pod, error) {
 	st := &sbx.Status
 	if pod != nil {
+		if pod.DeletionTimestamp != nil && !sandlotv1.ClaimPending(pod.Annotations) {
+			if res, handled, err := r.nodeLost(ctx, sbx, pod, pod.Spec.NodeName); handled || err != nil {
+				return res, nil, err
+			}
+		}
 		if v, ok := mirrorPod(sbx, src, pod); !ok {
 			res, err := r.replacePod(ctx, sbx, pod, v)
 			return res, nil, err
@@ -44,6 +49,9 @@ func (r *Reconciler) run(ctx context.Context, sbx *sandlotv1.Sandbox, src resolv
 		}
 		if v, again := vanishedClaimView(sbx); again {
 			res, err := r.replacePod(ctx, sbx, nil, v)
+			return res, nil, err
+		}
+		if res, handled, err := r.nodeLost(ctx, sbx, nil, st.NodeName); handled || err != nil {
 			return res, nil, err
 		}
 		setFailed(st, sbx.Generation, sandlotv1.ReasonPodLost, "pod "+st.PodName+" disappeared")
@@ -74,6 +82,12 @@ func mirrorPod(sbx *sandlotv1.Sandbox, src resolvedSource, pod *corev1.Pod) (pod
 		return v, false
 	}
 	st.PodName, st.NodeName = pod.Name, pod.Spec.NodeName
+	if v.Phase == sandlotv1.SandboxRunning && !sandlotv1.ClaimPending(pod.Annotations) {
+		// Restored after its node was lost (nodelost.go): done. A claimed
+		// pool pod runs before its claim restored anything, and the agent
+		// checks the claim against restoringFrom.
+		st.RestoringFrom = ""
+	}
 	if base := sandlotv1.PodSource(pod.Annotations); sbx.Spec.Source.Template != "" && base != nil &&
 		base.Kind == sandlotv1.RestoreKindSnapshot && st.BaseSnapshot == "" {
 		st.BaseSnapshot = base.Name // from the pod: the write at its creation may have been lost

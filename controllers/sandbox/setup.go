@@ -48,7 +48,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&sandlotv1.Template{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesUsing(index.SandboxByTemplate)),
 			builder.WithPredicates(templateChangedForSandboxes())).
 		Watches(&sandlotv1.Snapshot{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesUsing(index.SandboxBySnapshot))).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.unplacedSandboxes),
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesForNode),
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{},
 				placement.NodeReadyChanged()))).
 		Named("sandbox").
@@ -105,14 +105,15 @@ func (r *Reconciler) sandboxesUsing(index string) handler.MapFunc {
 	}
 }
 
-// unplacedSandboxes wakes the sandboxes waiting for a node when nodes change.
-func (r *Reconciler) unplacedSandboxes(ctx context.Context, _ client.Object) []reconcile.Request {
+// sandboxesForNode wakes, when a node changes, the sandboxes waiting for
+// a node and those on it (a node lost: nodelost.go).
+func (r *Reconciler) sandboxesForNode(ctx context.Context, node client.Object) []reconcile.Request {
 	list := &sandlotv1.SandboxList{}
 	if err := r.List(ctx, list); err != nil {
 		return nil
 	}
 	return sandboxRequests(list.Items, func(s *sandlotv1.Sandbox) bool {
-		return s.Status.NodeName == "" && !s.Status.Phase.Terminal()
+		return (s.Status.NodeName == "" || s.Status.NodeName == node.GetName()) && !s.Status.Phase.Terminal()
 	})
 }
 

@@ -66,8 +66,11 @@ func sourceName(src sandlotv1.SandboxSource) string {
 }
 
 func (r *Reconciler) resolveSource(ctx context.Context, sbx *sandlotv1.Sandbox) (resolvedSource, error) {
+	if name := sbx.Status.RestoringFrom; name != "" { // its node was lost (nodelost.go)
+		return r.resolveSnapshot(ctx, sbx, name)
+	}
 	if sbx.Spec.Source.Snapshot != "" {
-		return r.resolveSnapshot(ctx, sbx)
+		return r.resolveSnapshot(ctx, sbx, sbx.Spec.Source.Snapshot)
 	}
 	return r.resolveTemplate(ctx, sbx)
 }
@@ -156,9 +159,12 @@ func (s resolvedSource) restoreFor(node string) sandlotv1.RestoreRef {
 	return s.Restore
 }
 
-func (r *Reconciler) resolveSnapshot(ctx context.Context, sbx *sandlotv1.Sandbox) (resolvedSource, error) {
+// resolveSnapshot is snapshot name of the sandbox's namespace as its
+// source: spec.source's, or the one it is restored from after its node
+// was lost.
+func (r *Reconciler) resolveSnapshot(ctx context.Context, sbx *sandlotv1.Sandbox, name string) (resolvedSource, error) {
 	snap := &sandlotv1.Snapshot{}
-	key := types.NamespacedName{Namespace: sbx.Namespace, Name: sbx.Spec.Source.Snapshot}
+	key := types.NamespacedName{Namespace: sbx.Namespace, Name: name}
 	if err := r.Get(ctx, key, snap); err != nil {
 		if apierrors.IsNotFound(err) {
 			return waiting(sandlotv1.ReasonSourceNotFound, "snapshot %q not found", key.Name), nil

@@ -104,7 +104,7 @@ var evictions = map[string]bool{"Evicted": true, "Shutdown": true, "NodeShutdown
 // node gone), else BuildFailed.
 func builderFailure(b *sandlotv1.Sandbox, pod *corev1.Pod) (string, string) {
 	msg := fmt.Sprintf("the builder sandbox %s: %s", b.Status.Reason, b.Status.Message)
-	lost := b.Status.Reason == sandlotv1.ReasonPodLost ||
+	lost := b.Status.Reason == sandlotv1.ReasonPodLost || b.Status.Reason == sandlotv1.ReasonNodeLost ||
 		(b.Status.Reason == sandlotv1.ReasonPodFailed && pod != nil && evictions[pod.Status.Reason])
 	if lost {
 		return sandlotv1.ReasonBuilderLost, msg

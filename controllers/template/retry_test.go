@@ -110,6 +110,7 @@ func TestBuildFailureKinds(t *testing.T) {
 		"invalid image name":     {builderWorld{Builder: running, Pod: waiting("InvalidImageName")}, sandlotv1.ReasonInvalidImage, 0},
 		"builder pod evicted":    {builderWorld{Builder: ended(sandlotv1.ReasonPodFailed), Pod: evicted}, sandlotv1.ReasonBuilderLost, buildRetryFirst},
 		"builder pod lost":       {builderWorld{Builder: ended(sandlotv1.ReasonPodLost)}, sandlotv1.ReasonBuilderLost, buildRetryFirst},
+		"builder's node lost":    {builderWorld{Builder: ended(sandlotv1.ReasonNodeLost)}, sandlotv1.ReasonBuilderLost, buildRetryFirst},
 		"builder process exited": {builderWorld{Builder: ended(sandlotv1.ReasonPodFailed), Pod: exited}, sandlotv1.ReasonBuildFailed, 0},
 		"builder expired":        {builderWorld{Builder: ended(sandlotv1.ReasonExpired)}, sandlotv1.ReasonBuildFailed, 0},
 		"a build step failed": {builderWorld{Builder: running, Pod: podReadyTrue(), Build: true, Built: &metav1.Condition{Type: sandlotv1.ConditionBuilt,
