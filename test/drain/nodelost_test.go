@@ -2,7 +2,6 @@ package drain
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
-	"github.com/sandlot-dev/sandlot/internal/poll"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
@@ -40,7 +38,7 @@ func TestNodeLostRestoresElsewhere(t *testing.T) {
 
 	start := time.Now()
 	powerOff(t, k, lost)
-	waitNotReady(t, k, lost)
+	sbxtest.WaitNotReady(t, k, lost)
 	t.Logf("%s powered off; NotReady after %v", lost, time.Since(start).Round(time.Second))
 	if _, err := c.Kubectl(context.Background(), "taint", "node", lost, corev1.TaintNodeOutOfService+"=nodeshutdown:NoExecute"); err != nil {
 		t.Fatal(err)
@@ -81,20 +79,4 @@ func powerOff(t *testing.T, k client.Client, node string) {
 	if killed == 0 {
 		t.Fatalf("no VM found on %s among its %d pods", node, len(pods.Items))
 	}
-}
-
-func waitNotReady(t *testing.T, k client.Client, node string) {
-	t.Helper()
-	poll.Eventually(t, 2*time.Minute, node+" NotReady", func() error {
-		n := &corev1.Node{}
-		if err := k.Get(context.Background(), client.ObjectKey{Name: node}, n); err != nil {
-			return err
-		}
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady && cond.Status != corev1.ConditionTrue {
-				return nil
-			}
-		}
-		return fmt.Errorf("still Ready")
-	})
 }

@@ -113,18 +113,7 @@ func withKubeletDown(t *testing.T, k client.Client, node string) {
 			t.Errorf("restart the kubelet of %s: %v", node, err)
 		}
 	})
-	poll.Eventually(t, 2*time.Minute, node+" NotReady", func() error {
-		n := &corev1.Node{}
-		if err := k.Get(context.Background(), client.ObjectKey{Name: node}, n); err != nil {
-			return err
-		}
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady && cond.Status != corev1.ConditionTrue {
-				return nil
-			}
-		}
-		return fmt.Errorf("still Ready")
-	})
+	sbxtest.WaitNotReady(t, k, node)
 }
 
 // podByUID is the default namespace's pod of that UID.
