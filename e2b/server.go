@@ -197,6 +197,7 @@ func (s *Server) routes() *http.ServeMux {
 	handle("GET", "/snapshots", s.listSnapshots)
 	handle("GET", "/teams", s.teams)
 	handle("GET", "/templates", s.listTemplates)
+	handle("GET", "/v2/templates", s.listTemplatesV2)
 	handle("GET", "/templates/{id}", s.getTemplate)
 	handle("DELETE", "/templates/{id}", s.deleteTemplate)
 	handle("POST", "/v3/templates", s.requestBuild)

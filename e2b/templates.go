@@ -16,21 +16,66 @@ import (
 // copies of public ones are shown as their sources) and the public
 // templates of the other teams served.
 func (s *Server) listTemplates(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	tpls, aerr := s.visibleTemplates(r)
+	if aerr != nil {
+		return 0, nil, aerr
+	}
+	return http.StatusOK, s.templatesJSON(r, tpls), nil
+}
+
+// listTemplatesV2 is GET /v2/templates: the same templates, paged by
+// limit and nextToken (X-Next-Token), oldest first.
+func (s *Server) listTemplatesV2(w http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	limit, aerr := pageLimit(r.URL.Query().Get("limit"))
+	if aerr != nil {
+		return 0, nil, aerr
+	}
+	tpls, aerr := s.visibleTemplates(r)
+	if aerr != nil {
+		return 0, nil, aerr
+	}
+	page, next, aerr := paginate(tpls, r.URL.Query().Get("nextToken"), limit, func(t **sandlotv1.Template) pageKey {
+		return pageKey{(*t).CreationTimestamp.Time, (*t).Namespace + "/" + (*t).Name}
+	})
+	if aerr != nil {
+		return 0, nil, aerr
+	}
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	return http.StatusOK, s.templatesJSON(r, page), nil
+}
+
+// visibleTemplates are the team's templates and the public ones of other
+// teams. A teamID query naming another team is refused: a key speaks
+// for its own team only.
+func (s *Server) visibleTemplates(r *http.Request) ([]*sandlotv1.Template, *apiError) {
 	team := teamOf(r.Context())
-	out := []*templateJSON{}
+	if id := r.URL.Query().Get("teamID"); id != "" && id != team {
+		return nil, errorf(http.StatusForbidden, "query \"teamID\": %q is not the team of this API key", id)
+	}
+	var out []*sandlotv1.Template
 	for _, ns := range s.cfg.Namespaces() {
 		list := &sandlotv1.TemplateList{}
 		if err := s.kube.List(r.Context(), list, client.InNamespace(ns)); err != nil {
-			return 0, nil, kubeError("list templates", err)
+			return nil, kubeError("list templates", err)
 		}
 		for i := range list.Items {
 			tpl := &list.Items[i]
 			if tpl.DeletionTimestamp == nil && ((ns == team && tpl.Annotations[AnnotationPublicSource] == "") || isPublic(tpl)) {
-				out = append(out, s.templateJSON(tpl, team))
+				out = append(out, tpl)
 			}
 		}
 	}
-	return http.StatusOK, out, nil
+	return out, nil
+}
+
+func (s *Server) templatesJSON(r *http.Request, tpls []*sandlotv1.Template) []*templateJSON {
+	out := make([]*templateJSON, 0, len(tpls))
+	for _, tpl := range tpls {
+		out = append(out, s.templateJSON(tpl, teamOf(r.Context())))
+	}
+	return out
 }
 
 // findTemplate is the team's template id, or a public one of another team
