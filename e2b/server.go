@@ -211,13 +211,29 @@ func (s *Server) routes() *http.ServeMux {
 	}
 	handle("PATCH", "/templates/{id}", s.updateTemplate)
 	handle("PATCH", "/v2/templates/{id}", s.updateTemplate)
-	mux.HandleFunc("/", s.serve(func(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
-		if strings.Contains(r.URL.Path, "/templates/") {
-			return s.templateBuild(nil, r)
-		}
-		return 0, nil, errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path)
-	}))
+	s.unserved(mux)
 	return mux
+}
+
+// unserved routes what no handler above serves: the legacy template
+// builds (501, naming the SDK's build) and the rest (404, no route).
+// E2B's template tags are named, so that the template routes above do
+// not take "tags" for a template ID (DELETE /templates/tags deleted the
+// template named tags); GET /templates/{id}/tags would conflict with the
+// aliases route, so the legacy builds leave it out instead.
+func (s *Server) unserved(mux *http.ServeMux) {
+	noRoute := func(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+		return 0, nil, errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path)
+	}
+	for _, p := range []string{"POST /templates/tags", "DELETE /templates/tags"} {
+		mux.HandleFunc(p, s.serve(noRoute))
+	}
+	mux.HandleFunc("/", s.serve(func(w http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+		if strings.Contains(r.URL.Path, "/templates/") && !strings.HasSuffix(r.URL.Path, "/tags") {
+			return s.templateBuild(w, r)
+		}
+		return noRoute(w, r)
+	}))
 }
 
 // ServeHTTP routes sandbox traffic (by E2b-Sandbox-Id header or host
