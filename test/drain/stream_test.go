@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandlot-dev/sandlot/internal/cluster"
+	"github.com/sandlot-dev/sandlot/test/sbxtest"
 )
 
 // streamEvent is one line of test/e2b/hold-stream.mjs.
@@ -46,16 +47,7 @@ func holdStream(t *testing.T, id string) *streamClient {
 	if out, err := npm.CombinedOutput(); err != nil {
 		t.Fatalf("npm ci in test/e2b (installs the pinned e2b SDK): %v\n%s", err, out)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	key, err := c.IssueAPIKey(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiURL, err := c.APIURL(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	apiURL, key := sbxtest.APIAccess(t, c)
 	run, stop := context.WithCancel(context.Background())
 	t.Cleanup(stop)
 	cmd := exec.CommandContext(run, "node", "hold-stream.mjs")

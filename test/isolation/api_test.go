@@ -38,14 +38,7 @@ func TestAPIForwardsNoCredentials(t *testing.T) {
 	isoTemplate(t, k)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	key, err := c.IssueAPIKey(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := c.APIURL(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	api, key := sbxtest.APIAccess(t, c)
 	sbx := createThroughAPI(t, ctx, api, key)
 	if out := sbxtest.EnvdRun(t, k, sandboxCR(t, k, sbx.SandboxID), echoServer+" echo started"); !strings.Contains(out, "started") {
 		t.Fatalf("start the echo server: %q", out)

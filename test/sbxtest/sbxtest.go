@@ -358,3 +358,19 @@ func Cordon(t *testing.T, k client.Client, node string, on bool) {
 		t.Fatal(err)
 	}
 }
+
+// APIAccess is the URL of the cluster's sandlot-api and a key it issued
+// for team default (the API's own issue-key, in its pod).
+func APIAccess(t *testing.T, c *cluster.Cluster) (url, key string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	key, err := c.IssueAPIKey(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if url, err = c.APIURL(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return url, key
+}

@@ -91,14 +91,7 @@ func setup(t *testing.T, k client.Client) (*e2b, *kubeOps) {
 	if err := sbxtest.WaitBases(ctx, k, client.ObjectKeyFromObject(tpl), len(c.Nodes), 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	key, err := c.IssueAPIKey(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := c.APIURL(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	api, key := sbxtest.APIAccess(t, c)
 	plugin, err := sbxtest.BuildPlugin(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
