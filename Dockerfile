@@ -10,8 +10,11 @@
 # (as root, with Debian's tools): copy them into .vm/ first —
 #   source ~/.cache/sandlot/vm/current.env
 #   mkdir -p .vm && cp "$SANDLOT_VM_KERNEL" .vm/vmlinux && cp "$SANDLOT_VM_INITRD" .vm/initramfs.cpio.gz
-# The agent runs the node's own systemctl and QEMU chrooted in the node's
-# / (mounted at /host): the image needs neither.
+# and the QEMU bundle the install step puts on each node (chart value
+# node.qemu empty; hack/qemu-bundle.sh, Debian's QEMU made relocatable):
+#   cp -r "$(hack/qemu-bundle.sh | tail -1)" .vm/qemu
+# The agent runs the node's own systemctl, and QEMU, chrooted in the
+# node's / (mounted at /host).
 
 FROM golang:1.26 AS build
 WORKDIR /src
@@ -36,4 +39,5 @@ FROM scratch AS agent
 COPY --from=build /out/sandlot-agent /sandlot-agent
 COPY --from=build /out/containerd-shim-sandlot-v2 /opt/sandlot/bin/containerd-shim-sandlot-v2
 COPY .vm/vmlinux .vm/initramfs.cpio.gz /opt/sandlot/vm/
+COPY .vm/qemu/ /opt/sandlot/qemu/
 ENTRYPOINT ["/sandlot-agent"]

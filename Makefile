@@ -80,9 +80,13 @@ test: deps envtest-assets vm-assets cluster-bins minio-bins juicefs-bins ## Ever
 	if [[ $$status != 0 ]]; then echo "make test: a group failed (above)"; fi; exit $$status
 
 .PHONY: image
-image: build vm-assets ## Build the sandlot images (controller, API, agent) as OCI archives in bin/images/, without Docker.
-	source $(SANDLOT_CACHE)/vm/current.env && go run ./hack/images -bin bin -kernel "$$SANDLOT_VM_KERNEL" \
-		-initrd "$$SANDLOT_VM_INITRD" -tag $(APP_VERSION) -o bin/images
+image: build vm-assets ## Build the sandlot images (controller, API, agent with the QEMU bundle) as OCI archives in bin/images/, without Docker.
+	qemu=$$(hack/qemu-bundle.sh | tail -1) && source $(SANDLOT_CACHE)/vm/current.env && go run ./hack/images -bin bin \
+		-kernel "$$SANDLOT_VM_KERNEL" -initrd "$$SANDLOT_VM_INITRD" -qemu "$$qemu" -tag $(APP_VERSION) -o bin/images
+
+.PHONY: qemu-bundle
+qemu-bundle: ## Make the QEMU the agent image ships (Debian's, with its libraries, loader and firmware) relocatable, into the cache (skips what exists).
+	hack/qemu-bundle.sh
 
 .PHONY: release
 release: build image ## A release folder dist/$(VERSION)/ (image archives, the packaged chart, the kubectl plugin, SHA256SUMS) for VERSION=x.y.z, which must be the chart's version and appVersion and have a CHANGELOG section; REGISTRY=host[:port][/path] pushes the images (PLAIN_HTTP=1 for a registry without TLS).

@@ -18,6 +18,8 @@ PACKAGES=(
 	# the VM layer: QEMU, and what hack/vm-assets.sh builds the guest with
 	qemu-system-x86:qemu-system-x86_64 qemu-utils:qemu-img cpio:cpio busybox-static:/bin/busybox
 	debootstrap:debootstrap e2fsprogs:debugfs zstd:zstd binutils:readelf lz4:lz4 xz-utils:xz
+	# hack/qemu-bundle.sh: the agent image's QEMU, made relocatable
+	patchelf:patchelf
 	# namespaces, the cluster harness's bridge and kube-proxy
 	iproute2:ip iptables:iptables-save util-linux:unshare
 	# the shim's tests: runc (the baseline handler) and the CNI plugins

@@ -50,6 +50,14 @@ func (v *VM) command(args []string) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
+	root, bundled := BundleRoot(path)
+	var env []string
+	if bundled { // the jail holds it instead of the host's tree
+		binds = append(binds, jail.Bind{Path: root})
+		// Its RPATH ($ORIGIN/../lib) needs /proc/self/exe, which the jail
+		// has not: the loader is told where the libraries are.
+		env = []string{"LD_LIBRARY_PATH=" + filepath.Join(root, "lib")}
+	}
 	if err := os.Mkdir(v.jailRoot(), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("jail root: %w", err)
 	}
@@ -59,8 +67,8 @@ func (v *VM) command(args []string) (*exec.Cmd, error) {
 			groups = append(groups, gid)
 		}
 	}
-	return jail.Command(jail.Spec{Path: path, Args: args, UID: j.UID, GID: j.GID, Groups: groups,
-		Root: v.jailRoot(), Binds: binds, Devices: devices, Cgroups: j.Cgroups, OOMScoreAdj: j.OOMScoreAdj})
+	return jail.Command(jail.Spec{Path: path, Args: args, Env: env, UID: j.UID, GID: j.GID, Groups: groups,
+		Root: v.jailRoot(), Binds: binds, OwnTree: bundled, Devices: devices, Cgroups: j.Cgroups, OOMScoreAdj: j.OOMScoreAdj})
 }
 
 // jailFiles hands the VM's files to its uid and lists what its root

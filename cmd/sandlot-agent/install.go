@@ -50,7 +50,9 @@ func (f *installFlags) bind(fs *flag.FlagSet) {
 	fs.IntVar(&c.VMUIDs.Count, "vm-uid-count", node.DefaultVMUIDCount, "shim config: how many uids the jailed QEMUs may use")
 	fs.IntVar(&c.VMMGroup, "vmm-group", node.DefaultVMMGroup, "shim config: the group every jailed QEMU is in (reads base disks and memory)")
 	fs.StringVar(&c.AgentSocket, "agent-socket", "", "shim config: the agent's stage socket (default <sandlot-root>/agent.sock)")
-	fs.StringVar(&c.QEMU, "qemu", "", "shim config: QEMU binary on the host (default: qemu-system-x86_64 on PATH)")
+	fs.StringVar(&c.QEMU, "qemu", "", "shim config: the host's QEMU binary (default: qemu-system-x86_64 on PATH; not with --qemu-src)")
+	fs.StringVar(&o.QEMU.Src, "qemu-src", "", "the QEMU bundle in this image, installed at --qemu-dir and run by the shims (empty: the host's QEMU)")
+	fs.StringVar(&o.QEMU.Dest, "qemu-dir", "", "where the QEMU bundle goes on the host (uninstall removes it)")
 	fs.StringVar(&c.Modules, "modules", "", "shim config: the guest's SANDLOT_MODULES (.ko paths in the initramfs, colon-separated)")
 	fs.StringVar(&c.Accel, "accel", "", "shim config: kvm or tcg (default: detect)")
 	fs.IntVar(&c.DefaultMemoryMiB, "default-memory-mib", 0, "shim config: memory of a VM whose pod does not say (0: the shim's default)")
@@ -91,6 +93,10 @@ func (f *installFlags) options(restart []string) (install.Options, error) {
 		&o.ShimConfig.ImageDir, &o.ShimConfig.MemoryDir, &o.ShimConfig.DiskDir, &o.ShimConfig.AgentSocket, &f.ctrConfig, &f.dropIn} {
 		*p = install.ExpandEnv(*p, os.LookupEnv)
 	}
+	o.QEMU.Dest = install.ExpandEnv(o.QEMU.Dest, os.LookupEnv)
+	if err := bundledQEMU(&o); err != nil {
+		return o, err
+	}
 	o.ShimConfig.Kernel, o.ShimConfig.Initrd = o.Kernel.Dest, o.Initrd.Dest
 	if o.ShimConfig.AgentSocket == "" {
 		o.ShimConfig.AgentSocket = o.ShimConfig.Layout().StageSocket()
@@ -104,6 +110,20 @@ func (f *installFlags) options(restart []string) (install.Options, error) {
 	o.Containerd = &install.Containerd{ConfigPath: f.ctrConfig, DropInPath: f.dropIn, RuntimePath: f.runtimePath,
 		Restart: func(ctx context.Context) error { return runRestart(ctx, o.HostRoot, restart) }}
 	return o, nil
+}
+
+// bundledQEMU points the shim config at the bundle --qemu-src installs.
+func bundledQEMU(o *install.Options) error {
+	switch {
+	case o.QEMU.Src == "":
+		return nil
+	case o.ShimConfig.QEMU != "":
+		return errors.New("--qemu names the host's QEMU, --qemu-src installs this image's: give one")
+	case !filepath.IsAbs(o.QEMU.Dest):
+		return fmt.Errorf("--qemu-src needs --qemu-dir, an absolute host path (got %q)", o.QEMU.Dest)
+	}
+	o.ShimConfig.QEMU = filepath.Join(o.QEMU.Dest, vm.BundleBinary)
+	return nil
 }
 
 // restartTimeout bounds a containerd restart.

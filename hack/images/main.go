@@ -6,9 +6,10 @@
 //	sandlot-api         /sandlot-api                           (uid 65532)
 //	sandlot-agent       /sandlot-agent, and what its install step copies onto
 //	                    nodes: /opt/sandlot/bin/containerd-shim-sandlot-v2,
-//	                    /opt/sandlot/vm/vmlinux, /opt/sandlot/vm/initramfs.cpio.gz
+//	                    /opt/sandlot/vm/vmlinux, /opt/sandlot/vm/initramfs.cpio.gz,
+//	                    /opt/sandlot/qemu/ (the QEMU bundle, hack/qemu-bundle.sh)
 //
-//	go run ./hack/images -bin DIR -kernel FILE -initrd FILE -tag TAG -o DIR
+//	go run ./hack/images -bin DIR -kernel FILE -initrd FILE -qemu DIR -tag TAG -o DIR
 package main
 
 import (
@@ -41,11 +42,12 @@ func main() {
 	bin := flag.String("bin", "bin", "the static binaries (make build)")
 	kernel := flag.String("kernel", "", "the guest kernel (make vm-assets)")
 	initrd := flag.String("initrd", "", "the guest initramfs (make vm-assets)")
+	qemu := flag.String("qemu", "", "the QEMU bundle (hack/qemu-bundle.sh)")
 	tag := flag.String("tag", "", "the images' tag (the chart's appVersion)")
 	out := flag.String("o", "", "directory for <name>.tar")
 	flag.Parse()
-	if *kernel == "" || *initrd == "" || *tag == "" || *out == "" || flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: images -bin DIR -kernel FILE -initrd FILE -tag TAG -o DIR")
+	if *kernel == "" || *initrd == "" || *qemu == "" || *tag == "" || *out == "" || flag.NArg() != 0 {
+		fmt.Fprintln(os.Stderr, "usage: images -bin DIR -kernel FILE -initrd FILE -qemu DIR -tag TAG -o DIR")
 		os.Exit(2)
 	}
 	images := []image{
@@ -57,6 +59,10 @@ func main() {
 			"opt/sandlot/vm/vmlinux":                     *kernel,
 			"opt/sandlot/vm/initramfs.cpio.gz":           *initrd,
 		}},
+	}
+	if err := addTree(images[2].files, "opt/sandlot/qemu", *qemu); err != nil {
+		fmt.Fprintln(os.Stderr, "images:", err)
+		os.Exit(1)
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
@@ -104,6 +110,22 @@ func pinTimes(tree string) error {
 			return err
 		}
 		return os.Chtimes(p, builtAt, builtAt)
+	})
+}
+
+// addTree adds every regular file under dir to files, at its path below
+// at; the bundle holds nothing else (it is made of resolved copies).
+func addTree(files map[string]string, at, dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("%s: not a regular file", p)
+		}
+		rel, err := filepath.Rel(dir, p)
+		files[filepath.Join(at, rel)] = p
+		return err
 	})
 }
 

@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"bytes"
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -274,13 +276,31 @@ func BuildImages(binDir string) error {
 	if err != nil {
 		return err
 	}
+	qemu, err := QEMUBundle()
+	if err != nil {
+		return err
+	}
 	cmd := exec.Command("go", "run", "./hack/images", "-bin", binDir, "-kernel", assets.Assets.Kernel,
-		"-initrd", assets.Assets.Initrd, "-tag", ch.AppVersion(), "-o", filepath.Join(binDir, "images"))
+		"-initrd", assets.Assets.Initrd, "-qemu", qemu, "-tag", ch.AppVersion(), "-o", filepath.Join(binDir, "images"))
 	cmd.Dir = RepoRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("images: %w: %s", err, out)
 	}
 	return nil
+}
+
+// QEMUBundle is the QEMU the agent image ships (hack/qemu-bundle.sh, which
+// makes it in seconds the first time): its directory.
+func QEMUBundle() (string, error) {
+	cmd := exec.Command(filepath.Join(RepoRoot(), "hack", "qemu-bundle.sh"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("hack/qemu-bundle.sh: %w: %s", err, stderr.Bytes())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1], nil
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -38,6 +38,9 @@ type Options struct {
 	HostRoot string
 	// Shim, Kernel and Initrd are copied when their Src is set.
 	Shim, Kernel, Initrd File
+	// QEMU, when its Src is set, is the QEMU bundle (vm.BundleManifest)
+	// installed at its Dest; ShimConfig.QEMU should name its binary there.
+	QEMU Tree
 	// ShimConfigPath is where ShimConfig goes on the host (the runtime's
 	// ConfigPath). ShimConfig's Kernel and Initrd are host paths.
 	ShimConfigPath string
@@ -65,6 +68,11 @@ func Install(ctx context.Context, o Options) (Result, error) {
 			continue
 		}
 		if err := res.record(o.copyFile(f.file, f.mode)); err != nil {
+			return res, err
+		}
+	}
+	if o.QEMU.Src != "" {
+		if err := o.installQEMU(&res); err != nil {
 			return res, err
 		}
 	}
@@ -143,8 +151,8 @@ func (o Options) restore(path string, prev []byte) error {
 }
 
 // Uninstall removes the drop-in (restarting containerd when it was
-// there), then the shim config and the copied files. Data (the image
-// cache, the store) stays.
+// there), then the shim config, the copied files and the QEMU bundle.
+// Data (the image cache, the store) stays.
 func Uninstall(ctx context.Context, o Options) (Result, error) {
 	var res Result
 	if c := o.Containerd; c != nil {
@@ -167,6 +175,9 @@ func Uninstall(ctx context.Context, o Options) (Result, error) {
 		if err := res.record(p, removed, err); err != nil {
 			return res, err
 		}
+	}
+	if o.QEMU.Dest != "" {
+		return res, o.uninstallQEMU(o.QEMU.Dest, &res)
 	}
 	return res, nil
 }

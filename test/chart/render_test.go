@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"cmp"
 	"os"
 	"reflect"
 	"slices"
@@ -531,7 +532,8 @@ func norm(s string) string {
 // stays, read for the node's QEMU version (--host-root).
 func TestRenderWithoutInstall(t *testing.T) {
 	var ds appsv1.DaemonSet
-	objs := render(t, map[string]any{"agent": map[string]any{"install": map[string]any{"enabled": false}}})
+	objs := render(t, map[string]any{"agent": map[string]any{"install": map[string]any{"enabled": false}},
+		"node": map[string]any{"qemu": "/usr/bin/qemu-system-x86_64"}})
 	objs.into(t, "DaemonSet", "sandlot-agent", &ds)
 	spec := ds.Spec.Template.Spec
 	agent := spec.Containers[0]
@@ -546,19 +548,38 @@ func TestRenderWithoutInstall(t *testing.T) {
 	}
 }
 
-// TestRenderQEMU: node.qemu names the QEMU the agent fingerprints, as the
-// shims run it; unset, the agent takes the node's PATH.
+// TestRenderQEMU: unset, node.qemu means the image's QEMU bundle, which
+// the install step puts under dataDir (and its uninstall removes), and
+// which the agent fingerprints as the shims run it; set, the node's own
+// QEMU and no bundle. Without the install step the chart cannot say
+// where a bundle is: it refuses.
 func TestRenderQEMU(t *testing.T) {
+	const bundled = "/var/lib/sandlot/qemu/bin/qemu-system-x86_64"
 	for _, tc := range []struct {
-		qemu string
-		want bool
-	}{{"/opt/qemu/bin/qemu-system-x86_64", true}, {"", false}} {
+		qemu       string
+		want, gone []string // install args
+	}{
+		{"", []string{"--qemu-src=/opt/sandlot/qemu", "--qemu-dir=/var/lib/sandlot/qemu"}, []string{"--qemu=" + bundled}},
+		{"/opt/qemu/bin/qemu-system-x86_64", []string{"--qemu=/opt/qemu/bin/qemu-system-x86_64"}, []string{"--qemu-src=/opt/sandlot/qemu"}},
+	} {
 		var ds appsv1.DaemonSet
 		render(t, map[string]any{"node": map[string]any{"qemu": tc.qemu}}).into(t, "DaemonSet", "sandlot-agent", &ds)
-		args := ds.Spec.Template.Spec.Containers[0].Args
-		if got := slices.Contains(args, "--qemu="+tc.qemu); got != tc.want {
-			t.Errorf("node.qemu %q: agent args %v", tc.qemu, args)
+		pod := ds.Spec.Template.Spec
+		hasArg(t, pod.Containers[0].Args, "--qemu="+cmp.Or(tc.qemu, bundled))
+		for _, args := range [][]string{pod.InitContainers[0].Args, pod.Containers[0].Lifecycle.PreStop.Exec.Command} {
+			for _, a := range tc.want {
+				hasArg(t, args, a)
+			}
+			for _, a := range tc.gone {
+				if slices.Contains(args, a) {
+					t.Errorf("node.qemu %q: install args %v hold %s", tc.qemu, args, a)
+				}
+			}
 		}
+	}
+	_, _, err := release(map[string]any{"agent": map[string]any{"install": map[string]any{"enabled": false}}})
+	if err == nil || !strings.Contains(err.Error(), "node.qemu") {
+		t.Errorf("install disabled, node.qemu unset: %v, want a refusal naming node.qemu", err)
 	}
 }
 

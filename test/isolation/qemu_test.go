@@ -19,8 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/internal/cluster"
 	"github.com/sandlot-dev/sandlot/internal/poll"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
+	"github.com/sandlot-dev/sandlot/vm"
 )
 
 // qemu is a VM's host process as an escaped guest would find itself.
@@ -92,16 +94,23 @@ type jailed struct {
 	code        int
 }
 
-// asQEMU runs argv in q's mount namespace with q's uid and gid: what code
-// that escaped into that QEMU could do. A non-zero exit is in the result;
+// asQEMU runs the busybox applet argv[0] in q's mount namespace with q's
+// uid and gid: what code that escaped into that QEMU could do. The jail of
+// the image's QEMU holds none of the host's programs, so a static busybox
+// is put where the jail sees it, the VM's own (writable) layer directory,
+// as an escaped QEMU could write one. A non-zero exit is in the result;
 // the error says nsenter could not be started at all.
 func asQEMU(q qemu, argv ...string) (jailed, error) {
+	bb, err := stageBusybox(q)
+	if err != nil {
+		return jailed{}, err
+	}
 	id := strconv.Itoa(q.uid)
 	cmd := exec.Command("nsenter", append([]string{"--target", strconv.Itoa(q.pid), "--mount",
-		"--setuid", id, "--setgid", id, "--"}, argv...)...)
+		"--setuid", id, "--setgid", id, "--", bb}, argv...)...)
 	var out, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &stderr
-	err := cmd.Run()
+	err = cmd.Run()
 	r := jailed{out: out.String(), stderr: stderr.String()}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
@@ -111,6 +120,23 @@ func asQEMU(q qemu, argv ...string) (jailed, error) {
 		return r, fmt.Errorf("nsenter into QEMU %d: %w", q.pid, err)
 	}
 	return r, nil
+}
+
+// stageBusybox copies Debian's static busybox into q's layer directory
+// (once) and names it there.
+func stageBusybox(q qemu) (string, error) {
+	if q.layer == "" {
+		return "", fmt.Errorf("QEMU %d: no layer on its command line to put busybox beside", q.pid)
+	}
+	dst := filepath.Join(filepath.Dir(q.layer), "busybox")
+	if _, err := os.Stat(dst); err == nil {
+		return dst, nil
+	}
+	b, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		return "", fmt.Errorf("%w: run hack/deps.sh (Debian's busybox-static)", err)
+	}
+	return dst, os.WriteFile(dst, b, 0o755)
 }
 
 // refused is nil when tool itself ran in the jail and failed to open its
@@ -189,6 +215,58 @@ func TestJailedQEMUs(t *testing.T) {
 		other  qemu
 	}{{a, string(sbxPod.UID), b}, {b, string(pod.UID), a}} {
 		checkConfined(t, q.q, q.podUID, q.other)
+		checkBundled(t, q.q)
+	}
+}
+
+// checkBundled: the QEMU is the agent image's (node.qemu unset): its
+// binary, manifest and every library it mapped come from the bundle the
+// agent installed on its node, not the host's /usr, and its jail cannot
+// write there.
+func checkBundled(t *testing.T, q qemu) {
+	t.Helper()
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", q.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, ok := vm.BundleRoot(exe)
+	if !ok {
+		t.Fatalf("QEMU %d runs %s, not the image's QEMU bundle", q.pid, exe)
+	}
+	image, err := cluster.QEMUBundle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join(image, vm.BundleManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(root, vm.BundleManifest)); err != nil || string(got) != string(want) {
+		t.Errorf("QEMU %d's bundle %s: manifest %q (%v), want the image's %q", q.pid, root, got, err, want)
+	}
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", q.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	libs := 0
+	for _, line := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || !strings.Contains(f[5], ".so") {
+			continue
+		}
+		if libs++; !strings.HasPrefix(f[5], root+"/") {
+			t.Errorf("QEMU %d mapped %s from outside its bundle %s", q.pid, f[5], root)
+		}
+	}
+	if libs < 10 {
+		t.Errorf("QEMU %d mapped %d libraries: its maps prove nothing", q.pid, libs)
+	}
+	r, err := asQEMU(q, "touch", filepath.Join(root, "bin", "planted"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.refused("touch", "Read-only file system", "Permission denied"); err != nil {
+		t.Errorf("QEMU %d wrote into its bundle: %v", q.pid, err)
 	}
 }
 

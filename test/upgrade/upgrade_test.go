@@ -3,6 +3,7 @@ package upgrade
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/sandlot-dev/sandlot/internal/cluster"
 	"github.com/sandlot-dev/sandlot/internal/poll"
 	"github.com/sandlot-dev/sandlot/test/sbxtest"
+	"github.com/sandlot-dev/sandlot/vm"
 )
 
 // before is what the previous release left, checked after the upgrade.
@@ -228,7 +230,31 @@ func newGuest(t *testing.T, k client.Client, b before) {
 	if got := guestVersion(t, k, old); got != b.version {
 		t.Errorf("the sandbox from before the upgrade runs guest agent %q, want its own %s", got, b.version)
 	}
+	// 0.1.0 ran the host's QEMU; this checkout installs the image's: the
+	// new sandbox runs it, the old one keeps the QEMU it started with.
+	if exe := qemuExe(t, string(sbxtest.PodOf(t, k, sbx).UID)); !isBundle(exe) {
+		t.Errorf("a sandbox created after the upgrade runs QEMU %s, want the image's bundle", exe)
+	}
+	if exe := qemuExe(t, b.runningPod); isBundle(exe) {
+		t.Errorf("the sandbox from before the upgrade runs QEMU %s, want the host's it started with", exe)
+	}
 }
+
+// qemuExe is the binary the QEMU of the pod with that UID runs.
+func qemuExe(t *testing.T, podUID string) string {
+	t.Helper()
+	pid, _, ok := sbxtest.FindQEMU(podUID)
+	if !ok {
+		t.Fatalf("no QEMU for pod %s", podUID)
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
+
+func isBundle(exe string) bool { _, ok := vm.BundleRoot(exe); return ok }
 
 // guestVersion asks the sandbox's guest agent (its PID 1) for its version.
 func guestVersion(t *testing.T, k client.Client, sbx *sandlotv1.Sandbox) string {

@@ -56,8 +56,8 @@ func become(s Spec) error {
 	return fmt.Errorf("exec %s: %w", s.Path, syscall.Exec(s.Path, append([]string{s.Path}, s.Args...), env))
 }
 
-// buildRoot mounts a tmpfs on s.Root and binds into it the host tree, the
-// device nodes and s.Binds, each at its own path. Mount events stay in
+// buildRoot mounts a tmpfs on s.Root and binds into it the host tree
+// (unless s.OwnTree), the device nodes and s.Binds, each at its own path. Mount events stay in
 // this namespace: the root is made private first.
 func buildRoot(s Spec) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -67,6 +67,9 @@ func buildRoot(s Spec) error {
 		return fmt.Errorf("jail root tmpfs: %w", err)
 	}
 	for _, p := range hostTree {
+		if s.OwnTree {
+			break
+		}
 		if err := mirror(s.Root, p); err != nil {
 			return err
 		}

@@ -41,8 +41,15 @@ type Spec struct {
 	Root string `json:"root"`
 	// Binds are host paths made visible at the same path in the jail
 	// (files or directories, read-only unless Writable). The VMM binary's
-	// own tree (/usr and the host's /bin, /lib... links) is always there.
+	// own tree (/usr and the host's /bin, /lib... links) is there too,
+	// unless OwnTree.
 	Binds []Bind `json:"binds"`
+	// OwnTree: the VMM brings its own libraries, loader, modules and
+	// firmware in a directory among Binds (a QEMU bundle), so nothing of
+	// the host's tree is in the jail — not its programs, and not the
+	// host's QEMU modules, which the bundle's QEMU would otherwise load
+	// beside its own libraries when it enumerates device types.
+	OwnTree bool `json:"ownTree,omitempty"`
 	// Devices are extra device nodes bound in writable (e.g. /dev/kvm),
 	// beside /dev/null, zero, full, random and urandom.
 	Devices []string `json:"devices,omitempty"`

@@ -109,8 +109,11 @@ uninstall removes what install wrote), restart command excluded.
 {{- with .Values.network.resolveWhenClosed }}
 - {{ printf "--resolve-when-closed=%v" (join "," .) | quote }}
 {{- end }}
-{{- with $n.qemu }}
-- {{ printf "--qemu=%v" (.) | quote }}
+{{- if $n.qemu }}
+- {{ printf "--qemu=%v" $n.qemu | quote }}
+{{- else }}
+- {{ printf "--qemu-src=%v" $a.install.source.qemu | quote }}
+- {{ printf "--qemu-dir=%v/qemu" $n.dataDir | quote }}
 {{- end }}
 {{- with $a.accel }}
 - {{ printf "--accel=%v" (.) | quote }}
@@ -193,3 +196,15 @@ uninstall removes what install wrote), restart command excluded.
 {{- define "sandlot.storeLink" -}}
 {{ printf "%s/store-volume" .Values.node.runDir }}
 {{- end }}
+
+{{- /* The QEMU binary the shims run: node.qemu, or the image's bundle where the agent's install step puts it. */ -}}
+{{- define "sandlot.qemu" -}}
+{{- $n := .Values.node -}}
+{{- if $n.qemu -}}
+{{- $n.qemu -}}
+{{- else if .Values.agent.install.enabled -}}
+{{- printf "%s/qemu/bin/qemu-system-x86_64" $n.dataDir -}}
+{{- else -}}
+{{- fail "node.qemu: with agent.install.enabled=false nothing installs the image's QEMU: name the nodes' QEMU (e.g. /usr/bin/qemu-system-x86_64)" -}}
+{{- end -}}
+{{- end -}}
