@@ -70,7 +70,7 @@ test-unit: envtest-assets ## Unit and envtest suites only (no VM, cluster or sto
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -timeout 20m $(UNIT_TESTS)
 
 .PHONY: test
-test: deps envtest-assets vm-assets cluster-bins minio-bins juicefs-bins ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), store (real MinIO, a live JuiceFS), shim (real containerd + CNI + QEMU), and the cluster suites (real two-node clusters, sandlot installed by its chart). Runs every group even after one fails.
+test: deps envtest-assets vm-assets cluster-bins minio-bins juicefs-bins e2b-venv ## Every test: unit, envtest (real kube-apiserver + etcd), guest (real E2B SDK), VM (real QEMU), store (real MinIO, a live JuiceFS), shim (real containerd + CNI + QEMU), and the cluster suites (real two-node clusters, sandlot installed by its chart). Runs every group even after one fails.
 	@status=0; \
 	$(MAKE) --no-print-directory test-unit || status=1; \
 	rest="$$(go list ./nodeagent/store/ ./internal/... ./test/... | grep -v '$(HEAVY_PATTERN)' | grep -vxF "$$(go list $(UNIT_TESTS))")"; \
@@ -226,8 +226,12 @@ bench-network: cluster-bins vm-assets ## What each sandbox's network filter cost
 	go run ./test/bench/network $(BENCH_ARGS)
 
 .PHONY: test-e2b
-test-e2b: cluster-bins vm-assets ## sandlot-api (the E2B REST facade and sandbox proxy) driven by the real e2b and @e2b/code-interpreter SDKs on a real two-node cluster, in both proxy modes.
+test-e2b: cluster-bins vm-assets e2b-venv ## sandlot-api (the E2B REST facade and sandbox proxy) driven by the real E2B SDKs on a real two-node cluster, in both proxy modes: e2b and @e2b/code-interpreter from npm (node --test), e2b and e2b-code-interpreter from PyPI (pytest, sync and async clients).
 	go test -count=1 -v -timeout 30m ./test/e2b/
+
+.PHONY: e2b-venv
+e2b-venv: ## The virtualenv of the Python E2B SDK suite: test/e2b/python/requirements.lock from PyPI, into the cache (skips what exists).
+	hack/e2b-venv.sh
 
 .PHONY: bench-e2b
 bench-e2b: cluster-bins vm-assets ## cube-bench's shape through sandlot-api: create-only and create-delete at c = 1, 10, 20, 50, without a pod, into start slots and with a warm pool, timing create → 201 and create → the first command answered through the proxy, beside a bare-QEMU restore + the same command measured in the same run (BENCH_ARGS=-json).

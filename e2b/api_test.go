@@ -187,6 +187,11 @@ func TestBadInput(t *testing.T) {
 		{"too much metadata", "POST", "/v2/sandboxes", map[string]any{"templateID": "base", "metadata": tooMany}, 400, `field "metadata": 65 entries`},
 		{"body too large", "POST", "/v2/sandboxes", `{"templateID":"base","x":"` + strings.Repeat("a", maxTestBody) + `"}`, 413, "larger than"},
 		{"unknown template", "POST", "/v2/sandboxes", `{"templateID":"no-such-template"}`, 404, `template "no-such-template" not found`},
+		{"a field sandlot does not know", "POST", "/v2/sandboxes", `{"templateID":"base","iam":{"tokens":{}}}`, 400, `field "iam" is not supported`},
+		{"filesystem-only auto-pause", "POST", "/v2/sandboxes", `{"templateID":"base","autoPause":true,"autoPauseMemory":false}`, 400, `field "autoPauseMemory": false`},
+		{"filesystem-only pause", "POST", "/sandboxes/" + unknownID + "/pause", `{"memory":false}`, 400, `field "memory": false`},
+		{"resume by reboot", "POST", "/v2/sandboxes/" + unknownID + "/connect", `{"memory":false}`, 400, `field "memory": false`},
+		{"unknown pause field", "POST", "/sandboxes/" + unknownID + "/pause", `{"keepMemory":true}`, 400, `field "keepMemory" is not supported`},
 		{"GET unknown sandbox", "GET", "/sandboxes/" + unknownID, nil, 404, "not found"},
 		{"GET malformed ID", "GET", "/sandboxes/Not-An-ID", nil, 404, "not found"},
 		{"DELETE unknown sandbox", "DELETE", "/sandboxes/" + unknownID, nil, 404, "not found"},
@@ -196,6 +201,8 @@ func TestBadInput(t *testing.T) {
 		{"bad limit", "GET", "/v2/sandboxes?limit=0", nil, 400, `query "limit"`},
 		{"bad page token", "GET", "/v2/sandboxes?nextToken=x", nil, 400, `query "nextToken"`},
 		{"bad metadata filter", "GET", "/v2/sandboxes?metadata=%3Dv", nil, 400, `query "metadata"`},
+		{"bad order", "GET", "/v2/sandboxes?order=newest", nil, 400, `query "order"`},
+		{"bad startedAfter", "GET", "/v2/sandboxes?startedAfter=yesterday", nil, 400, `query "startedAfter"`},
 		{"unknown route", "GET", "/v9/nothing", nil, 404, "no route GET /v9/nothing"},
 		{"wrong method", "PUT", "/v2/sandboxes", nil, 405, "method not allowed"},
 		{"wrong method on an ID", "PATCH", "/sandboxes/" + unknownID, nil, 405, "method not allowed"},
@@ -284,6 +291,23 @@ func TestList(t *testing.T) {
 			}
 		})
 	}
+	t.Run("order and startedAfter", func(t *testing.T) {
+		desc, _ := listed(t, "/v2/sandboxes", mine, url.Values{})
+		asc, _ := listed(t, "/v2/sandboxes", mine, url.Values{"order": {"asc"}})
+		rev := slices.Clone(desc)
+		slices.Reverse(rev)
+		if len(desc) != len(ids) || !slices.Equal(asc, rev) {
+			t.Errorf("newest first %v, oldest first %v: want one the other reversed", desc, asc)
+		}
+		future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+		if got, _ := listed(t, "/v2/sandboxes", mine, url.Values{"startedAfter": {future}}); len(got) != 0 {
+			t.Errorf("started after %s: %v, want none", future, got)
+		}
+		past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+		if got, _ := listed(t, "/v2/sandboxes", mine, url.Values{"startedAfter": {past}}); len(got) != len(ids) {
+			t.Errorf("started after %s: %v, want all %d", past, got, len(ids))
+		}
+	})
 	t.Run("pages", func(t *testing.T) {
 		var got []string
 		var sizes []int

@@ -84,8 +84,12 @@ func (s *Server) patchSpec(ctx context.Context, sbx *sandlotv1.Sandbox, spec map
 // pause pauses a running sandbox and returns once it is paused; 409
 // when it is paused (or pausing) already.
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) (int, any, *apiError) {
-	if err := decodeBody(r, &struct{}{}); err != nil {
+	var body pauseBody
+	if err := decodeBody(r, &body); err != nil {
 		return 0, nil, err
+	}
+	if body.Memory != nil && !*body.Memory {
+		return 0, nil, errNoFilesystemPause("memory")
 	}
 	sbx, err := s.sandbox(r.Context(), r.PathValue("id"), false)
 	if err != nil {
@@ -93,6 +97,11 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) (int, any, *apiEr
 	}
 	if paused(sbx) {
 		return 0, nil, errorf(http.StatusConflict, "sandbox %q is already paused", r.PathValue("id"))
+	}
+	if body.RequireHealthyGuest != nil && *body.RequireHealthyGuest {
+		if err := s.envdHealthy(r.Context(), sbx); err != nil {
+			return 0, nil, errorf(http.StatusServiceUnavailable, "sandbox %q not paused: its guest agent does not answer (requireHealthyGuest): %v", r.PathValue("id"), err)
+		}
 	}
 	if err := s.allowOperation(w, r, "pause"); err != nil {
 		return 0, nil, err
@@ -137,9 +146,12 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) (int, any, *apiE
 // connect returns a running sandbox (200, its timeout extended when
 // asked) or resumes a paused one (201).
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) (int, any, *apiError) {
-	var body timeoutBody
+	var body connectBody
 	if err := decodeBody(r, &body); err != nil {
 		return 0, nil, err
+	}
+	if body.Memory != nil && !*body.Memory {
+		return 0, nil, errNoFilesystemPause("memory")
 	}
 	if body.Timeout != nil {
 		if _, err := seconds("timeout", body.Timeout, 0); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,35 +33,23 @@ func (s *Server) listSandboxesV1(_ http.ResponseWriter, r *http.Request) (int, a
 	return http.StatusOK, out, nil
 }
 
-// listSandboxes is GET /v2/sandboxes: filters metadata, state and
-// template; pages of limit (default and at most 100) ordered by start,
-// the next page's token in x-next-token.
+// listSandboxes is GET /v2/sandboxes: filters metadata, state,
+// template and startedAfter; pages of limit (default and at most 100)
+// ordered by start time, newest first unless order=asc, the next page's
+// token in x-next-token.
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) (int, any, *apiError) {
-	q := r.URL.Query()
-	filter, err := parseMetadataQuery(q.Get("metadata"))
+	q, err := parseListQuery(r.URL.Query())
 	if err != nil {
 		return 0, nil, err
 	}
-	states := map[string]bool{}
-	for _, v := range q["state"] {
-		for _, st := range strings.Split(v, ",") {
-			if st != "running" && st != "paused" {
-				return 0, nil, errorf(http.StatusBadRequest, "query \"state\": %q is neither running nor paused", st)
-			}
-			states[st] = true
-		}
-	}
-	limit, err := pageLimit(q.Get("limit"))
+	items, err := s.matching(r.Context(), q.metadata, q.states, q.template)
 	if err != nil {
 		return 0, nil, err
 	}
-	items, err := s.matching(r.Context(), filter, states, q.Get("template"))
-	if err != nil {
-		return 0, nil, err
-	}
-	page, next, err := paginate(items, q.Get("nextToken"), limit, func(sbx **sandlotv1.Sandbox) pageKey {
-		return pageKey{(*sbx).CreationTimestamp.Time, sandlotv1.SandboxIDFor((*sbx).UID)}
-	})
+	items = slices.DeleteFunc(items, func(sbx *sandlotv1.Sandbox) bool { return startedAt(sbx).Before(q.startedAfter) })
+	page, next, err := paginateOrdered(items, q.nextToken, q.limit, func(sbx **sandlotv1.Sandbox) pageKey {
+		return pageKey{startedAt(*sbx), sandlotv1.SandboxIDFor((*sbx).UID)}
+	}, q.desc)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -72,6 +61,58 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) (int, any
 		out = append(out, s.detail(r.Context(), sbx, false))
 	}
 	return http.StatusOK, out, nil
+}
+
+// listQuery is GET /v2/sandboxes's query.
+type listQuery struct {
+	metadata     map[string]string
+	states       map[string]bool
+	template     string
+	startedAfter time.Time
+	desc         bool
+	nextToken    string
+	limit        int
+}
+
+func parseListQuery(q url.Values) (listQuery, *apiError) {
+	lq := listQuery{states: map[string]bool{}, template: q.Get("template"), nextToken: q.Get("nextToken"), desc: true}
+	var err *apiError
+	if lq.metadata, err = parseMetadataQuery(q.Get("metadata")); err != nil {
+		return lq, err
+	}
+	for _, v := range q["state"] {
+		for _, st := range strings.Split(v, ",") {
+			if st != "running" && st != "paused" {
+				return lq, errorf(http.StatusBadRequest, "query \"state\": %q is neither running nor paused", st)
+			}
+			lq.states[st] = true
+		}
+	}
+	switch o := q.Get("order"); o {
+	case "", "desc":
+	case "asc":
+		lq.desc = false
+	default:
+		return lq, errorf(http.StatusBadRequest, "query \"order\": %q is neither asc nor desc", o)
+	}
+	if v := q.Get("startedAfter"); v != "" {
+		t, perr := time.Parse(time.RFC3339Nano, v)
+		if perr != nil {
+			return lq, errorf(http.StatusBadRequest, "query \"startedAfter\": %q is not an RFC 3339 date-time", v)
+		}
+		lq.startedAfter = t
+	}
+	lq.limit, err = pageLimit(q.Get("limit"))
+	return lq, err
+}
+
+// startedAt is when the sandbox started, as its detail says: its start,
+// or its creation while it has not started.
+func startedAt(sbx *sandlotv1.Sandbox) time.Time {
+	if sbx.Status.StartedAt != nil {
+		return sbx.Status.StartedAt.Time
+	}
+	return sbx.CreationTimestamp.Time
 }
 
 // matching lists the namespace's live sandboxes with all of filter's
@@ -152,6 +193,15 @@ func pageLimit(q string) (int, *apiError) {
 // paginate sorts items by key and returns the page after token, and the
 // token of the page after it ("" on the last page).
 func paginate[T any](items []T, token string, limit int, key func(*T) pageKey) ([]T, string, *apiError) {
+	return paginateOrdered(items, token, limit, key, false)
+}
+
+// paginateOrdered is paginate, newest (greatest key) first when desc.
+func paginateOrdered[T any](items []T, token string, limit int, key func(*T) pageKey, desc bool) ([]T, string, *apiError) {
+	dir := 1
+	if desc {
+		dir = -1
+	}
 	var after *pageKey
 	if token != "" {
 		k, err := parsePageToken(token)
@@ -168,11 +218,11 @@ func paginate[T any](items []T, token string, limit int, key func(*T) pageKey) (
 	}
 	rest := make([]keyed, 0, len(items))
 	for i := range items {
-		if k := key(&items[i]); after == nil || k.compare(*after) > 0 {
+		if k := key(&items[i]); after == nil || dir*k.compare(*after) > 0 {
 			rest = append(rest, keyed{k, i})
 		}
 	}
-	slices.SortFunc(rest, func(a, b keyed) int { return a.key.compare(b.key) })
+	slices.SortFunc(rest, func(a, b keyed) int { return dir * a.key.compare(b.key) })
 	next := ""
 	if len(rest) > limit {
 		rest = rest[:limit]

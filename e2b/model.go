@@ -42,6 +42,27 @@ type timeoutBody struct {
 	Count    *int64 `json:"count,omitempty"`
 }
 
+// connectBody is /v2/sandboxes/{id}/connect's: memory false is E2B's
+// resume by cold boot (the SDKs' on_resume "reboot").
+type connectBody struct {
+	Timeout *int64 `json:"timeout,omitempty"`
+	Memory  *bool  `json:"memory,omitempty"`
+}
+
+// pauseBody is /sandboxes/{id}/pause's: memory false is a filesystem-only
+// pause; requireHealthyGuest refuses to pause a sandbox whose envd does
+// not answer.
+type pauseBody struct {
+	Memory              *bool `json:"memory,omitempty"`
+	RequireHealthyGuest *bool `json:"requireHealthyGuest,omitempty"`
+}
+
+// errNoFilesystemPause refuses a filesystem-only pause or reboot-resume
+// by the field that asked for it: every pause keeps memory.
+func errNoFilesystemPause(field string) *apiError {
+	return errorf(http.StatusBadRequest, "field %q: false (a filesystem-only pause, resumed by a cold boot) is not supported by sandlot; its pauses keep memory and resume it", field)
+}
+
 type snapshotBody struct {
 	Name string `json:"name,omitempty"`
 }
@@ -176,6 +197,8 @@ func decodeJSON(data []byte, v any) *apiError {
 		data = []byte("{}")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
+	// A field sandlot does not know would be ignored: refused by name.
+	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return errorf(http.StatusBadRequest, "request body: %s", describeJSONError(err))
 	}
@@ -185,8 +208,12 @@ func decodeJSON(data []byte, v any) *apiError {
 	return nil
 }
 
-// describeJSONError names the field a type error is about.
+// describeJSONError names the field a type error is about, or the field
+// sandlot does not support.
 func describeJSONError(err error) string {
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return fmt.Sprintf("field %s is not supported by sandlot", name)
+	}
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) && typeErr.Field != "" {
 		return fmt.Sprintf("field %q: want %s, got %s", typeErr.Field, typeErr.Type, typeErr.Value)
@@ -218,6 +245,9 @@ func (n *newSandbox) validate() *apiError {
 	}
 	if n.AutoResume != nil && n.AutoResume.Enabled && (n.AutoPause == nil || !*n.AutoPause) {
 		return errorf(http.StatusBadRequest, "field \"autoResume\": needs autoPause (a sandbox resumes only from a pause)")
+	}
+	if n.AutoPauseMemory != nil && !*n.AutoPauseMemory {
+		return errNoFilesystemPause("autoPauseMemory")
 	}
 	if len(n.VolumeMounts) > 0 {
 		return errorf(http.StatusBadRequest, "field \"volumeMounts\": volumes are not supported by sandlot")

@@ -284,10 +284,7 @@ func state(sbx *sandlotv1.Sandbox) string {
 // detail is a SandboxDetail when full (GET /sandboxes/{id}: with the
 // envd token and the network rules), a ListedSandbox otherwise.
 func (s *Server) detail(ctx context.Context, sbx *sandlotv1.Sandbox, full bool) *sandboxDetail {
-	started := sbx.CreationTimestamp.Time
-	if sbx.Status.StartedAt != nil {
-		started = sbx.Status.StartedAt.Time
-	}
+	started := startedAt(sbx)
 	end := expiresAt(sbx)
 	d := &sandboxDetail{TemplateID: templateIDOf(sbx), SandboxID: sandlotv1.SandboxIDFor(sbx.UID), ClientID: s.cfg.ClientID,
 		StartedAt: started.UTC().Format(time.RFC3339Nano), EndAt: end.UTC().Format(time.RFC3339Nano),

@@ -20,7 +20,7 @@ import (
 
 // DefaultEnvdVersion is the envd API version sandlot-guest implements
 // (guest/envd.Version); the SDK gates features on it.
-const DefaultEnvdVersion = "0.6.2"
+const DefaultEnvdVersion = "0.6.4"
 
 // Config shapes a Server.
 type Config struct {

@@ -93,13 +93,30 @@ func (s *Server) requestBuild(_ http.ResponseWriter, r *http.Request) (int, any,
 }
 
 type buildStart struct {
-	FromImage         string                `json:"fromImage"`
-	FromTemplate      string                `json:"fromTemplate"`
-	FromImageRegistry json.RawMessage       `json:"fromImageRegistry"`
-	Force             bool                  `json:"force"`
-	Steps             []sandlotv1.BuildStep `json:"steps"`
-	StartCmd          string                `json:"startCmd"`
-	ReadyCmd          string                `json:"readyCmd"`
+	FromImage         string          `json:"fromImage"`
+	FromTemplate      string          `json:"fromTemplate"`
+	FromImageRegistry json.RawMessage `json:"fromImageRegistry"`
+	Force             bool            `json:"force"`
+	Steps             []buildStepJSON `json:"steps"`
+	StartCmd          string          `json:"startCmd"`
+	ReadyCmd          string          `json:"readyCmd"`
+}
+
+// buildStepJSON is a step as the SDKs send it: with forceUpload, which
+// only tells the SDK to upload a COPY's files even when present here; it
+// sets the step's force too, which is what the build acts on.
+type buildStepJSON struct {
+	sandlotv1.BuildStep
+	ForceUpload *bool `json:"forceUpload,omitempty"`
+}
+
+// steps are the request's steps as the Template keeps them.
+func (b buildStart) steps() []sandlotv1.BuildStep {
+	out := make([]sandlotv1.BuildStep, 0, len(b.Steps))
+	for _, st := range b.Steps {
+		out = append(out, st.BuildStep)
+	}
+	return out
 }
 
 // startBuild answers POST /v2/templates/{id}/builds/{buildID}: the
@@ -153,6 +170,7 @@ func parseBuildID(id string) (cpu, mem int, ok bool) {
 // buildSpec is the Template spec a build asks for.
 func (s *Server) buildSpec(r *http.Request, name string, req buildStart) (sandlotv1.TemplateSpec, *apiError) {
 	spec := sandlotv1.TemplateSpec{Resources: sandlotv1.Resources{VCPU: 1, MemoryMiB: 512}}
+	steps := req.steps()
 	switch {
 	case len(req.FromImageRegistry) > 0 && string(req.FromImageRegistry) != "null" && req.FromImage == "":
 		return spec, errorf(http.StatusBadRequest, "fromImageRegistry goes with fromImage: the credentials of its registry")
@@ -173,7 +191,7 @@ func (s *Server) buildSpec(r *http.Request, name string, req buildStart) (sandlo
 		// holds, rebuilt (sandlot does not stack snapshots of templates).
 		spec.Image, spec.Env, spec.Resources = base.Spec.Image, base.Spec.Env, base.Spec.Resources
 		if b := base.Spec.Build; b != nil {
-			req.Steps = append(append([]sandlotv1.BuildStep(nil), b.Steps...), req.Steps...)
+			steps = append(append([]sandlotv1.BuildStep(nil), b.Steps...), steps...)
 			if req.StartCmd == "" && req.ReadyCmd == "" {
 				req.StartCmd, req.ReadyCmd = b.StartCmd, b.ReadyCmd
 			}
@@ -181,13 +199,13 @@ func (s *Server) buildSpec(r *http.Request, name string, req buildStart) (sandlo
 	default:
 		spec.Image = req.FromImage
 	}
-	if err := s.checkSteps(r, req.Steps); err != nil {
+	if err := s.checkSteps(r, steps); err != nil {
 		return spec, err
 	}
 	if err := s.withRegistry(r, name, req.FromImageRegistry, &spec); err != nil {
 		return spec, err
 	}
-	spec.Build = &sandlotv1.TemplateBuild{Steps: req.Steps, StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, Force: req.Force}
+	spec.Build = &sandlotv1.TemplateBuild{Steps: steps, StartCmd: req.StartCmd, ReadyCmd: req.ReadyCmd, Force: req.Force}
 	return spec, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
+	"github.com/sandlot-dev/sandlot/guest/envd"
 )
 
 // item is a list entry for paginate: a time in seconds and an ID.
@@ -94,6 +95,24 @@ func TestPaginate(t *testing.T) {
 			}
 		}
 		if want := "1a 1b 1c 2a 2b 3a 4a 5e"; itemsString(got) != want {
+			t.Errorf("walked %q, want %q", itemsString(got), want)
+		}
+	})
+	t.Run("walk newest first", func(t *testing.T) {
+		all := items("5e 1a 4a 1b 3a 2a 1c 2b")
+		var got []item
+		token := ""
+		for range len(all) {
+			page, next, err := paginateOrdered(all, token, 3, itemKey, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, page...)
+			if token = next; next == "" {
+				break
+			}
+		}
+		if want := "5e 4a 3a 2b 2a 1c 1b 1a"; itemsString(got) != want {
 			t.Errorf("walked %q, want %q", itemsString(got), want)
 		}
 	})
@@ -251,7 +270,7 @@ func TestDecodeJSON(t *testing.T) {
 	tests := []struct{ body, msg string }{
 		{"", ""},
 		{" \n", ""},
-		{`{"templateID":"base","unknown":1}`, ""},
+		{`{"templateID":"base","unknown":1}`, `field "unknown" is not supported by sandlot`},
 		{`{"templateID":"base"} `, ""},
 		{`{"templateID":`, "request body: unexpected EOF"},
 		{`{"timeout":"ten"}`, `field "timeout": want int64, got string`},
@@ -295,5 +314,13 @@ func checkValidate(t *testing.T, tests []validateCase) {
 				t.Errorf("got %v, want a 400 containing %q", err, tc.msg)
 			}
 		})
+	}
+}
+
+// TestEnvdVersionIsTheGuests: the API reports the envd version the guest
+// agent implements (the SDKs gate features on it).
+func TestEnvdVersionIsTheGuests(t *testing.T) {
+	if DefaultEnvdVersion != envd.Version {
+		t.Errorf("sandlot-api reports envd %s, sandlot-guest implements %s", DefaultEnvdVersion, envd.Version)
 	}
 }

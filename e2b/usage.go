@@ -122,6 +122,27 @@ func (s *Server) envdGet(ctx context.Context, sbx *sandlotv1.Sandbox, path strin
 	return decodeBounded(resp.Body, maxEnvdJSON, path, out)
 }
 
+// envdHealthy asks the sandbox's envd for /health (it answers 204 while
+// it serves), within a few seconds.
+func (s *Server) envdHealthy(ctx context.Context, sbx *sandlotv1.Sandbox) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	u := "http://" + net.JoinHostPort(sbx.Status.PodIP, strconv.Itoa(sandlotv1.EnvdPort)) + "/health"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := s.proxy.rp.Transport.RoundTrip(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("envd answered %s", resp.Status)
+	}
+	return nil
+}
+
 // maxEnvdJSON bounds what sandlot-api reads of a guest's JSON answer: the
 // guest may lie, and an endless body would grow the API (every team's)
 // until it is OOM-killed. A real /metrics/history of a day's samples is

@@ -39,10 +39,12 @@ ASSETS="$CACHE/vm"
 KERNEL_PKG="${SANDLOT_KERNEL_PKG:-linux-image-cloud-amd64}"
 GUEST_MODULES="${SANDLOT_GUEST_MODULES:-virtio_mmio virtio_blk virtio_net virtio_console virtio_rng overlay erofs}"
 DEBIAN_SUITE=bookworm
-DEBIAN_INCLUDE=python3,iproute2,procps
+# What E2B's base template has besides: sudo (the user may use it), curl,
+# git and the CA certificates they verify with.
+DEBIAN_INCLUDE=python3,iproute2,procps,sudo,curl,git,ca-certificates
 # Bump when what the image steps do to a tree, or how make_ext4 formats
 # it, changes (forces a rebuild of the base disks).
-DEBIAN_IMAGE_RECIPE=2
+DEBIAN_IMAGE_RECIPE=3
 BUSYBOX_IMAGE_RECIPE=2
 # The Debian tree as a container image, for clusters without a registry: a
 # tag other than latest, so kubelet's default pull policy is IfNotPresent.
@@ -563,6 +565,9 @@ debian_tree() {
 			--shell /bin/bash user
 	fi
 	chmod 0755 "$t/home/user"
+	# As on E2B: the sandbox user may sudo without a password.
+	echo 'user ALL=(ALL:ALL) NOPASSWD: ALL' >"$t/etc/sudoers.d/user"
+	chmod 0440 "$t/etc/sudoers.d/user"
 	# Host-specific files debootstrap copied from this machine; the guest's
 	# identity (hostname, network) comes from the host at run time.
 	echo sandbox >"$t/etc/hostname"

@@ -48,7 +48,7 @@ func planBoot(getenv func(string) string) bootPlan {
 	}
 	user := getenv(envUser)
 	if user == "" {
-		user = "root"
+		user = autoUser
 	}
 	return bootPlan{
 		Init:  pid1.Config{Modules: modules, BaseDevice: getenv(envBase), WritableDevice: getenv(envLayer)},

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/sandlot-dev/sandlot/guest/sandboxfs"
 )
 
 func TestPlanBoot(t *testing.T) {
@@ -23,7 +25,7 @@ func TestPlanBoot(t *testing.T) {
 	if !slices.Equal(p.Serve, want) {
 		t.Errorf("serve = %v, want %v", p.Serve, want)
 	}
-	if d := planBoot(func(string) string { return "" }); d.Init.BaseDevice != "" || d.Serve[5] != "root" {
+	if d := planBoot(func(string) string { return "" }); d.Init.BaseDevice != "" || d.Serve[5] != autoUser {
 		t.Errorf("defaults = %+v", d)
 	}
 }
@@ -47,5 +49,28 @@ func TestResolveControl(t *testing.T) {
 	}
 	if _, err := resolveControl(sys, "virtio-port:missing"); err == nil {
 		t.Fatal("missing port resolved")
+	}
+}
+
+// TestDefaultUserOf: E2B's "user" where the image has it, root where not.
+func TestDefaultUserOf(t *testing.T) {
+	for passwd, want := range map[string]string{
+		"root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/bash\n": "user",
+		"root:x:0:0:root:/root:/bin/sh\n":                                         "root",
+	} {
+		dir := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(dir, "etc"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "etc", "passwd"), []byte(passwd), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		root, err := sandboxfs.New(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := defaultUserOf(root); got != want {
+			t.Errorf("passwd %q: default user %q, want %q", passwd, got, want)
+		}
 	}
 }

@@ -32,6 +32,19 @@ import (
 	"github.com/sandlot-dev/sandlot/internal/version"
 )
 
+// autoUser picks the default user from the sandbox's own accounts.
+const autoUser = "auto"
+
+// defaultUserOf is who requests act as in root when they name no one: as
+// on E2B, "user" (home /home/user, sudo in the images sandlot builds) when
+// the image has that account; root in an image that has none.
+func defaultUserOf(root sandboxfs.Root) string {
+	if _, err := root.LookupUser("user"); err == nil {
+		return "user"
+	}
+	return "root"
+}
+
 type options struct {
 	root, envdAddr, interpAddr, control, defaultUser string
 	maxUpload                                        int64
@@ -55,7 +68,7 @@ func main() {
 	flag.StringVar(&opts.interpAddr, "interpreter-addr", ":49999", "address of the code interpreter (empty disables it)")
 	flag.StringVar(&opts.control, "control", "", "control channel: a virtio-serial port, or a unix socket path to listen on (empty: none)")
 	flag.BoolVar(&opts.applyHost, "apply-host", false, "let the control channel change this machine's hostname, network and clock (in the VM)")
-	flag.StringVar(&opts.defaultUser, "default-user", "root", "user requests act as when they name none")
+	flag.StringVar(&opts.defaultUser, "default-user", autoUser, `user requests act as when they name none ("auto": E2B's "user" when the root's /etc/passwd has it, else root)`)
 	flag.Int64Var(&opts.maxUpload, "max-upload", 0, "largest /files upload in bytes (0: limited by disk only)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -74,6 +87,9 @@ func run(ctx context.Context, opts options) error {
 	root, err := sandboxfs.New(opts.root)
 	if err != nil {
 		return err
+	}
+	if opts.defaultUser == autoUser {
+		opts.defaultUser = defaultUserOf(root)
 	}
 	ids := &identity.Store{}
 	proc := process.New(process.Config{Root: root, Identity: ids, DefaultUser: opts.defaultUser, Chroot: root.Dir != "/"})

@@ -19,9 +19,11 @@ import (
 	"github.com/sandlot-dev/sandlot/guest/sandboxfs"
 )
 
-// Version is the envd version the agent reports; the SDK gates features
-// on it (>= 0.5.7 for octet-stream uploads, >= 0.6.2 for file metadata).
-const Version = "0.6.2"
+// Version is the envd version the agent reports; the SDKs gate features
+// on it (>= 0.5.7 for octet-stream uploads, >= 0.6.2 for file metadata,
+// >= 0.6.3 for watch events with entry info, >= 0.6.4 for watches that
+// may be on network mounts): every one of them is served here.
+const Version = "0.6.4"
 
 // Config is what the server is composed of.
 type Config struct {

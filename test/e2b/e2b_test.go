@@ -80,6 +80,16 @@ func TestSDK(t *testing.T) {
 			"NODE_EXTRA_CA_CERTS="+c.PKI.CACert, "SANDLOT_TEST_DOMAIN="+domain, "SANDLOT_TEST_IP="+apiIP),
 			"--import", "./resolve.mjs")
 	})
+	// The Python SDKs, the same two ways.
+	venv := pythonVenv(t)
+	t.Run("python sandbox-url", func(t *testing.T) {
+		runPython(t, venv, append(base, "SANDLOT_MODE=sandbox-url", "E2B_SANDBOX_URL="+apiURL,
+			"SANDLOT_BUILD_IMAGE="+sbxtest.DefaultImage(t)), "")
+	})
+	t.Run("python domain", func(t *testing.T) { // the builds ran above
+		runPython(t, venv, append(base, "SANDLOT_MODE=domain", "E2B_DOMAIN="+domain, "SSL_CERT_FILE="+c.PKI.CACert),
+			apiIP, "--ignore=test_template.py")
+	})
 }
 
 // withSlots gives the default template a start slot per node and waits

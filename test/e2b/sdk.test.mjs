@@ -54,6 +54,17 @@ test('create: the default template, a sandbox ID and an access token', async () 
   assert.equal(await sbx.isRunning(), true)
 })
 
+test('the default user: commands and files act as user in /home/user, who may sudo; curl and git are there', async () => {
+  assert.equal((await sbx.commands.run('whoami; pwd; echo $HOME')).stdout, 'user\n/home/user\n/home/user\n')
+  assert.equal((await sbx.files.write('rel-js.txt', 'relative')).path, '/home/user/rel-js.txt')
+  const info = await sbx.files.getInfo('rel-js.txt')
+  assert.deepEqual([info.path, info.owner, info.group], ['/home/user/rel-js.txt', 'user', 'user'])
+  assert.equal((await sbx.commands.run('sudo -n whoami')).stdout, 'root\n')
+  assert.equal((await sbx.commands.run('whoami', { user: 'root' })).stdout, 'root\n')
+  const tools = (await sbx.commands.run('curl --version | head -1; git --version')).stdout
+  assert.match(tools, /^curl [\s\S]*git version/)
+})
+
 test('commands.run: stdout, stderr, exit code and env', async () => {
   const r = await sbx.commands.run('echo out; echo err >&2; echo "$GREETING"', { envs: { GREETING: 'hi sandlot' } })
   assert.equal(r.exitCode, 0)
@@ -78,10 +89,49 @@ test('files: write, read, list, makeDir, exists, remove', async () => {
   assert.equal(await sbx.files.exists('/tmp/e2b-dir/a.txt'), true)
   await sbx.files.remove('/tmp/e2b-dir/a.txt')
   assert.equal(await sbx.files.exists('/tmp/e2b-dir/a.txt'), false)
+  await sbx.files.remove('/tmp/e2b-dir/a.txt') // gone already: no error, as on E2B
   // A large upload streams through the proxy.
   const big = 'x'.repeat(3 << 20)
   await sbx.files.write('/tmp/e2b-dir/big.txt', big)
   assert.equal((await sbx.files.read('/tmp/e2b-dir/big.txt')).length, big.length)
+})
+
+test('file metadata: written as headers, kept as user.e2b.* xattrs (on the disk), listed, kept by a rename, replaced by a write', async () => {
+  const want = { owner: 'team-a', stage: 'raw' }
+  const w = await sbx.files.write('/home/user/md-js/a.txt', 'data', { metadata: { Owner: 'team-a', stage: 'raw' } })
+  assert.deepEqual(w.metadata, want)
+  assert.deepEqual((await sbx.files.getInfo('/home/user/md-js/a.txt')).metadata, want)
+  assert.deepEqual((await sbx.files.list('/home/user/md-js')).map((e) => e.metadata), [want])
+  await sbx.files.rename('/home/user/md-js/a.txt', '/home/user/md-js/b.txt')
+  assert.deepEqual((await sbx.files.getInfo('/home/user/md-js/b.txt')).metadata, want)
+  const xattr = await sbx.commands.run(`python3 -c 'import os; print(os.getxattr("/home/user/md-js/b.txt", "user.e2b.owner").decode())'`)
+  assert.equal(xattr.stdout.trim(), 'team-a')
+  await sbx.files.write('/home/user/md-js/b.txt', 'again')
+  assert.equal((await sbx.files.getInfo('/home/user/md-js/b.txt')).metadata, undefined)
+})
+
+// fileURL fetches a signed /files URL as a browser would; in sandbox-url
+// mode with the routing headers the SDK's own requests carry.
+async function fileURL(s, url, init = {}) {
+  const headers = { ...(init.headers ?? {}) }
+  if (mode === 'sandbox-url') Object.assign(headers, { 'E2b-Sandbox-Id': s.sandboxId, 'E2b-Sandbox-Port': '49983' })
+  return fetch(url, { ...init, headers })
+}
+
+test('signed file URLs: download and upload without the token; a tampered or expired one refused', async () => {
+  await sbx.files.write('/tmp/signed-js.txt', 'signed content')
+  const url = await sbx.downloadUrl('/tmp/signed-js.txt', { useSignatureExpiration: 120 })
+  assert.match(url, /signature=v1_.*signature_expiration=/)
+  const res = await fileURL(sbx, url)
+  assert.equal(res.status, 200)
+  assert.equal(await res.text(), 'signed content')
+  assert.equal((await fileURL(sbx, url.replace('signature=v1_', 'signature=v1_x'))).status, 401)
+  const up = await sbx.uploadUrl('/tmp/signed-up-js.txt', { useSignatureExpiration: 120 })
+  const form = new FormData()
+  form.append('file', new Blob(['uploaded']), 'x')
+  const posted = await fileURL(sbx, up, { method: 'POST', body: form })
+  assert.equal(posted.status, 200, await posted.text())
+  assert.equal(await sbx.files.read('/tmp/signed-up-js.txt'), 'uploaded')
 })
 
 test('runCode: value, stdout, error with traceback, state kept', async () => {
@@ -406,6 +456,15 @@ test('teams: a key sees, connects to and kills only its team\'s sandboxes; a cre
   const teams = await api('GET', '/teams', { key: keyB })
   assert.deepEqual(teams.json.map((t) => t.teamID), ['team-b'])
   for (const s of b) assert.equal(await Sandbox.kill(s.sandboxId, { apiKey: keyB }), true)
+})
+
+test('a command running while its sandbox is killed ends with E2B\'s message', async () => {
+  const s = track(await Sandbox.create({ metadata: { run, role: 'killed' } }))
+  const h = await s.commands.run('sleep 600', { background: true })
+  const ended = h.wait().then(() => assert.fail('the command ended normally'), (e) => e)
+  assert.equal(await s.kill(), true)
+  const err = await ended
+  assert.match(err.message, /The sandbox was killed or reached its end of life/, `${err.name}: ${err.message}`)
 })
 
 test('kill, kill again', async () => {

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -104,7 +105,7 @@ func TestMultipartUpload(t *testing.T) {
 	wantStatus(t, code, 200, reply)
 	var got []uploaded
 	must(t, json.Unmarshal(reply, &got))
-	if len(got) != 1 || got[0] != (uploaded{Name: "a.txt", Type: "file", Path: "/home/user/notes/a.txt"}) {
+	if len(got) != 1 || !reflect.DeepEqual(got[0], uploaded{Name: "a.txt", Type: "file", Path: "/home/user/notes/a.txt"}) {
 		t.Fatalf("reply %s", reply)
 	}
 	wantFile(t, filepath.Join(e.dir, "home/user/notes/a.txt"), "one")
@@ -356,4 +357,33 @@ func must(t testing.TB, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestUploadMetadata: X-Metadata-<key> headers become the file's
+// metadata (keys lowercased), returned in the reply; an upload without
+// them clears it; a value that is not printable ASCII is refused.
+func TestUploadMetadata(t *testing.T) {
+	e := newEnv(t, 0)
+	code, _, reply := e.do(t, "POST", "path=/home/user/m.txt&username=user", strings.NewReader("x"),
+		map[string]string{"Content-Type": "application/octet-stream", "X-Metadata-Owner": "Team A", "x-metadata-k": "v"})
+	wantStatus(t, code, 200, reply)
+	var got []uploaded
+	must(t, json.Unmarshal(reply, &got))
+	want := map[string]string{"owner": "Team A", "k": "v"}
+	if len(got) != 1 || !reflect.DeepEqual(got[0].Metadata, want) {
+		t.Fatalf("reply %s, want metadata %v", reply, want)
+	}
+	if md, err := sandboxfs.Metadata(filepath.Join(e.dir, "home/user/m.txt")); err != nil || !reflect.DeepEqual(md, want) {
+		t.Fatalf("the file's metadata %v (%v), want %v", md, err, want)
+	}
+	code, _, reply = e.do(t, "POST", "path=/home/user/m.txt&username=user", strings.NewReader("y"),
+		map[string]string{"Content-Type": "application/octet-stream"})
+	wantStatus(t, code, 200, reply)
+	if md, err := sandboxfs.Metadata(filepath.Join(e.dir, "home/user/m.txt")); err != nil || md != nil {
+		t.Fatalf("after an upload without metadata: %v (%v), want none", md, err)
+	}
+	code, _, reply = e.do(t, "POST", "path=/home/user/m.txt&username=user", strings.NewReader("z"),
+		map[string]string{"Content-Type": "application/octet-stream", "X-Metadata-K": "caf\xc3\xa9"})
+	wantStatus(t, code, 400, reply)
+	wantFile(t, filepath.Join(e.dir, "home/user/m.txt"), "y")
 }

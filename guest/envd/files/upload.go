@@ -16,9 +16,10 @@ import (
 
 // uploaded is one entry of the upload reply.
 type uploaded struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // errTooLarge is the decoded body running past MaxUpload.
@@ -34,6 +35,10 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	md, err := sandboxfs.MetadataFromHeader(r.Header)
+	if err != nil {
+		return statusf(http.StatusBadRequest, "%v", err)
+	}
 	body, err := h.body(w, r)
 	if err != nil {
 		return err
@@ -45,9 +50,9 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request) error {
 	case err != nil && r.Header.Get("Content-Type") != "":
 		return statusf(http.StatusBadRequest, "invalid Content-Type: %v", err)
 	case mediaType == "application/octet-stream":
-		done, err = h.uploadRaw(r, body, u)
+		done, err = h.uploadRaw(r, body, u, md)
 	case strings.HasPrefix(mediaType, "multipart/"):
-		done, err = h.uploadMultipart(r, body, params["boundary"], u)
+		done, err = h.uploadMultipart(r, body, params["boundary"], u, md)
 	default:
 		return statusf(http.StatusBadRequest, "unsupported Content-Type %q: expected multipart/form-data or application/octet-stream", mediaType)
 	}
@@ -125,7 +130,7 @@ func readFailure(err error, limit int64) error {
 }
 
 // uploadRaw writes an application/octet-stream body to ?path=.
-func (h *handler) uploadRaw(r *http.Request, body io.Reader, u sandboxfs.User) ([]uploaded, error) {
+func (h *handler) uploadRaw(r *http.Request, body io.Reader, u sandboxfs.User, md map[string]string) ([]uploaded, error) {
 	p := r.URL.Query().Get("path")
 	if p == "" {
 		return nil, statusf(http.StatusBadRequest, "path query parameter is required for a raw body upload")
@@ -134,16 +139,16 @@ func (h *handler) uploadRaw(r *http.Request, body io.Reader, u sandboxfs.User) (
 	if err != nil {
 		return nil, err
 	}
-	if err := h.writeFile(t, body, u); err != nil {
+	if err := h.writeFile(t, body, u, md); err != nil {
 		return nil, err
 	}
-	return []uploaded{entryOf(t)}, nil
+	return []uploaded{entryOf(t, md)}, nil
 }
 
 // uploadMultipart writes every part named "file": to ?path= when given
 // (then one part only), else to the part's filename, which carries the
-// whole destination path.
-func (h *handler) uploadMultipart(r *http.Request, body io.Reader, boundary string, u sandboxfs.User) ([]uploaded, error) {
+// whole destination path. Every file gets the same metadata.
+func (h *handler) uploadMultipart(r *http.Request, body io.Reader, boundary string, u sandboxfs.User, md map[string]string) ([]uploaded, error) {
 	if boundary == "" {
 		return nil, statusf(http.StatusBadRequest, "multipart Content-Type has no boundary")
 	}
@@ -164,10 +169,10 @@ func (h *handler) uploadMultipart(r *http.Request, body io.Reader, boundary stri
 		if err != nil {
 			return nil, err
 		}
-		if err := h.writeFile(t, part, u); err != nil {
+		if err := h.writeFile(t, part, u, md); err != nil {
 			return nil, err
 		}
-		done = append(done, entryOf(t))
+		done = append(done, entryOf(t, md))
 	}
 	if len(done) == 0 {
 		return nil, statusf(http.StatusBadRequest, "multipart body has no part named \"file\"")
@@ -207,6 +212,9 @@ func rawFilename(part *multipart.Part) string {
 	return params["filename"]
 }
 
-func entryOf(t target) uploaded {
-	return uploaded{Name: path.Base(t.sandbox), Type: "file", Path: t.sandbox}
+func entryOf(t target, md map[string]string) uploaded {
+	if len(md) == 0 {
+		md = nil
+	}
+	return uploaded{Name: path.Base(t.sandbox), Type: "file", Path: t.sandbox, Metadata: md}
 }

@@ -21,7 +21,7 @@ const TempPrefix = ".sandlot-upload-"
 // over t, so readers see the old file or the whole new one, never half.
 // The file keeps an existing file's permissions (0644 when new) and
 // belongs to u.
-func (h *handler) writeFile(t target, src io.Reader, u sandboxfs.User) error {
+func (h *handler) writeFile(t target, src io.Reader, u sandboxfs.User, md map[string]string) error {
 	perm := fs.FileMode(0o644)
 	if fi, err := os.Stat(t.host); err == nil {
 		if fi.IsDir() {
@@ -39,6 +39,9 @@ func (h *handler) writeFile(t target, src io.Reader, u sandboxfs.User) error {
 	}
 	defer tmp.Close() // a second close after commit's is harmless
 	n, err := h.fill(tmp, src, t)
+	if err == nil {
+		err = setMetadata(tmp, t, md)
+	}
 	if err == nil {
 		err = commit(tmp, t, perm, u, n)
 	}
@@ -60,6 +63,19 @@ func (h *handler) fill(f *os.File, src io.Reader, t target) (int64, error) {
 		return 0, writeFailure("writing "+t.sandbox, err)
 	}
 	return n, nil
+}
+
+// setMetadata puts md on the new file before it takes the old one's
+// place: what it overwrites loses its metadata, as on E2B.
+func setMetadata(f *os.File, t target, md map[string]string) error {
+	err := sandboxfs.SetMetadata(f, md)
+	if errors.Is(err, syscall.ENOTSUP) {
+		return statusf(http.StatusBadRequest, "%s: its filesystem keeps no extended attributes, so no metadata", t.sandbox)
+	}
+	if err != nil {
+		return writeFailure("writing the metadata of "+t.sandbox, err)
+	}
+	return nil
 }
 
 // commit gives the written file its mode and owner and puts it in place.

@@ -48,11 +48,12 @@ func (s *Service) statEntry(t target, n *names) (*pb.EntryInfo, error) {
 	if err != nil {
 		return nil, fsError("stat", t.sandbox, err)
 	}
-	return s.entryInfo(t.sandbox, fi, n), nil
+	return s.entryInfo(t.sandbox, t.host, fi, n), nil
 }
 
-// entryInfo is the SDK's EntryInfo for fi found at sandbox path sb.
-func (s *Service) entryInfo(sb string, fi fs.FileInfo, n *names) *pb.EntryInfo {
+// entryInfo is the SDK's EntryInfo for fi found at sandbox path sb (host
+// path host), with the file's metadata (an unreadable one lists none).
+func (s *Service) entryInfo(sb, host string, fi fs.FileInfo, n *names) *pb.EntryInfo {
 	mode := fi.Mode()
 	e := &pb.EntryInfo{
 		Name:         path.Base(sb),
@@ -70,6 +71,7 @@ func (s *Service) entryInfo(sb string, fi fs.FileInfo, n *names) *pb.EntryInfo {
 		target := s.linkTarget(sb)
 		e.SymlinkTarget = &target
 	}
+	e.Metadata, _ = sandboxfs.Metadata(host)
 	return e
 }
 

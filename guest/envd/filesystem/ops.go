@@ -84,9 +84,8 @@ func (s *Service) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequ
 	if t.sandbox == "/" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("refusing to remove /"))
 	}
-	if _, err := os.Lstat(t.host); err != nil {
-		return nil, fsError("remove", t.sandbox, err)
-	}
+	// A missing path is no error (E2B's envd removes with RemoveAll too):
+	// code that cleans up before it writes runs unchanged.
 	if err := os.RemoveAll(t.host); err != nil {
 		return nil, fsError("remove", t.sandbox, err)
 	}
@@ -144,7 +143,7 @@ func (s *Service) walk(t target, depth int) ([]*pb.EntryInfo, error) {
 		if infoErr != nil {
 			return nil // gone since it was read
 		}
-		entries = append(entries, s.entryInfo(path.Join(t.sandbox, filepath.ToSlash(rel)), fi, n))
+		entries = append(entries, s.entryInfo(path.Join(t.sandbox, filepath.ToSlash(rel)), host, fi, n))
 		if d.IsDir() && strings.Count(rel, string(filepath.Separator))+1 >= depth {
 			return filepath.SkipDir
 		}

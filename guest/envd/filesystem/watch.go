@@ -197,7 +197,7 @@ func (w *dirWatch) event(rel, host string, t pb.EventType) *pb.FilesystemEvent {
 		return e
 	}
 	if fi, err := os.Lstat(host); err == nil {
-		e.Entry = w.svc.entryInfo(path.Join(w.dir.sandbox, rel), fi, newNames(w.svc.cfg.Root))
+		e.Entry = w.svc.entryInfo(path.Join(w.dir.sandbox, rel), host, fi, newNames(w.svc.cfg.Root))
 	}
 	return e
 }
