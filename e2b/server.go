@@ -129,13 +129,14 @@ type Server struct {
 	operations *createLimiter
 	locks      teamLocks  // buildquota.go
 	rereads    keyRereads // apikeys.go
+	teamSeries teamSeries // teammetrics.go
 	now        func() time.Time
 }
 
 // New makes a Server over kube (see NewKube).
 func New(cfg Config, kube *Kube) *Server {
 	cfg.setDefaults()
-	s := &Server{cfg: cfg, kube: kube, now: time.Now}
+	s := &Server{cfg: cfg, kube: kube, now: time.Now, teamSeries: teamSeries{byNS: map[string][]teamSample{}}}
 	if cfg.CreateRate > 0 {
 		s.creates = newCreateLimiter(cfg.CreateRate, cfg.CreateBurst, time.Now)
 	}
@@ -196,6 +197,8 @@ func (s *Server) routes() *http.ServeMux {
 	handle("PUT", "/sandboxes/{id}/network", s.updateNetwork)
 	handle("GET", "/snapshots", s.listSnapshots)
 	handle("GET", "/teams", s.teams)
+	handle("GET", "/teams/{teamID}/metrics", s.teamMetrics)
+	handle("GET", "/teams/{teamID}/metrics/max", s.teamMetricMax)
 	handle("GET", "/templates", s.listTemplates)
 	handle("GET", "/v2/templates", s.listTemplatesV2)
 	handle("GET", "/templates/{id}", s.getTemplate)

@@ -81,6 +81,7 @@ func serve(ctx context.Context, args []string) error {
 		cfg.Log.Info("API keys stored in plain text replaced by their hashes", "keys", n)
 	}
 	go api.CollectBuildFiles(ctx) // uploads no build needs, and lapsed build requests
+	go api.SampleTeams(ctx)       // the teams' metrics (GET /teams/{teamID}/metrics)
 	if lf.metricsListenUsed {
 		cfg.Log.Warn("--metrics-listen is deprecated: use --metrics-bind-address")
 	}

@@ -388,6 +388,21 @@ def test_teams(track):
         assert Sandbox.kill(s.sandbox_id, api_key=key_b) is True
 
 
+def test_team_metrics():
+    """The team's concurrent sandboxes and start rate over time (sampled
+    every 10 s while this suite ran); another team's are refused."""
+    status, teams = api("GET", "/teams")
+    team = teams[0]["teamID"]
+    since = int(time.time()) - 900
+    status, series = api("GET", f"/teams/{team}/metrics?start={since}")
+    assert status == 200 and any(m["concurrentSandboxes"] >= 1 for m in series), series
+    assert all(m["sandboxStartRate"] >= 0 and m["timestampUnix"] >= since for m in series), series
+    status, top = api("GET", f"/teams/{team}/metrics/max?metric=concurrent_sandboxes&start={since}")
+    assert status == 200 and top["value"] >= 1, top
+    other = "team-b" if team != "team-b" else "default"
+    assert api("GET", f"/teams/{other}/metrics")[0] == 403
+
+
 def test_killed_while_running(track):
     """A command's wait ends with the SDK's "killed or reached its timeout"
     when its sandbox is killed, not with a timeout of the request."""
