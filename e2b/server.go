@@ -196,9 +196,7 @@ func (s *Server) routes() *http.ServeMux {
 	handle("GET", "/v2/sandboxes/{id}/logs", s.logs)
 	handle("PUT", "/sandboxes/{id}/network", s.updateNetwork)
 	handle("GET", "/snapshots", s.listSnapshots)
-	handle("GET", "/teams", s.teams)
-	handle("GET", "/teams/{teamID}/metrics", s.teamMetrics)
-	handle("GET", "/teams/{teamID}/metrics/max", s.teamMetricMax)
+	s.teamRoutes(handle)
 	handle("GET", "/templates", s.listTemplates)
 	handle("GET", "/v2/templates", s.listTemplatesV2)
 	handle("GET", "/templates/{id}", s.getTemplate)
@@ -216,6 +214,19 @@ func (s *Server) routes() *http.ServeMux {
 	handle("PATCH", "/v2/templates/{id}", s.updateTemplate)
 	s.unserved(mux)
 	return mux
+}
+
+// teamRoutes are a team's own: its credentials, itself, its metrics.
+func (s *Server) teamRoutes(handle func(method, path string, e endpoint)) {
+	handle("GET", "/api-keys", s.listAPIKeys)
+	handle("POST", "/api-keys", s.createAPIKey)
+	handle("PATCH", "/api-keys/{apiKeyID}", s.changeAPIKey)
+	handle("DELETE", "/api-keys/{apiKeyID}", s.changeAPIKey)
+	handle("POST", "/access-tokens", s.createAccessToken)
+	handle("DELETE", "/access-tokens/{accessTokenID}", s.deleteAccessToken)
+	handle("GET", "/teams", s.teams)
+	handle("GET", "/teams/{teamID}/metrics", s.teamMetrics)
+	handle("GET", "/teams/{teamID}/metrics/max", s.teamMetricMax)
 }
 
 // unserved routes what no handler above serves: the legacy template
@@ -257,12 +268,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.apiDeadlines(w, r)
-	team, err := s.authorize(r)
+	ctx, err := s.authorizeRequest(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	r = r.WithContext(withTeam(r.Context(), team))
+	r = r.WithContext(ctx)
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	s.mux.ServeHTTP(w, r)
 }

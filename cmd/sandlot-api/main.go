@@ -3,6 +3,7 @@
 //
 //	sandlot-api [flags]            serve
 //	sandlot-api issue-key [flags]  add a new API key to the keys Secret (its hash) and print it
+//	sandlot-api issue-token [flags] add an access token of a team (manages its keys and tokens) and print it
 //	sandlot-api hash-key           print the value a keys Secret stores for the key on stdin
 package main
 
@@ -42,6 +43,8 @@ func main() {
 	switch {
 	case len(os.Args) > 1 && os.Args[1] == "issue-key":
 		err = issueKey(ctx, os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "issue-token":
+		err = issueToken(ctx, os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "hash-key":
 		err = hashKey(os.Stdin, os.Stdout)
 	default:

@@ -74,19 +74,30 @@ func (c *Cluster) IssueAPIKey(ctx context.Context, args ...string) (string, erro
 // IssueKeyInPod runs `sandlot-api issue-key args...` in the chart's API
 // pod of the cluster kubeconfig names and returns the key it printed.
 func IssueKeyInPod(ctx context.Context, kubeconfig string, args ...string) (string, error) {
+	return issueInPod(ctx, kubeconfig, "issue-key", "e2b_", args...)
+}
+
+// IssueAccessToken runs `sandlot-api issue-token args...` in the chart's
+// API pod (as its service account) and returns the token it printed; the
+// API reads a token it does not know yet from the API server at once.
+func (c *Cluster) IssueAccessToken(ctx context.Context, args ...string) (string, error) {
+	return issueInPod(ctx, c.Kubeconfig, "issue-token", "sk_e2b_", args...)
+}
+
+func issueInPod(ctx context.Context, kubeconfig, sub, prefix string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", kubeconfig, "-n", ReleaseNamespace,
-		"exec", "deploy/sandlot-api", "-c", "api", "--", "/sandlot-api", "issue-key"}, args...)...)
+		"exec", "deploy/sandlot-api", "-c", "api", "--", "/sandlot-api", sub}, args...)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("sandlot-api issue-key in the API's pod: %w: %s", err, stderr.String())
+		return "", fmt.Errorf("sandlot-api %s in the API's pod: %w: %s", sub, err, stderr.String())
 	}
-	key := strings.TrimSpace(string(out))
-	if !strings.HasPrefix(key, "e2b_") || strings.ContainsAny(key, " \n") {
-		return "", fmt.Errorf("sandlot-api issue-key printed %q, want one e2b_ key", key)
+	v := strings.TrimSpace(string(out))
+	if !strings.HasPrefix(v, prefix) || strings.ContainsAny(v, " \n") {
+		return "", fmt.Errorf("sandlot-api %s printed %q, want one %s credential", sub, v, prefix)
 	}
-	return key, nil
+	return v, nil
 }
 
 // waitKeyAccepted waits until the chart's API accepts key: the API reads

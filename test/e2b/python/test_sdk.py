@@ -388,6 +388,33 @@ def test_teams(track):
         assert Sandbox.kill(s.sandbox_id, api_key=key_b) is True
 
 
+def test_access_token_manages_keys():
+    """The team's access token (sandlot-api issue-token in the chart's API
+    pod) makes a key the SDK then uses, lists it masked and deletes it;
+    the SDK's next call with it is refused. An API key may not."""
+    token = os.environ.get("SANDLOT_ACCESS_TOKEN")
+    assert token, "run with SANDLOT_ACCESS_TOKEN (make test-e2b issues one)"
+    auth = {"Authorization": f"Bearer {token}"}
+    status, made = api("POST", "/api-keys", {"name": f"py-{RUN}"}, key="", headers=auth)
+    assert status == 201 and made["key"].startswith("e2b_"), made
+    s = Sandbox.create(api_key=made["key"], metadata={"run": RUN, "role": "made-key"})
+    assert s.commands.run("echo ok").stdout == "ok\n"
+    assert s.kill() is True
+    status, listed = api("GET", "/api-keys", key="", headers=auth)
+    assert status == 200 and any(k["id"] == made["id"] and "key" not in k for k in listed), listed
+    assert api("GET", "/api-keys")[0] == 401, "an API key listed the team's keys"
+    assert api("DELETE", f"/api-keys/{made['id']}", key="", headers=auth)[0] == 204
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            Sandbox.list(api_key=made["key"]).next_items()
+        except AuthenticationException:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail("a deleted key still lists sandboxes")
+
+
 def test_team_metrics():
     """The team's concurrent sandboxes and start rate over time (sampled
     every 10 s while this suite ran); another team's are refused."""
