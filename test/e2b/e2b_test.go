@@ -204,15 +204,22 @@ func runSDKFile(t *testing.T, file string, env []string, nodeArgs ...string) {
 	if p := os.Getenv("SANDLOT_SDK_TESTS"); p != "" { // a developer's focus: the tests whose names match
 		args = append(args[:len(args)-1], "--test-name-pattern="+p, file)
 	}
-	cmd := exec.Command("node", args...)
-	cmd.Dir = cluster.RepoRoot() + "/test/e2b"
+	runSuite(t, "the E2B SDK tests", filepath.Join(cluster.RepoRoot(), "test", "e2b"), env, "node", args...)
+}
+
+// runSuite runs a test program in dir with env added, its output on the
+// test's, failing t when it fails; what names it in the log.
+func runSuite(t *testing.T, what, dir string, env []string, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("the E2B SDK tests failed after %v: %v (output above)", time.Since(start).Round(time.Second), err)
+		t.Fatalf("%s failed after %v: %v (output above)", what, time.Since(start).Round(time.Second), err)
 	}
-	t.Logf("the E2B SDK tests passed in %v", time.Since(start).Round(time.Second))
+	t.Logf("%s passed in %v", what, time.Since(start).Round(time.Second))
 }
 
 func npm(args ...string) ([]byte, error) {

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/miekg/dns"
 
@@ -48,15 +47,7 @@ func runPython(t *testing.T, venv string, env []string, apiIP string, args ...st
 		argv = append([]string{"unshare", "--mount", "--propagation", "private", "sh", "-c",
 			`mount --bind "$0" /etc/resolv.conf && exec "$@"`, conf}, argv...)
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = filepath.Join(cluster.RepoRoot(), "test", "e2b", "python")
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	start := time.Now()
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("the Python E2B SDK tests failed after %v: %v (output above)", time.Since(start).Round(time.Second), err)
-	}
-	t.Logf("the Python E2B SDK tests passed in %v", time.Since(start).Round(time.Second))
+	runSuite(t, "the Python E2B SDK tests", filepath.Join(cluster.RepoRoot(), "test", "e2b", "python"), env, argv[0], argv[1:]...)
 }
 
 // serveDomain answers A queries for domain and every name under it with
