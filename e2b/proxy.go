@@ -156,8 +156,13 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request, t target) {
 		return
 	}
 	if paused(sbx) {
-		if sbx.Annotations[AnnotationAutoResume] != "true" || !p.s.mayResume(r, sbx) {
+		if sbx.Annotations[AnnotationAutoResume] != "true" || !p.s.mayResume(r, sbx, t.port) {
 			p.refuse(w, "unavailable", errorf(http.StatusBadGateway, "sandbox %q is paused: connect to it to resume it", t.id))
+			return
+		}
+		// A wake is a resume of the sandbox's team: its operation rate.
+		if secs := charge(w, p.s.operations, sbx.Namespace, 1); secs > 0 {
+			p.refuse(w, "limited", errorf(http.StatusTooManyRequests, "sandbox %q is paused and its team's resumes are rate limited; retry in %d s", t.id, secs))
 			return
 		}
 		if sbx, err = p.s.autoResume(r.Context(), sbx); err != nil {
@@ -234,14 +239,19 @@ func contextAccess(r *http.Request, port int, envdToken string) {
 	}
 }
 
-// mayResume: traffic wakes a paused sandbox only when it comes from the
-// sandbox's own client, which holds its envd token (X-Access-Token, as
-// envd would accept it). Public ports need no token, and a stranger who
-// has a port's URL (a shared link, a crawler) must not keep a paused
-// sandbox running on a node. A sandbox without a token (its Secret not
-// made, or deleted) resumes only for a request with a valid API key of
-// its team.
-func (s *Server) mayResume(r *http.Request, sbx *sandlotv1.Sandbox) bool {
+// mayResume: traffic to a port of a paused sandbox its creator asked to
+// auto-resume wakes it, as on E2B: on its own ports (envd, the
+// interpreter) a request holding its envd token (X-Access-Token, as envd
+// would accept it); on its other ports any request that reaches them —
+// one with the traffic token when its traffic is private (checkTraffic),
+// anyone with the URL when it is public, which is what autoResume with
+// public traffic means on E2B (wakes are charged to the team's operation
+// rate). A sandbox without a token resumes on its own ports only for a
+// request with a valid API key of its team.
+func (s *Server) mayResume(r *http.Request, sbx *sandlotv1.Sandbox, port int) bool {
+	if port != sandlotv1.EnvdPort && port != sandlotv1.CodeInterpreterPort {
+		return true // checkAccess let it in: public, or the traffic token
+	}
 	want := s.token(r.Context(), sbx)
 	if want == "" {
 		if r.Header.Get("X-API-KEY") == "" {

@@ -330,6 +330,31 @@ test('autoResume: traffic to a paused sandbox resumes it', async () => {
   assert.equal(await plain.isRunning(), false)
 })
 
+// portGet GETs path from a port of sandbox s through the proxy, as a
+// browser would: its host name in domain mode, the routing headers else.
+async function portGet(s, port, path) {
+  const res = mode === 'domain'
+    ? await fetch(`https://${s.getHost(port)}${path}`)
+    : await fetch(apiUrl + path, { headers: { 'E2b-Sandbox-Id': s.sandboxId, 'E2b-Sandbox-Port': String(port) } })
+  return [res.status, await res.text()]
+}
+
+test('autoResume: a request to its HTTP server\'s port wakes a paused sandbox, which answers it', async () => {
+  const s = track(await Sandbox.create({ metadata: { run, role: 'auto-http' }, lifecycle: { onTimeout: 'pause', autoResume: true } }))
+  await s.commands.run('mkdir -p /tmp/www && echo served > /tmp/www/index.html')
+  await s.commands.run('cd /tmp/www && python3 -m http.server 8000', { background: true })
+  for (const end = Date.now() + 30_000; ;) {
+    const [code, body] = await portGet(s, 8000, '/index.html').catch((e) => [0, String(e)])
+    if (code === 200 && body === 'served\n') break
+    assert.ok(Date.now() < end, `the HTTP server never answered through the proxy: ${code} ${body}`)
+    await new Promise((r) => setTimeout(r, 500))
+  }
+  assert.equal(await s.pause(), true)
+  assert.equal((await s.getInfo()).state, 'paused')
+  assert.deepEqual(await portGet(s, 8000, '/index.html'), [200, 'served\n'])
+  assert.equal((await s.getInfo()).state, 'running')
+})
+
 test('snapshot, then a sandbox from its ID', async () => {
   await sbx.files.write('/tmp/snap.txt', 'snapshotted')
   const snap = await sbx.createSnapshot()

@@ -313,6 +313,36 @@ def test_auto_resume(track):
     assert s.get_info().state == SandboxState.RUNNING
 
 
+def _port_get(s, port, path):
+    """GET path from port of sandbox s through the proxy, as a browser
+    would: its host name in domain mode, the routing headers else."""
+    if MODE == "domain":
+        req = urllib.request.Request(f"https://{s.get_host(port)}{path}")
+    else:
+        req = urllib.request.Request(API_URL + path, headers={"E2b-Sandbox-Id": s.sandbox_id, "E2b-Sandbox-Port": str(port)})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as res:
+            return res.status, res.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_auto_resume_http(track):
+    """A paused sandbox with autoResume wakes on a request to its HTTP
+    server's port, which answers it, as on E2B."""
+    s = track(Sandbox.create(metadata={"run": RUN, "role": "auto-http"}, lifecycle={"on_timeout": "pause", "auto_resume": True}))
+    s.commands.run("mkdir -p /tmp/www && echo served > /tmp/www/index.html")
+    s.commands.run("cd /tmp/www && python3 -m http.server 8000", background=True)
+    deadline = time.time() + 30
+    while _port_get(s, 8000, "/index.html") != (200, b"served\n"):
+        assert time.time() < deadline, "the HTTP server never answered through the proxy"
+        time.sleep(0.5)
+    assert s.pause() is True
+    assert s.get_info().state == SandboxState.PAUSED
+    assert _port_get(s, 8000, "/index.html") == (200, b"served\n")
+    assert s.get_info().state == SandboxState.RUNNING
+
+
 def test_snapshot(track):
     sbx = state["sbx"]
     sbx.files.write("/tmp/snap.txt", "snapshotted")
