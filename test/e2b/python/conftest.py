@@ -55,13 +55,17 @@ def api(method, path, body=None, key=API_KEY, headers=None):
     data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
     req = urllib.request.Request(API_URL + path, data=data, method=method,
                                  headers={"X-API-KEY": key, "Content-Type": "application/json", **(headers or {})})
+    status, text = send(req)
+    return status, json.loads(text) if text else None
+
+
+def send(req, timeout=60):
+    """A request's status and body, an HTTP error's too."""
     try:
-        with urllib.request.urlopen(req, timeout=60) as res:
-            text = res.read()
-            return res.status, json.loads(text) if text else None
+        with urllib.request.urlopen(req, timeout=timeout) as res:
+            return res.status, res.read()
     except urllib.error.HTTPError as e:
-        text = e.read()
-        return e.code, json.loads(text) if text else None
+        return e.code, e.read()
 
 
 def plausible(m):

@@ -15,7 +15,7 @@ from e2b import (AuthenticationException, CommandExitException, PtySize, RateLim
                  SandboxState, SandboxUnreachableException)
 from e2b_code_interpreter import Sandbox as CodeSandbox
 
-from conftest import API_KEY, API_URL, FETCH, MODE, NET, RUN, api, plausible
+from conftest import API_KEY, API_URL, FETCH, MODE, NET, RUN, api, plausible, send
 
 state = {}  # the main sandbox, replaced when connect hands back a new object
 
@@ -137,12 +137,7 @@ def _fetch(sbx, url, data=None, headers=None):
     h = dict(headers or {})
     if MODE == "sandbox-url":
         h.update({"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983"})
-    req = urllib.request.Request(url, data=data, headers=h, method="POST" if data is not None else "GET")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as res:
-            return res.status, res.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
+    return send(urllib.request.Request(url, data=data, headers=h, method="POST" if data is not None else "GET"))
 
 
 def test_signed_urls(sbx):
@@ -320,11 +315,7 @@ def _port_get(s, port, path):
         req = urllib.request.Request(f"https://{s.get_host(port)}{path}")
     else:
         req = urllib.request.Request(API_URL + path, headers={"E2b-Sandbox-Id": s.sandbox_id, "E2b-Sandbox-Port": str(port)})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as res:
-            return res.status, res.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
+    return send(req)
 
 
 def test_auto_resume_http(track):
