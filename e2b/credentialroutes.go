@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -116,18 +117,38 @@ func (s *Server) listAPIKeys(_ http.ResponseWriter, r *http.Request) (int, any, 
 	return http.StatusOK, out, nil
 }
 
-// createAPIKey answers POST /api-keys: a new key, shown this once.
-func (s *Server) createAPIKey(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+// create makes a credential of kind for the token's team from a {name}
+// body; the raw value is shown this once.
+func (s *Server) create(r *http.Request, kind credentialKind) (credential, string, *apiError) {
 	if err := requireToken(r); err != nil {
-		return 0, nil, err
+		return credential{}, "", err
 	}
 	name, aerr := credentialName(r)
 	if aerr != nil {
-		return 0, nil, aerr
+		return credential{}, "", aerr
 	}
-	c, raw, err := s.addCredential(r.Context(), apiKeys, teamOf(r.Context()), name)
+	team := teamOf(r.Context())
+	c, raw, err := s.addCredential(r.Context(), kind, team, name)
 	if err != nil {
-		return 0, nil, credentialError("create an API key", err)
+		return credential{}, "", credentialError("create an "+kind.noun, err)
+	}
+	// Answered once this API's cache holds it: the credential works on
+	// its first request (the cache is what every request is checked in).
+	aerr = s.kube.waitFor(r.Context(), 10*time.Second, "the new "+kind.noun+" in the cache", func() (bool, *apiError) {
+		all, err := s.credentials(r.Context(), s.kube, kind, team)
+		if err != nil {
+			return false, credentialError("read the "+kind.noun+"s", err)
+		}
+		return slices.ContainsFunc(all, func(x credential) bool { return x.ID == c.ID }), nil
+	})
+	return c, raw, aerr
+}
+
+// createAPIKey answers POST /api-keys.
+func (s *Server) createAPIKey(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
+	c, raw, err := s.create(r, apiKeys)
+	if err != nil {
+		return 0, nil, err
 	}
 	return http.StatusCreated, keyJSON(c, raw), nil
 }
@@ -138,18 +159,11 @@ func (s *Server) changeAPIKey(_ http.ResponseWriter, r *http.Request) (int, any,
 }
 
 // createAccessToken answers POST /access-tokens: another token of the
-// token's team, shown this once.
+// token's team.
 func (s *Server) createAccessToken(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
-	if err := requireToken(r); err != nil {
-		return 0, nil, err
-	}
-	name, aerr := credentialName(r)
-	if aerr != nil {
-		return 0, nil, aerr
-	}
-	c, raw, err := s.addCredential(r.Context(), accessTokens, teamOf(r.Context()), name)
+	c, raw, err := s.create(r, accessTokens)
 	if err != nil {
-		return 0, nil, credentialError("create an access token", err)
+		return 0, nil, err
 	}
 	return http.StatusCreated, accessTokenJSON{ID: c.ID, Name: c.Info.Name, Token: raw, Mask: c.Info.Mask,
 		CreatedAt: c.Info.CreatedAt.UTC().Format(time.RFC3339)}, nil

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -166,7 +167,7 @@ func (s *Server) addCredential(ctx context.Context, kind credentialKind, team, n
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		return s.editSecret(ctx, key, kind, team, func(sec *corev1.Secret, infos map[string]credentialInfo) error {
 			if len(sec.Data) >= maxCredentials {
-				return fmt.Errorf("team %s has %d %ss, the most it may", team, len(sec.Data), kind.noun)
+				return fmt.Errorf("%w: team %s has %d %ss", errTeamFull, team, len(sec.Data), kind.noun)
 			}
 			sec.Data[entry], infos[entry] = []byte(hash), info
 			return nil
@@ -272,9 +273,12 @@ func (s *Server) tokenTeam(ctx context.Context, r client.Reader, token string) (
 	return team, nil
 }
 
+// errTeamFull is a team with maxCredentials of a kind already.
+var errTeamFull = fmt.Errorf("no more than %d a team", maxCredentials)
+
 // credentialError is a 500 naming what failed, or the 400 of a full team.
 func credentialError(what string, err error) *apiError {
-	if strings.Contains(err.Error(), "the most it may") {
+	if errors.Is(err, errTeamFull) {
 		return errorf(http.StatusBadRequest, "%s: %v", what, err)
 	}
 	return errorf(http.StatusInternalServerError, "%s: %v", what, err)
