@@ -136,8 +136,9 @@ func restoreClone(t *testing.T, ctx context.Context, snap, name, ip string, n in
 	return v, g
 }
 
-// TestColdBoot: the guest's envd answers, runs a command, and the code
-// interpreter computes 1+1.
+// TestColdBoot: the guest's envd answers, runs a command as E2B's default
+// user (the Debian image has the `user` account), and the code interpreter
+// computes 1+1.
 func TestColdBoot(t *testing.T) {
 	env := loadEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -153,7 +154,7 @@ func TestColdBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("cold boot to envd: %v", time.Since(start))
-	if got := run(t, ctx, g, "echo hello; hostname; id -un"); got != "hello\ncold\nroot" {
+	if got := run(t, ctx, g, "echo hello; hostname; id -un"); got != "hello\ncold\nuser" {
 		t.Fatalf("command: %q", got)
 	}
 	if got, err := g.RunCode(ctx, "1+1"); err != nil || got != "2" {
