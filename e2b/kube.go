@@ -82,7 +82,7 @@ func NewKube(ctx context.Context, cfg *rest.Config, namespaces ...string) (*Kube
 	}
 	k := &Kube{changed: newNotifier()}
 	for _, o := range []client.Object{&sandlotv1.Sandbox{}, &sandlotv1.Snapshot{}, &sandlotv1.PausedSandbox{},
-		&sandlotv1.Template{}, &corev1.Secret{}} {
+		&sandlotv1.Template{}, &sandlotv1.Volume{}, &corev1.Secret{}} {
 		inf, err := c.GetInformer(ctx, o)
 		if err != nil {
 			return nil, fmt.Errorf("informer for %T: %w", o, err)

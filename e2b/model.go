@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
 // The wire types: E2B's OpenAPI schemas (../shared/reference/e2b), only
@@ -17,17 +19,17 @@ import (
 
 // newSandbox is the body of POST /sandboxes and /v2/sandboxes.
 type newSandbox struct {
-	TemplateID      string            `json:"templateID"`
-	Timeout         *int64            `json:"timeout,omitempty"`
-	AutoPause       *bool             `json:"autoPause,omitempty"`
-	AutoPauseMemory *bool             `json:"autoPauseMemory,omitempty"`
-	AutoResume      *autoResume       `json:"autoResume,omitempty"`
-	Metadata        map[string]string `json:"metadata,omitempty"`
-	EnvVars         map[string]string `json:"envVars,omitempty"`
-	AllowInternet   *bool             `json:"allow_internet_access,omitempty"`
-	Network         *networkConfig    `json:"network,omitempty"`
-	Mcp             json.RawMessage   `json:"mcp,omitempty"`
-	VolumeMounts    []json.RawMessage `json:"volumeMounts,omitempty"`
+	TemplateID      string                  `json:"templateID"`
+	Timeout         *int64                  `json:"timeout,omitempty"`
+	AutoPause       *bool                   `json:"autoPause,omitempty"`
+	AutoPauseMemory *bool                   `json:"autoPauseMemory,omitempty"`
+	AutoResume      *autoResume             `json:"autoResume,omitempty"`
+	Metadata        map[string]string       `json:"metadata,omitempty"`
+	EnvVars         map[string]string       `json:"envVars,omitempty"`
+	AllowInternet   *bool                   `json:"allow_internet_access,omitempty"`
+	Network         *networkConfig          `json:"network,omitempty"`
+	Mcp             json.RawMessage         `json:"mcp,omitempty"`
+	VolumeMounts    []sandlotv1.VolumeMount `json:"volumeMounts,omitempty"`
 }
 
 type autoResume struct {
@@ -102,8 +104,9 @@ type sandboxDetail struct {
 	Lifecycle       *lifecycleJSON    `json:"lifecycle,omitempty"`
 	// Network and AllowInternetAccess are SandboxDetail's (GET
 	// /sandboxes/{id}), not ListedSandbox's.
-	Network             *networkJSON `json:"network,omitempty"`
-	AllowInternetAccess *bool        `json:"allowInternetAccess,omitempty"`
+	Network             *networkJSON            `json:"network,omitempty"`
+	AllowInternetAccess *bool                   `json:"allowInternetAccess,omitempty"`
+	VolumeMounts        []sandlotv1.VolumeMount `json:"volumeMounts"`
 }
 
 type lifecycleJSON struct {
@@ -249,8 +252,8 @@ func (n *newSandbox) validate() *apiError {
 	if n.AutoPauseMemory != nil && !*n.AutoPauseMemory {
 		return errNoFilesystemPause("autoPauseMemory")
 	}
-	if len(n.VolumeMounts) > 0 {
-		return errorf(http.StatusBadRequest, "field \"volumeMounts\": volumes are not supported by sandlot")
+	if err := validateVolumeMounts(n.VolumeMounts); err != nil {
+		return err
 	}
 	if len(n.Mcp) > 0 && string(n.Mcp) != "null" {
 		return errorf(http.StatusBadRequest, "field \"mcp\": MCP gateways are not supported by sandlot")

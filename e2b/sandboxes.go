@@ -53,6 +53,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) (code int
 		return 0, nil, err
 	}
 	stage = createRequest
+	if err := s.mountableVolumes(r.Context(), req.VolumeMounts); err != nil {
+		return 0, nil, err
+	}
 	sbx, err := s.newSandboxObject(teamOf(r.Context()), &req, source)
 	if err != nil {
 		return 0, nil, err
@@ -82,7 +85,8 @@ func (s *Server) newSandboxObject(ns string, req *newSandbox, source sandlotv1.S
 		// update adding it would be one more write on each start's path.
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "e2b-", Namespace: ns, Finalizers: []string{sandlotv1.FinalizerSandboxVM},
 			Annotations: map[string]string{AnnotationTemplateID: req.TemplateID}},
-		Spec: sandlotv1.SandboxSpec{Source: source, Metadata: req.Metadata, Env: envList(req.EnvVars), Network: network},
+		Spec: sandlotv1.SandboxSpec{Source: source, Metadata: req.Metadata, Env: envList(req.EnvVars), Network: network,
+			VolumeMounts: req.VolumeMounts},
 	}
 	if req.Timeout != nil && *req.Timeout > 0 {
 		sbx.Spec.TimeoutSeconds = ptr.To(int32(*req.Timeout))
@@ -133,6 +137,12 @@ func (s *Server) resolveTemplate(ctx context.Context, id string) (sandlotv1.Sand
 	// The SDKs' default IDs are the platform's default template before any
 	// public template: another team publishing a template named "base"
 	// must not answer every other team's Sandbox.create().
+	if name, tag, ok := strings.Cut(id, ":"); ok { // "name:tag" (tags: templatetags.go)
+		if aerr := s.resolveTag(ctx, name, tag); aerr != nil {
+			return sandlotv1.SandboxSource{}, aerr
+		}
+		id = name
+	}
 	if defaultTemplateIDs[id] {
 		return s.resolveDefault(ctx, id)
 	}
@@ -290,6 +300,10 @@ func (s *Server) detail(ctx context.Context, sbx *sandlotv1.Sandbox, full bool) 
 		StartedAt: started.UTC().Format(time.RFC3339Nano), EndAt: end.UTC().Format(time.RFC3339Nano),
 		EnvdVersion: s.cfg.EnvdVersion, Domain: s.cfg.Domain, Metadata: sbx.Spec.Metadata, State: state(sbx),
 		Lifecycle: &lifecycleJSON{OnTimeout: "kill", AutoResume: sbx.Annotations[AnnotationAutoResume] == "true"}}
+	d.VolumeMounts = sbx.Spec.VolumeMounts
+	if d.VolumeMounts == nil {
+		d.VolumeMounts = []sandlotv1.VolumeMount{}
+	}
 	if d.Metadata == nil {
 		d.Metadata = map[string]string{}
 	}

@@ -29,6 +29,10 @@ type Config struct {
 	Namespace string
 	// Teams are the other teams' namespaces (teams.go).
 	Teams []string
+	// VolumeDir is the volume storage every node mounts (the chart's
+	// volumes.hostPath), mounted here at the same path; "" disables
+	// volumes (volumes.go).
+	VolumeDir string
 	// DefaultTemplate is the Template the SDKs' default template IDs
 	// (base, code-interpreter-v1) name, unless a Template of that name exists.
 	DefaultTemplate string
@@ -130,7 +134,9 @@ type Server struct {
 	locks      teamLocks  // buildquota.go
 	rereads    keyRereads // apikeys.go
 	teamSeries teamSeries // teammetrics.go
-	now        func() time.Time
+	// volumeContent serves /volumecontent/ (volumecontent.go).
+	volumeContent http.Handler
+	now           func() time.Time
 }
 
 // New makes a Server over kube (see NewKube).
@@ -154,6 +160,7 @@ func New(cfg Config, kube *Kube) *Server {
 		}
 	}
 	s.mux = s.routes()
+	s.volumeContent = newVolumeContentHandler(s)
 	return s
 }
 
@@ -206,7 +213,10 @@ func (s *Server) routes() *http.ServeMux {
 	handle("POST", "/v2/templates/{id}/builds/{buildID}", s.startBuild)
 	handle("GET", "/templates/{id}/builds/{buildID}/status", s.buildStatus)
 	handle("GET", "/templates/{id}/builds/{buildID}/logs", s.buildLogs)
-	handle("GET", "/templates/aliases/{alias}", s.aliasExists)
+	handle("GET", "/templates/{id}/{sub}", s.templateSubroute) // aliases/{alias} and {id}/tags
+	// No 405 for /templates/tags: its other methods are /templates/{id}'s.
+	mux.HandleFunc("POST /templates/tags", s.serve(s.assignTags))
+	mux.HandleFunc("DELETE /templates/tags", s.serve(s.deleteTags))
 	for _, p := range []string{"/templates", "/v2/templates", "/templates/{id}"} {
 		handle("POST", p, s.templateBuild)
 	}
@@ -227,20 +237,19 @@ func (s *Server) teamRoutes(handle func(method, path string, e endpoint)) {
 	handle("GET", "/teams", s.teams)
 	handle("GET", "/teams/{teamID}/metrics", s.teamMetrics)
 	handle("GET", "/teams/{teamID}/metrics/max", s.teamMetricMax)
+	handle("GET", "/volumes", s.listVolumes)
+	handle("POST", "/volumes", s.createVolume)
+	handle("GET", "/volumes/{volumeID}", s.getVolume)
+	handle("DELETE", "/volumes/{volumeID}", s.deleteVolume)
 }
 
 // unserved routes what no handler above serves: the legacy template
 // builds (501, naming the SDK's build) and the rest (404, no route).
-// E2B's template tags are named, so that the template routes above do
-// not take "tags" for a template ID (DELETE /templates/tags deleted the
-// template named tags); GET /templates/{id}/tags would conflict with the
-// aliases route, so the legacy builds leave it out instead.
+// The tags routes are named above (templatetags.go), so that the template
+// routes do not take "tags" for a template ID.
 func (s *Server) unserved(mux *http.ServeMux) {
 	noRoute := func(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
 		return 0, nil, errorf(http.StatusNotFound, "no route %s %s", r.Method, r.URL.Path)
-	}
-	for _, p := range []string{"POST /templates/tags", "DELETE /templates/tags"} {
-		mux.HandleFunc(p, s.serve(noRoute))
 	}
 	mux.HandleFunc("/", s.serve(func(w http.ResponseWriter, r *http.Request) (int, any, *apiError) {
 		if strings.Contains(r.URL.Path, "/templates/") && !strings.HasSuffix(r.URL.Path, "/tags") {
@@ -260,6 +269,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.URL.Path == "/health" {
 		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, volumeContentPrefix) {
+		// Transfers of up to 1 GiB: no REST call's deadlines (the SDKs
+		// allow them an hour; a client that stalls holds one connection).
+		clearDeadlines(w)
+		s.volumeContent.ServeHTTP(w, r) // the volume's token is the key
 		return
 	}
 	if strings.HasPrefix(r.URL.Path, uploadPrefix) {

@@ -66,7 +66,8 @@ func (s *Server) requestBuild(_ http.ResponseWriter, r *http.Request) (int, any,
 	}
 	name, tag, _ := strings.Cut(name, ":")
 	if tag != "" || len(req.Tags) > 0 {
-		return 0, nil, errorf(http.StatusBadRequest, "tags are not supported: sandlot keeps one build per template (name %q without its tag)", name)
+		return 0, nil, errorf(http.StatusBadRequest, "tags on a build are not supported: build %q, then tag it "+
+			"(Template.assignTags; sandlot keeps one build per template, and a tag names the build it had then)", name)
 	}
 	if !templateName.MatchString(name) {
 		return 0, nil, errorf(http.StatusBadRequest, "template name %q must be a DNS label: lowercase letters, digits and '-', at most 63", name)
@@ -275,8 +276,8 @@ func (s *Server) putTemplate(r *http.Request, name string, spec sandlotv1.Templa
 }
 
 // aliasExists answers GET /templates/aliases/{alias}.
-func (s *Server) aliasExists(_ http.ResponseWriter, r *http.Request) (int, any, *apiError) {
-	tpl, aerr := s.findTemplate(r, r.PathValue("alias"))
+func (s *Server) aliasExists(_ http.ResponseWriter, r *http.Request, alias string) (int, any, *apiError) {
+	tpl, aerr := s.findTemplate(r, alias)
 	if aerr != nil {
 		return 0, nil, aerr
 	}

@@ -2,7 +2,6 @@ package e2b
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -259,7 +258,14 @@ func TestValidate(t *testing.T) {
 		{"autoResume without autoPause", with(func(n *newSandbox) { n.AutoResume = &autoResume{Enabled: true} }), `"autoResume": needs autoPause`},
 		{"autoResume with autoPause false", with(func(n *newSandbox) { n.AutoResume, n.AutoPause = &autoResume{Enabled: true}, new(false) }), `"autoResume"`},
 		{"autoResume disabled", with(func(n *newSandbox) { n.AutoResume = &autoResume{} }), ""},
-		{"volume mounts", with(func(n *newSandbox) { n.VolumeMounts = []json.RawMessage{[]byte("{}")} }), `"volumeMounts"`},
+		{"volume mount", with(func(n *newSandbox) { n.VolumeMounts = []sandlotv1.VolumeMount{{Name: "data", Path: "/mnt/data"}} }), ""},
+		{"volume mount without a name", with(func(n *newSandbox) { n.VolumeMounts = []sandlotv1.VolumeMount{{Path: "/mnt/data"}} }), `"volumeMounts": name ""`},
+		{"volume mount at /", with(func(n *newSandbox) { n.VolumeMounts = []sandlotv1.VolumeMount{{Name: "d", Path: "/"}} }), `path "/"`},
+		{"volume mount relative", with(func(n *newSandbox) { n.VolumeMounts = []sandlotv1.VolumeMount{{Name: "d", Path: "mnt"}} }), `path "mnt"`},
+		{"volume mount with ..", with(func(n *newSandbox) { n.VolumeMounts = []sandlotv1.VolumeMount{{Name: "d", Path: "/mnt/../etc"}} }), `path "/mnt/../etc"`},
+		{"volume mounts on one path", with(func(n *newSandbox) {
+			n.VolumeMounts = []sandlotv1.VolumeMount{{Name: "a", Path: "/m"}, {Name: "b", Path: "/m"}}
+		}), `path "/m" twice`},
 		{"mcp", with(func(n *newSandbox) { n.Mcp = []byte(`{"x":1}`) }), `"mcp"`},
 		{"no internet", with(func(n *newSandbox) { n.AllowInternet = new(false) }), ""},
 	}

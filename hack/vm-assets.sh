@@ -5,6 +5,7 @@
 #     kernel/<kver>/modules/*.ko         the guest's virtio/overlay modules, uncompressed
 #     kernel/<kver>/modules.order        their paths (relative to kernel/<kver>/), load order
 #     kernel/<kver>/package              the Debian package and version they came from
+#     kernel/<kver>/modules.want         the module list asked for (SANDLOT_GUEST_MODULES)
 #     kernel/current -> <kver>
 #     initramfs/<key>/initramfs.cpio.gz  /init = sandlot-guest, /modules/*.ko (reproducible)
 #     initramfs/<key>/modules.env        the SANDLOT_MODULES value (':'-separated, load order)
@@ -37,7 +38,8 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${SANDLOT_CACHE:-$HOME/.cache/sandlot}"
 ASSETS="$CACHE/vm"
 KERNEL_PKG="${SANDLOT_KERNEL_PKG:-linux-image-cloud-amd64}"
-GUEST_MODULES="${SANDLOT_GUEST_MODULES:-virtio_mmio virtio_blk virtio_net virtio_console virtio_rng overlay erofs}"
+# nfsv3: E2B volumes, which the guest mounts from its shim's NFS server.
+GUEST_MODULES="${SANDLOT_GUEST_MODULES:-virtio_mmio virtio_blk virtio_net virtio_console virtio_rng overlay erofs nfsv3}"
 DEBIAN_SUITE=bookworm
 # What E2B's base template has besides: sudo (the user may use it), curl,
 # git and the CA certificates they verify with.
@@ -214,7 +216,10 @@ build_kernel() {
 		resolve_kernel || die "apt knows no $KERNEL_PKG"
 	fi
 	local dir="$ASSETS/kernel/$KVER"
-	if [[ -f "$dir/vmlinux" && -f "$dir/modules.order" && -f "$dir/package" ]]; then
+	# modules.want: the module list the directory was made for (a changed
+	# list rebuilds it).
+	if [[ -f "$dir/vmlinux" && -f "$dir/modules.order" && -f "$dir/package" &&
+		"$(cat "$dir/modules.want" 2>/dev/null)" == "$GUEST_MODULES" ]]; then
 		local have
 		have="$(cat "$dir/package")"
 		if [[ "$have" != "$KPKG $KPKG_VERSION" ]]; then
@@ -278,6 +283,7 @@ build_kernel() {
 	for n in $GUEST_MODULES; do visit "${n//-/_}"; done
 	printf '%s\n' "${order[@]}" >"$tmp/modules.order"
 	echo "$KPKG $KPKG_VERSION" >"$tmp/package"
+	echo "$GUEST_MODULES" >"$tmp/modules.want"
 	log "  modules (load order): $(tr '\n' ' ' <"$tmp/modules.order")"
 	rm -rf "$dir"
 	mv "$tmp" "$dir"

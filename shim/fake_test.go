@@ -180,6 +180,8 @@ func (g *fakeGuest) Start(_ context.Context, p control.StartParams) (guestProces
 	return g.followLocked(g.nextPID), nil
 }
 
+func (g *fakeGuest) MountVolumes(context.Context) error { return nil }
+
 func (g *fakeGuest) Follow(pid int) guestProcess {
 	g.mu.Lock()
 	defer g.mu.Unlock()

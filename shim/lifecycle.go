@@ -79,6 +79,9 @@ func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec
 	if vs.DNS, err = resolvConfOf(spec); err != nil {
 		return vmSpec{}, 0, err
 	}
+	if vs.Volumes, err = volumesOf(req.Volumes, ann[annSandboxNS], cfg.VolumeDir); err != nil {
+		return vmSpec{}, 0, err
+	}
 	if vs.ImageDigest, err = s.host.digest(ctx, vs.ImageName); err != nil {
 		return vmSpec{}, 0, fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
 	}

@@ -74,6 +74,9 @@ type guest interface {
 	WriteStdin(ctx context.Context, pid int, data []byte) error
 	CloseStdin(ctx context.Context, pid int) error
 	Resize(ctx context.Context, pid int, cols, rows uint16) error
+	// MountVolumes has the guest mount its identity's volumes (their
+	// server is reached through the network, open by then).
+	MountVolumes(ctx context.Context) error
 }
 
 // guestProcess is a guest process the shim follows: its events, in
@@ -159,6 +162,11 @@ func (g controlGuest) Start(ctx context.Context, p control.StartParams) (guestPr
 		return guestProcess{}, err
 	}
 	return guestProcess{PID: proc.PID, Events: proc.Events(), Close: proc.Close}, nil
+}
+
+func (g controlGuest) MountVolumes(ctx context.Context) error {
+	_, err := g.Client.MountVolumes(ctx)
+	return err
 }
 
 func (g controlGuest) Follow(pid int) guestProcess {

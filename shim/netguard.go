@@ -38,6 +38,7 @@ type guardSpec struct {
 	DNS      dnsConfig
 	Gateway  string
 	Network  *sandlotv1.SandboxNetwork
+	Volumes  []podVolume
 }
 
 // dnsConfig is the pod's resolv.conf (CRI's DNSConfig, as containerd
@@ -99,6 +100,11 @@ func startGuard(netns string, g guardSpec) (*guard, error) {
 		resolvable: sandlotv1.NetworkRules{AllowDomains: g.Defaults.ResolveWhenClosed}.MatchDomain}
 	if len(g.DNS.Servers) > 0 {
 		if err := gd.serveDNS(netns, g.DNS.Servers); err != nil {
+			return nil, errors.Join(err, gd.Close())
+		}
+	}
+	if len(g.Volumes) > 0 {
+		if err := gd.serveVolumes(netns, g.Volumes); err != nil {
 			return nil, errors.Join(err, gd.Close())
 		}
 	}

@@ -88,6 +88,9 @@ type vmSpec struct {
 	// resolv.conf: the guard enforces and serves them.
 	Network *sandlotv1.SandboxNetwork
 	DNS     dnsConfig
+	// Volumes are the sandbox's volumes the guard's NFS server exports
+	// and the guest mounts.
+	Volumes []podVolume
 }
 
 func (p *pod) dir() string { return p.cfg.Layout().PodDir(p.uid) }
@@ -116,6 +119,7 @@ func (p *pod) start(ctx context.Context, s vmSpec, api controlapi.VMControlServi
 		return err
 	}
 	p.identity = p.newIdentity(s.Env, s.DNS)
+	p.identity.Volumes, p.identity.VolumeServer = guestVolumes(s.Volumes)
 	p.labels = map[string]string{labelImageDigest: s.ImageDigest, labelImageName: s.ImageName}
 	p.vmSpec = s
 	if s.Slot {
@@ -141,6 +145,9 @@ func (p *pod) launch(ctx context.Context, s vmSpec) (err error) {
 		return err
 	}
 	if err := p.openNetwork(ctx); err != nil {
+		return err
+	}
+	if err := p.mountVolumes(ctx, p.vm); err != nil {
 		return err
 	}
 	how := "booted"
@@ -187,7 +194,8 @@ func (p *pod) attachNetwork(s vmSpec) error {
 		return fmt.Errorf("attach the VM to the pod's network: %w", err)
 	}
 	p.attached = true
-	g, err := p.host.network.Guard(p.netns, n, guardSpec{Defaults: p.cfg.Network, DNS: s.DNS, Gateway: n.Gateway, Network: s.Network})
+	g, err := p.host.network.Guard(p.netns, n, guardSpec{Defaults: p.cfg.Network, DNS: s.DNS, Gateway: n.Gateway, Network: s.Network,
+		Volumes: s.Volumes})
 	if err != nil {
 		return fmt.Errorf("enforce the pod's traffic policy: %w", err)
 	}
@@ -321,6 +329,9 @@ func (p *pod) replace(ctx context.Context, o restoreOrder) (guest, error) {
 			return nil, err
 		}
 	} else if err := v.Announce(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.mountVolumes(ctx, v); err != nil {
 		return nil, err
 	}
 	return v.Guest(), nil

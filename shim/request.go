@@ -21,6 +21,7 @@ type vmRequest struct {
 	Slot                      bool // a start slot: no VM until a claim
 	Restore                   *sandlotv1.RestoreRef
 	Network                   *sandlotv1.SandboxNetwork
+	Volumes                   []sandlotv1.PodVolume
 }
 
 // parseVMRequest decodes and checks a pod's annotations: the codec's
@@ -42,7 +43,8 @@ func parseVMRequest(ann map[string]string, limits containerLimits, cfg node.Conf
 	}
 	r := vmRequest{VCPU: orDefault(a.VCPU, orDefault(limits.VCPU, cfg.DefaultVCPU)),
 		MemoryMiB: orDefault(a.MemoryMiB, orDefault(limits.MemoryMiB, cfg.DefaultMemoryMiB)),
-		LayerMiB:  orDefault(a.WritableLayerMiB, cfg.LayerMiB), Pool: a.Pool != "", Slot: a.Slot, Restore: a.Restore, Network: a.Network}
+		LayerMiB:  orDefault(a.WritableLayerMiB, cfg.LayerMiB), Pool: a.Pool != "", Slot: a.Slot, Restore: a.Restore, Network: a.Network,
+		Volumes: a.Volumes}
 	if memTotalMiB > 0 && r.MemoryMiB > memTotalMiB {
 		return vmRequest{}, fmt.Errorf("%w: the VM wants %d MiB of memory (%s), the node has %d MiB",
 			errdefs.ErrResourceExhausted, r.MemoryMiB, sandlotv1.AnnotationMemoryMiB, memTotalMiB)

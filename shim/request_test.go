@@ -2,6 +2,7 @@ package shim
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -52,7 +53,7 @@ func TestParseVMRequest(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || got != tc.want {
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
 			}
 		})

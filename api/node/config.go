@@ -42,6 +42,11 @@ type Config struct {
 	// in, which may read the shared inputs (base disks, base memory).
 	VMUIDs   IDRange `json:"vmUIDs"`
 	VMMGroup int     `json:"vmmGroup"`
+	// VolumeDir is where the cluster's E2B volumes are on this node: a
+	// filesystem every node mounts at this path (the chart's
+	// volumes.hostPath), each volume at <VolumeDir>/<namespace>/<uid>.
+	// Empty: sandboxes here cannot mount volumes.
+	VolumeDir string `json:"volumeDir,omitempty"`
 	// AgentSocket is the node agent's stage socket (stageapi). With it a
 	// restore asks the agent for its data (downloaded first when another
 	// node wrote it); without it the pod's restore-location annotation

@@ -37,9 +37,12 @@ const (
 	ReasonInsufficientCapacity = "InsufficientCapacity"
 	// ReasonReclaimingPoolPods: no node had room; unclaimed pool pods (warm
 	// pods, start slots) on one give way to the sandbox.
-	ReasonReclaimingPoolPods  = "ReclaimingPoolPods"
-	ReasonSourceNotFound      = "SourceNotFound"
-	ReasonSourceNotReady      = "SourceNotReady"
+	ReasonReclaimingPoolPods = "ReclaimingPoolPods"
+	ReasonSourceNotFound     = "SourceNotFound"
+	ReasonSourceNotReady     = "SourceNotReady"
+	// ReasonVolumeNotReady: a Volume the sandbox mounts is missing, being
+	// deleted, or its directory is not made yet.
+	ReasonVolumeNotReady      = "VolumeNotReady"
 	ReasonTemplateNotAccepted = "TemplateNotAccepted"
 	ReasonSandboxNotRunning   = "SandboxNotRunning"
 	ReasonNodeAssigned        = "NodeAssigned"

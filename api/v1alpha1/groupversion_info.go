@@ -30,6 +30,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&Template{}, &TemplateList{},
 		&Snapshot{}, &SnapshotList{},
 		&PausedSandbox{}, &PausedSandboxList{},
+		&Volume{}, &VolumeList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

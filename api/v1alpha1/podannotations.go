@@ -58,6 +58,8 @@ type VMAnnotations struct {
 	ClaimActivated string
 	// Network is the sandbox's spec.network (nil: the node's defaults).
 	Network *SandboxNetwork
+	// Volumes are the Volumes the shim serves to the VM.
+	Volumes []PodVolume
 }
 
 // Encode renders the annotations.
@@ -92,6 +94,9 @@ func (a VMAnnotations) Encode() (map[string]string, error) {
 		return nil, err
 	}
 	set(AnnotationNetwork, netv)
+	if err := encodePodVolumes(m, a.Volumes); err != nil {
+		return nil, err
+	}
 	if a.Claim != nil {
 		b, err := json.Marshal(a.Claim)
 		if err != nil {
@@ -133,6 +138,9 @@ func DecodeVMAnnotations(m map[string]string) (VMAnnotations, error) {
 	}
 	var err error
 	if a.Network, _, err = DecodeNetwork(m[AnnotationNetwork]); err != nil {
+		errs = append(errs, err)
+	}
+	if a.Volumes, err = decodePodVolumes(m); err != nil {
 		errs = append(errs, err)
 	}
 	if raw, ok := m[AnnotationClaim]; ok {
@@ -217,6 +225,9 @@ func (a VMAnnotations) validate() error {
 	bound(AnnotationVCPU, a.VCPU, MinVCPU, MaxVCPU)
 	bound(AnnotationMemoryMiB, a.MemoryMiB, MinMemoryMiB, MaxMemoryMiB)
 	bound(AnnotationWritableLayerMiB, a.WritableLayerMiB, MinWritableLayerMiB, MaxWritableLayerMiB)
+	if err := validatePodVolumes(a.Volumes); err != nil {
+		errs = append(errs, err)
+	}
 	if r := a.Restore; r != nil {
 		if r.Kind != RestoreKindSnapshot && r.Kind != RestoreKindPausedSandbox {
 			errs = append(errs, fmt.Errorf("annotation %s=%q: want %s or %s", AnnotationRestoreKind, r.Kind,

@@ -116,6 +116,16 @@ type SandboxSpec struct {
 	// from sandlot-api's proxy and the node; egress to public addresses).
 	// +optional
 	Network *SandboxNetwork `json:"network,omitempty"`
+
+	// VolumeMounts mount the namespace's Volumes (by their E2B name) in
+	// the guest, served over NFS by the sandbox's shim; immutable. A
+	// sandbox from a Snapshot takes its source's mounts when it names none.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="volumeMounts are immutable"
+	// +kubebuilder:validation:XValidation:rule="self.all(m, self.exists_one(o, o.path == m.path))",message="volumeMounts: each path once"
+	// +listType=atomic
+	// +optional
+	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
 }
 
 // SandboxNetwork is E2B's network configuration: allowOut beats denyOut

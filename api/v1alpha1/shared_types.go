@@ -146,4 +146,11 @@ type VMSpec struct {
 	// WritableLayerMiB is the size of the writable disk layer.
 	// +optional
 	WritableLayerMiB int32 `json:"writableLayerMiB,omitempty"`
+	// VolumeMounts are the Volumes the VM had mounted: a restore mounts
+	// them again (their current contents; a snapshot holds no volume
+	// bytes).
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	VolumeMounts []VolumeMount `json:"volumeMounts,omitempty"`
 }

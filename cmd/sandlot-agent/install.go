@@ -55,6 +55,8 @@ func (f *installFlags) bind(fs *flag.FlagSet) {
 	fs.StringVar(&o.QEMU.Dest, "qemu-dir", "", "where the QEMU bundle goes on the host (uninstall removes it)")
 	fs.StringVar(&c.Modules, "modules", "", "shim config: the guest's SANDLOT_MODULES (.ko paths in the initramfs, colon-separated)")
 	fs.StringVar(&c.Accel, "accel", "", "shim config: kvm or tcg (default: detect)")
+	fs.StringVar(&c.VolumeDir, "volume-dir", "", "shim config: the shared volume storage's mount on the host (E2B volumes; empty: none)")
+	fs.IntVar(&o.VolumeOwner, "volume-owner", 1000, "uid and gid owning --volume-dir when install makes it")
 	fs.IntVar(&c.DefaultMemoryMiB, "default-memory-mib", 0, "shim config: memory of a VM whose pod does not say (0: the shim's default)")
 	fs.IntVar(&c.DefaultVCPU, "default-vcpu", 0, "shim config: vCPUs of a VM whose pod does not say (0: the shim's default)")
 	fs.IntVar(&c.LayerMiB, "layer-mib", 0, "shim config: a cold-booted VM's writable layer (0: the shim's default)")

@@ -85,6 +85,7 @@ func serve(ctx context.Context, args []string) error {
 	}
 	go api.CollectBuildFiles(ctx) // uploads no build needs, and lapsed build requests
 	go api.SampleTeams(ctx)       // the teams' metrics (GET /teams/{teamID}/metrics)
+	go api.KeepVolumes(ctx)       // volumes' directories: made for new ones, removed for deleted ones
 	if lf.metricsListenUsed {
 		cfg.Log.Warn("--metrics-listen is deprecated: use --metrics-bind-address")
 	}
@@ -175,6 +176,7 @@ func parseServeFlags(args []string) (e2b.Config, listenFlags, error) {
 	})
 	fs.StringVar(&cfg.DefaultTemplate, "default-template", "default", "Template the SDKs' default IDs (base, code-interpreter-v1) resolve to")
 	fs.StringVar(&cfg.Domain, "domain", "", "sandbox domain returned to SDKs: port p of a sandbox is <p>-<sandboxID>.<domain> (may carry :port)")
+	fs.StringVar(&cfg.VolumeDir, "volume-dir", "", "the volume storage every node mounts, at the same path here (E2B volumes; empty: none)")
 	fs.StringVar(&cfg.KeysSecret, "keys-secret", "sandlot-api-keys", "Secret whose values are the API keys")
 	fs.DurationVar(&cfg.CreateTimeout, "create-timeout", 2*time.Minute, "bound of a create, resume, fork or rollback")
 	fs.DurationVar(&cfg.PauseTimeout, "pause-timeout", 2*time.Minute, "bound of a pause")

@@ -190,6 +190,7 @@ func VMSpecOfPod(pod *corev1.Pod, res *sandlotv1.Resources) sandlotv1.VMSpec {
 	}
 	if a, err := sandlotv1.DecodeVMAnnotations(pod.Annotations); err == nil {
 		vm.WritableLayerMiB = a.WritableLayerMiB // through the codec the pod was written with
+		vm.VolumeMounts = a.Mounts()
 	}
 	return vm
 }

@@ -38,6 +38,9 @@ type Plan struct {
 	Constraints placement.Constraints
 	// Network is the sandbox's spec.network (AnnotationNetwork).
 	Network *sandlotv1.SandboxNetwork
+	// Volumes are the Volumes the shim serves (AnnotationVolumes), from
+	// VM.VolumeMounts.
+	Volumes []sandlotv1.PodVolume
 	// PullPolicy is the operator's (default IfNotPresent); PullSecrets
 	// the template's.
 	PullPolicy  corev1.PullPolicy
@@ -109,7 +112,7 @@ func readinessProbe(p *sandlotv1.ReadinessProbe) *corev1.Probe {
 func VMAnnotations(plan Plan) sandlotv1.VMAnnotations {
 	a := sandlotv1.VMAnnotations{SandboxID: plan.SandboxID, VCPU: plan.VM.Resources.VCPU,
 		MemoryMiB: plan.VM.Resources.MemoryMiB, WritableLayerMiB: plan.VM.WritableLayerMiB, Pool: plan.Pool,
-		Slot: plan.Slot, Network: plan.Network}
+		Slot: plan.Slot, Network: plan.Network, Volumes: plan.Volumes}
 	if plan.Restore.Kind != "" {
 		r := plan.Restore
 		a.Restore = &r

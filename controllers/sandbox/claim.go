@@ -32,6 +32,10 @@ type poolRequest struct {
 // poolRequestOf is the claim a sandbox's start may make (false: none).
 func poolRequestOf(sbx *sandlotv1.Sandbox, src resolvedSource) (poolRequest, bool) {
 	switch {
+	case len(src.VM.VolumeMounts) > 0:
+		// A pool pod's shim started without the sandbox's volumes: it
+		// could not serve them. Its own pod serves them from the start.
+		return poolRequest{}, false
 	case len(src.PerNode) > 0 && sbx.Spec.Source.Template != "":
 		return poolRequest{template: sbx.Spec.Source.Template, baseRevision: src.BaseRevision}, true
 	case src.Restore.UID != "" && src.Template != "":

@@ -70,6 +70,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=sandlot.dev,resources=sandboxes/finalizers,verbs=update
 // +kubebuilder:rbac:groups=sandlot.dev,resources=pausedsandboxes,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
+// +kubebuilder:rbac:groups=sandlot.dev,resources=volumes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;delete;patch

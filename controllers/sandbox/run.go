@@ -17,6 +17,7 @@ import (
 	"github.com/sandlot-dev/sandlot/controllers/metrics"
 	"github.com/sandlot-dev/sandlot/controllers/placement"
 	"github.com/sandlot-dev/sandlot/controllers/podspec"
+	"github.com/sandlot-dev/sandlot/controllers/volume"
 	"github.com/sandlot-dev/sandlot/controllers/writes"
 )
 
@@ -183,6 +184,11 @@ func (r *Reconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox, src r
 		setPending(st, sbx.Generation, sandlotv1.ReasonInvalidNetwork, err.Error())
 		return ctrl.Result{}, nil, nil
 	}
+	vols, waitMsg, err := volume.Resolve(ctx, r.Client, sbx.Namespace, src.VM.VolumeMounts)
+	if err != nil || waitMsg != "" {
+		setPending(st, sbx.Generation, sandlotv1.ReasonVolumeNotReady, waitMsg)
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil, err
+	}
 	if claimed, done, res, err := r.tryPoolClaim(ctx, sbx, src); done {
 		return res, claimed, err
 	}
@@ -198,7 +204,7 @@ func (r *Reconciler) startPod(ctx context.Context, sbx *sandlotv1.Sandbox, src r
 	}
 	plan := podspec.Plan{Name: newPodName(sbx), Node: p.Node, SandboxID: st.SandboxID, VM: src.VM, Env: src.Env, Restore: src.restoreFor(p.Node),
 		Probe: src.Probe, MilliCPUPerVCPU: r.milliCPUPerVCPU(), Constraints: cons, Network: sbx.Spec.Network,
-		PullPolicy: r.ImagePullPolicy, PullSecrets: src.PullSecrets}
+		PullPolicy: r.ImagePullPolicy, PullSecrets: src.PullSecrets, Volumes: vols}
 	pod, err := r.createPod(ctx, sbx, plan)
 	if apierrors.IsAlreadyExists(err) {
 		if waiting, werr := r.previousPodTerminating(ctx, key); werr != nil || waiting {

@@ -92,7 +92,8 @@ func (r *Reconciler) resolveTemplate(ctx context.Context, sbx *sandlotv1.Sandbox
 		}
 		return waiting(sandlotv1.ReasonTemplateNotAccepted, "%s", msg), nil
 	}
-	src := resolvedSource{VM: sandlotv1.VMSpec{Image: tpl.Spec.Image, Resources: tpl.Spec.Resources, WritableLayerMiB: tpl.Spec.WritableLayerMiB},
+	src := resolvedSource{VM: sandlotv1.VMSpec{Image: tpl.Spec.Image, Resources: tpl.Spec.Resources, WritableLayerMiB: tpl.Spec.WritableLayerMiB,
+		VolumeMounts: sbx.Spec.VolumeMounts},
 		Env: sandlotv1.MergeEnv(tpl.Spec.SandboxEnv(), sbx.Spec.Env), TimeoutSeconds: tpl.Spec.TimeoutSeconds, BaseRevision: template.BaseRevision(tpl),
 		WarmPool: tpl.Spec.WarmPool, Template: tpl.Name, PullSecrets: tpl.Spec.ImagePullSecrets}
 	if sbx.Annotations[sandlotv1.AnnotationBaseOf] == tpl.Name {
@@ -180,6 +181,9 @@ func (r *Reconciler) resolveSnapshot(ctx context.Context, sbx *sandlotv1.Sandbox
 		return waiting(sandlotv1.ReasonSourceNotReady, "snapshot %q is not ready yet (phase %q)", snap.Name, snap.Status.Phase), nil
 	}
 	vm := snap.Status.VM
+	if len(sbx.Spec.VolumeMounts) > 0 { // else the snapshot's own
+		vm.VolumeMounts = sbx.Spec.VolumeMounts
+	}
 	if o := sbx.Spec.Resources; o != nil && ((o.VCPU != 0 && o.VCPU != vm.Resources.VCPU) ||
 		(o.MemoryMiB != 0 && o.MemoryMiB != vm.Resources.MemoryMiB)) {
 		return failing(sandlotv1.ReasonInvalidSpec, "spec.resources (vcpu %d, memoryMiB %d) must match snapshot %q (vcpu %d, memoryMiB %d)",

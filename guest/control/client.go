@@ -264,6 +264,14 @@ func (c *Client) PrepareSnapshot(ctx context.Context, dropNetwork bool) (Prepare
 	return r, err
 }
 
+// MountVolumes mounts the identity's volumes (once the VM's network is
+// open: their server is on the host side).
+func (c *Client) MountVolumes(ctx context.Context) (MountVolumesResult, error) {
+	var r MountVolumesResult
+	err := c.Call(ctx, MethodMountVolumes, struct{}{}, &r)
+	return r, err
+}
+
 // RestoreNetwork gives a VM whose network PrepareSnapshot dropped its
 // network back.
 func (c *Client) RestoreNetwork(ctx context.Context) (RestoreNetworkResult, error) {

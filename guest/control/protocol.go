@@ -20,6 +20,7 @@ const (
 	MethodSetIdentity     = "setIdentity"
 	MethodPrepareSnapshot = "prepareSnapshot"
 	MethodRestoreNetwork  = "restoreNetwork"
+	MethodMountVolumes    = "mountVolumes"
 	MethodStart           = "start"
 	MethodSignal          = "signal"
 	MethodWait            = "wait"
@@ -201,6 +202,14 @@ type PrepareSnapshotResult struct {
 // network back (false when it had not been dropped).
 type RestoreNetworkResult struct {
 	Network bool `json:"network"`
+}
+
+// MountVolumesResult is mountVolumes' reply: how many of the identity's
+// volumes are mounted (setIdentity unmounts the previous identity's; the
+// host asks for the mounts once the VM's network is open).
+type MountVolumesResult struct {
+	Mounted   int   `json:"mounted"`
+	TookNanos int64 `json:"tookNanos"`
 }
 
 // StartParams is start's request.

@@ -11,6 +11,7 @@ package identity
 import (
 	"crypto/subtle"
 	"maps"
+	"slices"
 	"sync"
 )
 
@@ -33,6 +34,18 @@ type Identity struct {
 	Network *Network `json:"network,omitempty"`
 	// UnixNano is the host's clock, to step the guest clock after a restore.
 	UnixNano int64 `json:"unixNano,omitempty"`
+	// Volumes are the sandbox's E2B volumes, NFS exports of its shim's
+	// server at VolumeServer; the guest mounts them again at every
+	// identity (after a restore the server is another process, maybe on
+	// another node, and the old file handles are gone).
+	Volumes      []Volume `json:"volumes,omitempty"`
+	VolumeServer string   `json:"volumeServer,omitempty"`
+}
+
+// Volume is one NFS export mounted at Path.
+type Volume struct {
+	Export string `json:"export"`
+	Path   string `json:"path"`
 }
 
 // Network is the guest NIC's identity (the pod's IP, gateway and MAC).
@@ -63,6 +76,7 @@ type Store struct {
 // Set replaces the identity.
 func (s *Store) Set(id Identity) {
 	id.Env = maps.Clone(id.Env)
+	id.Volumes = slices.Clone(id.Volumes)
 	s.mu.Lock()
 	s.cur, s.set = id, true
 	s.mu.Unlock()

@@ -248,7 +248,9 @@ func (d daemon) serve() error {
 	before := cluster.SnapshotHost()
 	err := crienv.Run("cluster", func(t crienv.T) {
 		c := cluster.Start(t, cluster.Options{Dir: d.dir, Nodes: d.nodes, BinDir: d.bin, Logf: logf, MinIO: true,
-			Interpreter: true, ClusterDNS: true, JuiceFSCSI: d.store == "juicefs"})
+			Interpreter: true, ClusterDNS: true, JuiceFSCSI: d.store == "juicefs",
+			// E2B volumes on a directory both nodes (this machine) mount.
+			Values: map[string]any{"volumes": map[string]any{"hostPath": filepath.Join(d.dir, "volumes")}}})
 		if err := d.recordAPI(ctx, c); err != nil {
 			t.Fatal(err)
 		}
@@ -324,7 +326,7 @@ func (d daemon) down() error {
 
 // clusterData is what a cluster keeps in its directory besides its logs.
 var clusterData = []string{"etcd", "minio", "jfs", "kcm", "pki", "Corefile", "kube-proxy.yaml", "api-key", "api-url",
-	"sandlot-node-*"}
+	"sandlot-node-*", "volumes"}
 
 // removeData deletes a stopped cluster's state (etcd, MinIO's bucket, each
 // node's containerd root and store: ~20 GiB after make e2e) and keeps its

@@ -47,6 +47,9 @@ type Options struct {
 	ShimConfig     nodeapi.Config
 	// Containerd, when set, registers the runtime in containerd.
 	Containerd *Containerd
+	// VolumeOwner owns ShimConfig.VolumeDir (made when missing): the
+	// volume files' owner, as sandlot-api runs.
+	VolumeOwner int
 }
 
 // Result says what changed on the host.
@@ -75,6 +78,9 @@ func Install(ctx context.Context, o Options) (Result, error) {
 		if err := o.installQEMU(&res); err != nil {
 			return res, err
 		}
+	}
+	if err := o.prepareVolumeDir(&res); err != nil {
+		return res, err
 	}
 	cfg, err := RenderShimConfig(o.ShimConfig)
 	if err != nil {
@@ -260,4 +266,24 @@ func (o Options) removeIfPresent(p string) (bool, error) {
 func (o Options) remove(p string) error {
 	_, err := o.removeIfPresent(p)
 	return err
+}
+
+// prepareVolumeDir makes the volume storage's root when it is missing
+// (the operator mounts the shared filesystem there), owned by the volume
+// owner, closed to other node users. An existing root is left as it is.
+func (o Options) prepareVolumeDir(res *Result) error {
+	if o.ShimConfig.VolumeDir == "" {
+		return nil
+	}
+	p := o.host(o.ShimConfig.VolumeDir)
+	if _, err := os.Stat(p); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(p, 0o700); err != nil {
+		return fmt.Errorf("make the volume storage %s: %w", o.ShimConfig.VolumeDir, err)
+	}
+	if err := os.Chown(p, o.VolumeOwner, o.VolumeOwner); err != nil {
+		return fmt.Errorf("own the volume storage %s: %w", o.ShimConfig.VolumeDir, err)
+	}
+	return res.record(o.ShimConfig.VolumeDir, true, nil)
 }

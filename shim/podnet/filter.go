@@ -45,6 +45,11 @@ const (
 // DNSPort is where the VM's resolver listens.
 const DNSPort = 53
 
+// VolumePort is where the shim's NFS server for the sandbox's volumes
+// listens (TCP, on the resolver's address; MOUNT and NFS on one port).
+// A pod without volumes has no listener there: the netns resets.
+const VolumePort = 2049
+
 // Policy is what a pod's filter enforces beyond anti-spoofing and the
 // flows its VM opened: set live by Update.
 type Policy struct {

@@ -11,7 +11,7 @@ import (
 // unless crds.keep is false, and absent with crds.install false.
 func TestCRDsAreTemplates(t *testing.T) {
 	bases, err := filepath.Glob("../../config/crd/bases/*.yaml")
-	if err != nil || len(bases) != 4 {
+	if err != nil || len(bases) != 5 {
 		t.Fatalf("config/crd/bases: %v, %v", bases, err)
 	}
 	objs := render(t, nil)

@@ -20,7 +20,7 @@ import (
 )
 
 // moving are the sandboxes the drain moves (paused: it has no pod).
-var moving = []string{"busy", "claimed", "plain-1", "plain-2"}
+var moving = []string{"busy", "claimed", "plain-1", "plain-2", "mounted"}
 
 // TestDrainMovesSandboxes drains the node the sandboxes run on, then
 // tries to drain the other one with nowhere to go.
@@ -59,6 +59,7 @@ func TestDrainMovesSandboxes(t *testing.T) {
 			t.Errorf("%s reads %q after the move", name, got)
 		}
 	}
+	volumeMoved(t, k)
 	busy := sbxtest.WaitRunning(t, k, "busy")
 	if got := strings.TrimSpace(sbxtest.EnvdRun(t, k, busy, "kill -0 "+pids+" && echo alive")); got != "alive" {
 		t.Errorf("busy's process %s after the move: %q", pids, got)
@@ -90,6 +91,7 @@ func state(t *testing.T, k client.Client, from, to string) string {
 	for name, sbx := range sbxtest.Create(t, k, "drn", "busy", "plain-1", "plain-2", "paused") {
 		sbxs[name] = sbx
 	}
+	sbxs["mounted"] = mounted(t, k, "drn")
 	cordon(t, to, false)
 	for _, name := range names {
 		if sbxs[name].Status.NodeName != from {

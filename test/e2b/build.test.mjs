@@ -83,7 +83,9 @@ test('Template.build: a file, an env, a workdir, a user, a RUN and a start comma
   }
 })
 
-test('a rebuild of unchanged steps is a cache hit; a changed step runs again with only the steps after it', async () => {
+test('a rebuild of unchanged steps is a cache hit; a changed step runs again with only the steps after it; tags name builds', async () => {
+  const v1 = await Template.assignTags('sdk-built', 'v1')
+  assert.ok(v1.buildId, JSON.stringify(v1))
   const cached = await build(fullTemplate('echo "marker $GREETING" > marker'), 'sdk-built')
   const changed = await build(fullTemplate('echo "changed $GREETING" > marker'), 'sdk-built')
   console.log(`# cached rebuild ${cached.ms} ms, rebuild with step 4 of 6 changed ${changed.ms} ms`)
@@ -95,7 +97,14 @@ test('a rebuild of unchanged steps is a cache hit; a changed step runs again wit
   for (const step of ['[4/6] RUN', '[5/6] USER', '[6/6] RUN']) {
     assert.ok(text.includes(step) && !text.includes(`CACHED ${step}`), `step ${step} did not run again:\n${text}`)
   }
-  const s = await Sandbox.create('sdk-built', { timeoutMs: 60_000 })
+  // v1 names the build the rebuild replaced: listed, refused by name; v2 names the new one.
+  const tags = await Template.getTags('sdk-built')
+  const byTag = Object.fromEntries(tags.map((t) => [t.tag, t.buildId]))
+  assert.equal(byTag.v1, v1.buildId, JSON.stringify(tags))
+  assert.ok(byTag.default && byTag.default !== v1.buildId, JSON.stringify(tags))
+  await assert.rejects(Sandbox.create('sdk-built:v1'), /no longer keeps/)
+  assert.equal((await Template.assignTags('sdk-built', 'v2')).buildId, byTag.default)
+  const s = await Sandbox.create('sdk-built:v2', { timeoutMs: 60_000 })
   try {
     assert.equal(await run(s, 'cat /app/marker'), 'changed built in\n')
     assert.equal(await s.files.read('/app/hello.txt'), 'hello from the build context\n', 'the cached COPY\'s file is there')
@@ -104,6 +113,8 @@ test('a rebuild of unchanged steps is a cache hit; a changed step runs again wit
   } finally {
     await s.kill()
   }
+  await Template.removeTags('sdk-built', ['v1', 'v2'])
+  assert.deepEqual((await Template.getTags('sdk-built')).map((t) => t.tag), ['default'])
 })
 
 test('fromDockerfile: its steps become the build', async () => {

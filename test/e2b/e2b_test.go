@@ -70,7 +70,7 @@ func TestSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := append([]string{"E2B_API_URL=" + apiURL, "E2B_API_KEY=" + key, "SANDLOT_TEAM_B_KEY=" + keyB, "SANDLOT_TEAM_B=" + teamB,
+	base := append([]string{"E2B_API_URL=" + apiURL, "E2B_VOLUME_API_URL=" + apiURL, "E2B_API_KEY=" + key, "SANDLOT_TEAM_B_KEY=" + keyB, "SANDLOT_TEAM_B=" + teamB,
 		"SANDLOT_ACCESS_TOKEN=" + token}, inetEnv()...)
 	t.Run("template builds", func(t *testing.T) {
 		runSDKFile(t, "build.test.mjs", append(base, "E2B_SANDBOX_URL="+apiURL, "SANDLOT_BUILD_IMAGE="+sbxtest.DefaultImage(t)))

@@ -5,6 +5,7 @@
 package e2b
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/sandlot-dev/sandlot/internal/cluster"
@@ -16,7 +17,7 @@ import (
 var c *cluster.Cluster
 
 func TestMain(m *testing.M) {
-	sbxtest.Main(m, "e2b", &c, func(t crienv.T, _ string, o *cluster.Options) {
+	sbxtest.Main(m, "e2b", &c, func(t crienv.T, dir string, o *cluster.Options) {
 		inet.Start(t)
 		o.Prefix = inet.PodPrefix // the test internet's policy route matches the pods
 		o.DNS = []string{inet.IPDNS}
@@ -25,7 +26,10 @@ func TestMain(m *testing.M) {
 		// The chart's API: the SDKs' default template IDs resolve to the
 		// suite's template; sandbox hosts under domain, over TLS.
 		o.APIDomain = domain
-		o.Values = map[string]any{"api": map[string]any{"defaultTemplate": template}}
+		// Volumes on a directory both nodes of this one-machine cluster
+		// mount: shared storage, as volumes.hostPath must be.
+		o.Values = map[string]any{"api": map[string]any{"defaultTemplate": template},
+			"volumes": map[string]any{"hostPath": filepath.Join(dir, "volumes")}}
 	})
 }
 

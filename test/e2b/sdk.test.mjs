@@ -8,7 +8,7 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
-import { Sandbox, CommandExitError, AuthenticationError } from 'e2b'
+import { Sandbox, Volume, CommandExitError, AuthenticationError } from 'e2b'
 
 const apiUrl = process.env.E2B_API_URL
 const apiKey = process.env.E2B_API_KEY
@@ -451,14 +451,25 @@ test('network: allowInternetAccess false with allowOut, updateNetwork, shown in 
   assert.equal(await fetchIn(s, net.public), net.publicBody, 'open again with no rules')
 })
 
+// step awaits p, naming the step, its time and the sandbox in an error (a
+// timeout's own error says nothing of where it happened).
+async function step(name, s, p) {
+  const t0 = Date.now()
+  try {
+    return await p
+  } catch (e) {
+    throw new Error(`${name} (sandbox ${s.sandboxId}, after ${Date.now() - t0} ms): ${e?.name} ${e?.message} ${JSON.stringify(e)}`)
+  }
+}
+
 test('network: denyOut on an open internet; kept across pause and resume', async () => {
   const s = track(await Sandbox.create({ metadata: { run }, network: { denyOut: [`${net.range}/32`] } }))
-  assert.equal(await fetchIn(s, net.public), net.publicBody)
-  assert.equal(await fetchIn(s, net.range), 'REFUSED', 'a denyOut address is closed')
-  await s.pause()
-  const back = await Sandbox.connect(s.sandboxId)
-  assert.equal(await fetchIn(back, net.range), 'REFUSED', 'still closed after a resume')
-  assert.equal(await fetchIn(back, net.public), net.publicBody)
+  assert.equal(await step('fetch public', s, fetchIn(s, net.public)), net.publicBody)
+  assert.equal(await step('fetch denied', s, fetchIn(s, net.range)), 'REFUSED', 'a denyOut address is closed')
+  await step('pause', s, s.pause())
+  const back = await step('connect', s, Sandbox.connect(s.sandboxId))
+  assert.equal(await step('fetch denied after resume', s, fetchIn(back, net.range)), 'REFUSED', 'still closed after a resume')
+  assert.equal(await step('fetch public after resume', s, fetchIn(back, net.public)), net.publicBody)
 })
 
 test('teams: a key sees, connects to and kills only its team\'s sandboxes; a create over the team\'s quota gets 429', async () => {
@@ -490,6 +501,63 @@ test('a command running while its sandbox is killed ends with E2B\'s message', a
   assert.equal(await s.kill(), true)
   const err = await ended
   assert.match(err.message, /The sandbox was killed or reached its end of life/, `${err.name}: ${err.message}`)
+})
+
+test('volumes: shared by two sandboxes, kept through pause, snapshot and fork, outliving both; the content API; another team gets 404', async () => {
+  const vol = await Volume.create(`vol-${run}`)
+  assert.ok(vol.volumeId && vol.token, JSON.stringify(vol))
+  assert.ok((await Volume.list()).some((v) => v.volumeId === vol.volumeId))
+  await vol.writeFile('/from-api.txt', 'written without a sandbox')
+  const a = track(await Sandbox.create({ metadata: { run, role: 'vol-a' }, volumeMounts: { '/mnt/shared': vol } }))
+  assert.deepEqual((await a.getInfo()).volumeMounts, [{ name: vol.name, path: '/mnt/shared' }])
+  assert.equal(await a.files.read('/mnt/shared/from-api.txt'), 'written without a sandbox')
+  await a.files.write('/mnt/shared/a.txt', 'from a')
+  const b = track(await Sandbox.create({ metadata: { run, role: 'vol-b' }, volumeMounts: { '/data': vol.name } }))
+  assert.equal(await b.files.read('/data/a.txt'), 'from a')
+  assert.equal(await vol.readFile('/a.txt'), 'from a', 'the content API reads what a sandbox wrote')
+  assert.equal((await a.commands.run('stat -c %U /mnt/shared/a.txt')).stdout.trim(), 'user')
+  // A paused and resumed: the mount is back and sees B's writes made meanwhile.
+  assert.equal(await a.pause(), true)
+  await b.files.write('/data/b.txt', 'from b, while a was paused')
+  const resumed = await Sandbox.connect(a.sandboxId)
+  assert.equal(await resumed.files.read('/mnt/shared/b.txt'), 'from b, while a was paused')
+  // A snapshot records the mount, not the bytes: its clone and A's forks see the volume as it is now.
+  const snap = await resumed.createSnapshot()
+  await b.files.write('/data/after-snapshot.txt', 'later')
+  const clone = track(await Sandbox.create(snap.snapshotId, { metadata: { run, role: 'vol-clone' } }))
+  assert.equal(await clone.files.read('/mnt/shared/after-snapshot.txt'), 'later')
+  const [fork] = await Sandbox.fork(a.sandboxId, { count: 1 })
+  assert.ok(fork instanceof Sandbox, `fork failed: ${fork}`)
+  track(fork)
+  await fork.files.write('/mnt/shared/fork.txt', 'from the fork')
+  assert.equal(await b.files.read('/data/fork.txt'), 'from the fork')
+  // Root in A's guest asks its volume server for a volume A does not mount (its team's, another
+  // team's of the same name) and for paths out of the export: refused.
+  const unmounted = await Volume.create(`vol-unmounted-${run}`)
+  const theirs = await Volume.create(vol.name, { apiKey: process.env.SANDLOT_TEAM_B_KEY })
+  const nfs = 'vers=3,proto=tcp,port=2049,mountport=2049,mountproto=tcp,nolock,addr=169.254.53.53'
+  // The same command mounts what the sandbox does mount (so the refusals below are the server's).
+  const own = await fork.commands.run(`mkdir -p /mnt/own && mount -t nfs -o ${nfs} 169.254.53.53:/${vol.name} /mnt/own && ` +
+    'cat /mnt/own/a.txt && umount /mnt/own', { user: 'root' })
+  assert.equal(own.stdout, 'from a')
+  for (const exp of [unmounted.name, `${vol.name}/..`, '', '..']) {
+    const r = await fork.commands.run(`mkdir -p /mnt/steal && mount -t nfs -o ${nfs} 169.254.53.53:/${exp} /mnt/steal`,
+      { user: 'root' }).catch((e) => e)
+    assert.ok(r instanceof CommandExitError, `root mounted export ${JSON.stringify(exp)}: ${JSON.stringify(r)}`)
+  }
+  assert.equal(await Volume.destroy(unmounted.volumeId), true)
+  assert.equal(await Volume.destroy(theirs.volumeId, { apiKey: process.env.SANDLOT_TEAM_B_KEY }), true)
+  // Another team sees nothing of it.
+  const other = await api('GET', `/volumes/${vol.volumeId}`, { key: process.env.SANDLOT_TEAM_B_KEY })
+  assert.equal(other.status, 404, JSON.stringify(other.json))
+  const mountOther = await api('POST', '/v2/sandboxes', { key: process.env.SANDLOT_TEAM_B_KEY,
+    body: { templateID: 'base', volumeMounts: [{ name: vol.name, path: '/x' }] } })
+  assert.equal(mountOther.status, 400, JSON.stringify(mountOther.json))
+  // The volume outlives its sandboxes; destroyed, its files are gone.
+  for (const s of [a, b, clone, fork]) await s.kill()
+  assert.equal(await vol.readFile('/fork.txt'), 'from the fork')
+  assert.equal(await Volume.destroy(vol.volumeId), true)
+  assert.ok(!(await Volume.list()).some((v) => v.volumeId === vol.volumeId))
 })
 
 test('kill, kill again', async () => {

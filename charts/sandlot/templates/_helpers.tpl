@@ -118,6 +118,10 @@ uninstall removes what install wrote), restart command excluded.
 {{- with $a.accel }}
 - {{ printf "--accel=%v" (.) | quote }}
 {{- end }}
+{{- with .Values.volumes.hostPath }}
+- {{ printf "--volume-dir=%v" (.) | quote }}
+- {{ printf "--volume-owner=%d" (int $.Values.volumes.ownerUID) | quote }}
+{{- end }}
 {{- with $n.defaultMemoryMiB }}
 - {{ printf "--default-memory-mib=%d" (int .) | quote }}
 {{- end }}

@@ -73,6 +73,9 @@ type Handler struct {
 	hostnameMu    sync.Mutex
 	hostnameBound bool // the hostname file is bound to the kernel's
 
+	volumesMu sync.Mutex
+	mounted   []identity.Volume // what mountVolumes mounted for this identity
+
 	procMu sync.Mutex
 	procs  map[int]*process
 	exited []*process // in exit order, for eviction
@@ -148,6 +151,7 @@ var methods = map[string]methodFunc{
 	control.MethodSetIdentity:     (*Handler).setIdentityMethod,
 	control.MethodPrepareSnapshot: (*Handler).prepareSnapshot,
 	control.MethodRestoreNetwork:  (*Handler).restoreNetwork,
+	control.MethodMountVolumes:    (*Handler).mountVolumesMethod,
 	control.MethodStart:           (*Handler).startMethod,
 	control.MethodSignal:          (*Handler).signalMethod,
 	control.MethodWait:            (*Handler).waitMethod,

@@ -66,6 +66,10 @@ func (h *Handler) SetIdentity(p control.SetIdentityParams) control.SetIdentityRe
 		if n := p.Network; n != nil || h.nic.networkDropped() {
 			res.Network = h.applyNetwork(&p, fail, took)
 		}
+		if err := h.unmountVolumes(h.store.Get().Volumes); err != nil {
+			fail("volumes", err)
+		}
+		took("volumes")
 	}
 	h.store.Set(p.Identity)
 	res.Stored = true

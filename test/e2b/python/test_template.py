@@ -27,7 +27,11 @@ def test_template_build():
     Template.build(tpl, "py-built", cpu_count=1, memory_mb=256, on_build_logs=logs.append)
     text = "\n".join(str(e.message) for e in logs)
     assert "RUN echo" in text and "the ready command passed" in text, text[-2000:]
-    s = Sandbox.create("py-built", timeout=120)
+    info = Template.assign_tags("py-built", "stable")
+    assert info.build_id and [(t.tag, t.build_id) for t in Template.get_tags("py-built")] == \
+        [("default", info.build_id), ("stable", info.build_id)]
+    s = Sandbox.create("py-built:stable", timeout=120)
+    Template.remove_tags("py-built", "stable")
     try:
         assert s.files.read("/app/hello.txt") == "hello from python\n"
         assert s.commands.run("cat /app/marker").stdout == "marker py built\n"

@@ -1,0 +1,44 @@
+"""E2B volumes through the Python SDK: what ../sdk.test.mjs's volume test
+does, as a Python program writes it."""
+
+import os
+
+from e2b import Sandbox, Volume
+
+from conftest import RUN, api
+
+
+def test_volumes(track):
+    vol = Volume.create(f"vol-py-{RUN}")
+    assert vol.volume_id and vol.token
+    assert any(v.volume_id == vol.volume_id for v in Volume.list())
+    vol.write_file("/from-api.txt", "written without a sandbox")
+    a = track(Sandbox.create(metadata={"run": RUN, "role": "vol-a"}, volume_mounts={"/mnt/shared": vol}))
+    assert a.files.read("/mnt/shared/from-api.txt") == "written without a sandbox"
+    a.files.write("/mnt/shared/a.txt", "from a")
+    b = track(Sandbox.create(metadata={"run": RUN, "role": "vol-b"}, volume_mounts={"/data": vol.name}))
+    assert b.files.read("/data/a.txt") == "from a"
+    assert vol.read_file("/a.txt") == "from a"
+    assert [e.name for e in vol.list("/") if e.name.endswith(".txt")] == ["a.txt", "from-api.txt"]
+    # Paused and resumed, A mounts the volume again and sees B's writes.
+    assert a.pause()
+    b.files.write("/data/b.txt", "from b, while a was paused")
+    a = Sandbox.connect(a.sandbox_id)
+    assert a.files.read("/mnt/shared/b.txt") == "from b, while a was paused"
+    # A snapshot records the mount, not the bytes; a fork shares the volume.
+    snap = a.create_snapshot()
+    b.files.write("/data/after-snapshot.txt", "later")
+    clone = track(Sandbox.create(snap.snapshot_id, metadata={"run": RUN, "role": "vol-clone"}))
+    assert clone.files.read("/mnt/shared/after-snapshot.txt") == "later"
+    fork = track(Sandbox.fork(a.sandbox_id, count=1)[0])
+    fork.files.write("/mnt/shared/fork.txt", "from the fork")
+    assert b.files.read("/data/fork.txt") == "from the fork"
+    # Another team: 404.
+    status, body = api("GET", f"/volumes/{vol.volume_id}", key=os.environ["SANDLOT_TEAM_B_KEY"])
+    assert status == 404, body
+    # The volume outlives its sandboxes; destroyed, it is gone.
+    for s in (a, b, clone, fork):
+        s.kill()
+    assert vol.read_file("/fork.txt") == "from the fork"
+    assert Volume.destroy(vol.volume_id)
+    assert not any(v.volume_id == vol.volume_id for v in Volume.list())
