@@ -300,10 +300,7 @@ func (s *Server) detail(ctx context.Context, sbx *sandlotv1.Sandbox, full bool) 
 		StartedAt: started.UTC().Format(time.RFC3339Nano), EndAt: end.UTC().Format(time.RFC3339Nano),
 		EnvdVersion: s.cfg.EnvdVersion, Domain: s.cfg.Domain, Metadata: sbx.Spec.Metadata, State: state(sbx),
 		Lifecycle: &lifecycleJSON{OnTimeout: "kill", AutoResume: sbx.Annotations[AnnotationAutoResume] == "true"}}
-	d.VolumeMounts = sbx.Spec.VolumeMounts
-	if d.VolumeMounts == nil {
-		d.VolumeMounts = []sandlotv1.VolumeMount{}
-	}
+	d.VolumeMounts = s.mountsOf(ctx, sbx)
 	if d.Metadata == nil {
 		d.Metadata = map[string]string{}
 	}

@@ -117,7 +117,7 @@ func (s *Server) templateJSON(tpl *sandlotv1.Template, team string) *templateJSO
 	if tpl.Namespace != team {
 		names = append(names, tpl.Namespace+"/"+tpl.Name)
 	}
-	t := &templateJSON{TemplateID: tpl.Name, BuildID: tpl.Status.BaseRevision, CPUCount: tpl.Spec.Resources.VCPU,
+	t := &templateJSON{TemplateID: tpl.Name, BuildID: buildUUID(tpl.Status.BaseRevision), CPUCount: tpl.Spec.Resources.VCPU,
 		MemoryMB: tpl.Spec.Resources.MemoryMiB, DiskSizeMB: tpl.Spec.WritableLayerMiB, Aliases: []string{}, Names: names,
 		Public:    isPublic(tpl),
 		CreatedAt: tpl.CreationTimestamp.UTC().Format(time.RFC3339), UpdatedAt: tpl.CreationTimestamp.UTC().Format(time.RFC3339),

@@ -2,7 +2,9 @@ package e2b
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"regexp"
@@ -70,7 +72,7 @@ func (s *Server) listTags(r *http.Request, id string) (int, any, *apiError) {
 	if aerr != nil {
 		return 0, nil, aerr
 	}
-	out := []templateTag{{Tag: defaultTag, BuildID: tpl.Status.BaseRevision, CreatedAt: tpl.CreationTimestamp.UTC().Format(time.RFC3339)}}
+	out := []templateTag{{Tag: defaultTag, BuildID: buildUUID(tpl.Status.BaseRevision), CreatedAt: tpl.CreationTimestamp.UTC().Format(time.RFC3339)}}
 	tags := tagsOf(tpl)
 	for _, k := range slices.Sorted(maps.Keys(tags)) {
 		out = append(out, tags[k])
@@ -162,7 +164,7 @@ func checkTags(tags []string) *apiError {
 // currentBuildOf is the build tag names on tpl, which must be its
 // current one ("" and "default" name it).
 func currentBuildOf(tpl *sandlotv1.Template, tags map[string]templateTag, tag string) (string, *apiError) {
-	cur := tpl.Status.BaseRevision
+	cur := buildUUID(tpl.Status.BaseRevision)
 	if cur == "" {
 		return "", errorf(http.StatusConflict, "template %s has no build yet", tpl.Name)
 	}
@@ -184,9 +186,9 @@ func currentBuildOf(tpl *sandlotv1.Template, tags map[string]templateTag, tag st
 // one's tags are its team's), retrying on conflicts.
 func (s *Server) editTags(ctx context.Context, name string, edit func(*sandlotv1.Template, map[string]templateTag) *apiError) *apiError {
 	var aerr *apiError
+	tpl := &sandlotv1.Template{}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		aerr = nil
-		tpl := &sandlotv1.Template{}
 		if err := s.kube.Get(ctx, client.ObjectKey{Namespace: teamOf(ctx), Name: name}, tpl); err != nil {
 			aerr = errorf(http.StatusNotFound, "template %q not found", name)
 			return nil
@@ -204,7 +206,12 @@ func (s *Server) editTags(ctx context.Context, name string, edit func(*sandlotv1
 	if err != nil {
 		return kubeError("update the tags of template "+name, err)
 	}
-	return aerr
+	if aerr != nil {
+		return aerr
+	}
+	// Answered once this API's cache holds the tags: the caller's next
+	// request reads them.
+	return s.kube.waitSeen(ctx, tpl)
 }
 
 // resolveTag checks a create's "name:tag" against the team's template:
@@ -219,4 +226,19 @@ func (s *Server) resolveTag(ctx context.Context, name, tag string) *apiError {
 	}
 	_, aerr := currentBuildOf(tpl, tagsOf(tpl), tag)
 	return aerr
+}
+
+// buildUUID is the E2B build ID of a base revision (a digest): E2B's
+// OpenAPI document says a build ID is a UUID, and the Python SDK parses
+// it as one. Derived, so a template's build keeps its ID (name-based, as
+// a version 8 UUID: the digest's first 16 bytes).
+func buildUUID(rev string) string {
+	if rev == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(rev))
+	b := sum[:16]
+	b[6] = b[6]&0x0f | 0x80 // version 8
+	b[8] = b[8]&0x3f | 0x80 // RFC 9562 variant
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

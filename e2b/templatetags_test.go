@@ -44,10 +44,10 @@ func TestTemplateTags(t *testing.T) {
 		BuildID string   `json:"buildID"`
 	}
 	r := f.api(t, "POST", "/templates/tags", map[string]any{"target": "tagged", "tags": []string{"prod", "v1.0"}})
-	if r.code != http.StatusCreated || json.Unmarshal(r.body, &assigned) != nil || assigned.BuildID != "rev-1" {
+	if r.code != http.StatusCreated || json.Unmarshal(r.body, &assigned) != nil || assigned.BuildID != buildUUID("rev-1") {
 		t.Fatalf("assign: %d %s", r.code, r.body)
 	}
-	wantTags(t, f, "default=rev-1", "prod=rev-1", "v1.0=rev-1")
+	wantTags(t, f, "default="+buildUUID("rev-1"), "prod="+buildUUID("rev-1"), "v1.0="+buildUUID("rev-1"))
 	team := withTeam(ctx, testNS)
 	if src, aerr := f.srv.resolveTemplate(team, "tagged:prod"); aerr != nil || src.Template != "tagged" {
 		t.Fatalf("tagged:prod resolves to %+v, %v", src, aerr)
@@ -65,12 +65,12 @@ func TestTemplateTags(t *testing.T) {
 	if r := f.api(t, "POST", "/templates/tags", map[string]any{"target": "tagged:default", "tags": []string{"prod"}}); r.code != http.StatusCreated {
 		t.Fatalf("move prod: %d %s", r.code, r.body)
 	}
-	wantTags(t, f, "default=rev-2", "prod=rev-2", "v1.0=rev-1")
+	wantTags(t, f, "default="+buildUUID("rev-2"), "prod="+buildUUID("rev-2"), "v1.0="+buildUUID("rev-1"))
 	if r := f.api(t, "DELETE", "/templates/tags", map[string]any{"name": "tagged", "tags": []string{"v1.0"}}); r.code != http.StatusNoContent {
 		t.Fatalf("delete: %d %s", r.code, r.body)
 	}
 	f.api(t, "DELETE", "/templates/tags", map[string]any{"name": "tagged", "tags": []string{"v1.0"}}).wantError(t, http.StatusNotFound, "no tag")
-	wantTags(t, f, "default=rev-2", "prod=rev-2")
+	wantTags(t, f, "default="+buildUUID("rev-2"), "prod="+buildUUID("rev-2"))
 	if r := f.api(t, "GET", "/templates/aliases/tagged", nil); r.code != http.StatusOK {
 		t.Fatalf("the aliases route: %d %s", r.code, r.body)
 	}

@@ -143,6 +143,10 @@ func (s *Server) deleteVolume(_ http.ResponseWriter, r *http.Request) (int, any,
 	if err := s.finalizeVolume(r.Context(), vol); err != nil {
 		s.cfg.Log.Warn("delete a volume's files (the sweep retries)", "volume", vol.Name, "error", err)
 	}
+	// Answered once this API's cache shows it going: a list next omits it.
+	if aerr := s.kube.waitGoing(r.Context(), vol); aerr != nil {
+		return 0, nil, aerr
+	}
 	return http.StatusNoContent, nil, nil
 }
 
@@ -253,4 +257,18 @@ func (s *Server) mountableVolumes(ctx context.Context, ms []sandlotv1.VolumeMoun
 		}
 	}
 	return nil
+}
+
+// mountsOf are the volumes a sandbox mounts: its spec's, else (a clone or
+// fork that named none) those its source snapshot recorded.
+func (s *Server) mountsOf(ctx context.Context, sbx *sandlotv1.Sandbox) []sandlotv1.VolumeMount {
+	if len(sbx.Spec.VolumeMounts) > 0 {
+		return sbx.Spec.VolumeMounts
+	}
+	snap := &sandlotv1.Snapshot{}
+	if name := sbx.Spec.Source.Snapshot; name != "" &&
+		s.kube.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: name}, snap) == nil && len(snap.Status.VM.VolumeMounts) > 0 {
+		return snap.Status.VM.VolumeMounts
+	}
+	return []sandlotv1.VolumeMount{}
 }
