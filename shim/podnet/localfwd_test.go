@@ -2,6 +2,7 @@ package podnet
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -142,5 +143,39 @@ func TestLocalhostReachesTheVM(t *testing.T) {
 	}
 	if err == nil {
 		t.Fatal("the VM's connection to the resolver address on 9090 succeeded")
+	}
+}
+
+// TestVolumePortReachesThePodNetns: the VM's NFS to the resolver address
+// on VolumePort reaches the volume server's listener in its pod netns (a
+// kernel stack as the guest), and that port only: 2050 stays closed.
+func TestVolumePortReachesThePodNetns(t *testing.T) {
+	resolver := netip.MustParseAddr("169.254.53.53")
+	e, tapFile := attached(t, WithResolver(resolver))
+	gns := e.guest(t, tapFile)
+	served := listenIn(t, e.ns, fmt.Sprintf(":%d", VolumePort))
+	other := listenIn(t, e.ns, fmt.Sprintf(":%d", VolumePort+1))
+	dial := func(port int) error {
+		return Run(gns, func() error {
+			c, err := net.DialTimeout("tcp4", fmt.Sprintf("%s:%d", resolver, port), 2*time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+	}
+	must(t, "the VM's connection to the volume server", dial(VolumePort))
+	select {
+	case <-served:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the volume server's listener accepted nothing")
+	}
+	if err := dial(VolumePort + 1); err == nil {
+		t.Fatalf("the VM opened a connection to port %d of the pod netns", VolumePort+1)
+	}
+	select {
+	case <-other:
+		t.Fatalf("port %d of the pod netns accepted the VM", VolumePort+1)
+	default:
 	}
 }
