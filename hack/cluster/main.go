@@ -172,7 +172,7 @@ Try:
   kubectl exec hello -- uname -r                 # inside the microVM
   make down                                      # stop it and undo every host change
 The E2B SDKs, unchanged (once the quickstart's template is ready):
-  export E2B_API_URL=%[3]s E2B_SANDBOX_URL=%[3]s E2B_API_KEY=$(cat %[4]s)
+  export E2B_API_URL=%[3]s E2B_SANDBOX_URL=%[3]s E2B_VOLUME_API_URL=%[3]s E2B_API_KEY=$(cat %[4]s)
 kubeconfig: %[2]s
 `, d.dir, kc, strings.TrimSpace(string(url)), d.apiKeyFile())
 	return nil
