@@ -22,8 +22,9 @@ import (
 // E2B's network configuration maps onto Sandbox.spec.network (allowOut,
 // denyOut, allow_internet_access), enforced by the node on the VM's tap,
 // and allowPublicTraffic false onto a traffic access token this proxy
-// requires. Per-host header transforms (rules), an egress proxy and a
-// request host mask are refused: sandlot does not build them.
+// requires. Per-host header transforms (rules) and an egress proxy are
+// refused: sandlot does not build them. A request host mask is the
+// proxy's (maskhost.go).
 
 // AnnotationPrivateTraffic ("true"): the sandbox's ports other than
 // envd's answer only requests that carry its traffic access token in
@@ -58,6 +59,7 @@ type networkJSON struct {
 	AllowPublicTraffic bool     `json:"allowPublicTraffic"`
 	AllowOut           []string `json:"allowOut,omitempty"`
 	DenyOut            []string `json:"denyOut,omitempty"`
+	MaskRequestHost    string   `json:"maskRequestHost,omitempty"`
 }
 
 // setNonEmpty: a JSON value was sent that asks for something (not
@@ -69,14 +71,12 @@ func setNonEmpty(raw json.RawMessage) bool {
 
 // refuseUnbuilt refuses what sandlot does not build; prefix is where the
 // fields are ("network." in a create).
-func refuseUnbuilt(prefix string, rules, egressProxy json.RawMessage, mask *string) *apiError {
+func refuseUnbuilt(prefix string, rules, egressProxy json.RawMessage) *apiError {
 	switch {
 	case setNonEmpty(rules):
 		return errorf(http.StatusBadRequest, "field %q: per-domain header transform rules are not supported by sandlot", prefix+"rules")
 	case setNonEmpty(egressProxy):
 		return errorf(http.StatusBadRequest, "field %q: an egress proxy is not supported by sandlot", prefix+"egressProxy")
-	case mask != nil && *mask != "":
-		return errorf(http.StatusBadRequest, "field %q: masking the request host is not supported by sandlot", prefix+"maskRequestHost")
 	}
 	return nil
 }
@@ -133,7 +133,10 @@ func (n *newSandbox) network() (*sandlotv1.SandboxNetwork, bool, *apiError) {
 	if cfg == nil {
 		cfg = &networkConfig{}
 	}
-	if err := refuseUnbuilt("network.", cfg.Rules, cfg.EgressProxy, cfg.MaskRequestHost); err != nil {
+	if err := refuseUnbuilt("network.", cfg.Rules, cfg.EgressProxy); err != nil {
+		return nil, false, err
+	}
+	if err := checkMask(cfg.MaskRequestHost); err != nil {
 		return nil, false, err
 	}
 	spec, err := specNetwork("network.", cfg.AllowOut, cfg.DenyOut, n.AllowInternet)
@@ -177,7 +180,7 @@ func (s *Server) updateNetwork(_ http.ResponseWriter, r *http.Request) (int, any
 	if err := decodeBody(r, &body); err != nil {
 		return 0, nil, err
 	}
-	if err := refuseUnbuilt("", body.Rules, body.EgressProxy, nil); err != nil {
+	if err := refuseUnbuilt("", body.Rules, body.EgressProxy); err != nil {
 		return 0, nil, err
 	}
 	next, err := specNetwork("", body.AllowOut, body.DenyOut, body.AllowInternet)
@@ -262,7 +265,7 @@ func (s *Server) checkTraffic(r *http.Request, sbx *sandlotv1.Sandbox, port int)
 
 // networkOf is the network object of the info route.
 func networkOf(sbx *sandlotv1.Sandbox) *networkJSON {
-	out := &networkJSON{AllowPublicTraffic: !privateTraffic(sbx)}
+	out := &networkJSON{AllowPublicTraffic: !privateTraffic(sbx), MaskRequestHost: sbx.Annotations[AnnotationMaskRequestHost]}
 	if n := sbx.Spec.Network; n != nil {
 		out.AllowOut, out.DenyOut = n.AllowOut, n.DenyOut
 	}

@@ -69,8 +69,14 @@ func TestValidateNetwork(t *testing.T) {
 		}), `field "network.rules": per-domain header transform rules are not supported by sandlot`},
 		{"egress proxy", with(func(n *newSandbox) { n.Network = &networkConfig{EgressProxy: []byte(`{"address":"socks5://p:1080"}`)} }),
 			`field "network.egressProxy": an egress proxy is not supported by sandlot`},
-		{"mask request host", with(func(n *newSandbox) { n.Network = &networkConfig{MaskRequestHost: new("${PORT}-x.example")} }),
-			`field "network.maskRequestHost": masking the request host is not supported by sandlot`},
+		{"mask request host", with(func(n *newSandbox) { n.Network = &networkConfig{MaskRequestHost: new("${PORT}-x.example")} }), ""},
+		{"mask request host with a port", with(func(n *newSandbox) { n.Network = &networkConfig{MaskRequestHost: new("localhost:${PORT}")} }), ""},
+		{"mask request host with a path", with(func(n *newSandbox) { n.Network = &networkConfig{MaskRequestHost: new("a.example/x")} }),
+			`field "network.maskRequestHost": "a.example/x" is not a host[:port]`},
+		{"mask request host with a header", with(func(n *newSandbox) { n.Network = &networkConfig{MaskRequestHost: new("a.example\r\nX: y")} }),
+			`field "network.maskRequestHost"`},
+		{"mask request host with a user", with(func(n *newSandbox) { n.Network = &networkConfig{MaskRequestHost: new("u@a.example")} }),
+			`field "network.maskRequestHost"`},
 	}
 	checkValidate(t, tests)
 }
@@ -171,7 +177,7 @@ func TestNetworkRefused(t *testing.T) {
 			`field "network.rules": per-domain header transform rules are not supported by sandlot`},
 		{"create: egressProxy", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"egressProxy":{"address":"p:1080"}}}`,
 			`field "network.egressProxy": an egress proxy is not supported by sandlot`},
-		{"create: maskRequestHost", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"maskRequestHost":"x"}}`,
+		{"create: maskRequestHost", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"maskRequestHost":"x y"}}`,
 			`field "network.maskRequestHost"`},
 		{"create: allowOut not a list", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"allowOut":"example.com"}}`,
 			`field "network.allowOut"`},

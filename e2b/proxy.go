@@ -127,6 +127,9 @@ func newProxy(s *Server) *proxy {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(pr.In.Context().Value(targetKey{}).(*url.URL))
 			pr.Out.Host = pr.In.Host
+			if host, ok := pr.In.Context().Value(maskKey{}).(string); ok {
+				pr.Out.Host = host // maskhost.go
+			}
 			stripCredentials(pr.Out.Header)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -184,7 +187,7 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request, t target) {
 	// interpreter's first line) would race it. HTTP/2 is full duplex anyway.
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	u := &url.URL{Scheme: "http", Host: net.JoinHostPort(sbx.Status.PodIP, strconv.Itoa(t.port))}
-	ctx, cancel := context.WithCancel(context.WithValue(r.Context(), targetKey{}, u))
+	ctx, cancel := context.WithCancel(withMask(context.WithValue(r.Context(), targetKey{}, u), sbx, t.port))
 	defer cancel()
 	// A change of the sandbox between its read above and this add is not
 	// seen by the streams: a request to a pod that went meanwhile fails

@@ -100,6 +100,9 @@ func (s *Server) newSandboxObject(ns string, req *newSandbox, source sandlotv1.S
 	if private {
 		sbx.Annotations[AnnotationPrivateTraffic] = "true"
 	}
+	if n := req.Network; n != nil && n.MaskRequestHost != nil && *n.MaskRequestHost != "" {
+		sbx.Annotations[AnnotationMaskRequestHost] = *n.MaskRequestHost
+	}
 	return sbx, nil
 }
 

@@ -355,6 +355,29 @@ test('autoResume: a request to its HTTP server\'s port wakes a paused sandbox, w
   assert.equal((await s.getInfo()).state, 'running')
 })
 
+test('network.maskRequestHost: the Host a sandbox\'s server sees, its port filled in', async () => {
+  const s = track(await Sandbox.create({ metadata: { run, role: 'mask' }, network: { maskRequestHost: 'localhost:${PORT}' } }))
+  await s.files.write('/tmp/host.py', [
+    'import http.server as h',
+    'class H(h.BaseHTTPRequestHandler):',
+    '    def do_GET(self):',
+    '        b = self.headers["Host"].encode()',
+    '        self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)',
+    'h.HTTPServer(("", 8001), H).serve_forever()',
+  ].join('\n'))
+  assert.equal((await api('GET', `/sandboxes/${s.sandboxId}`)).json.network?.maskRequestHost, 'localhost:${PORT}')
+  await s.commands.run('python3 /tmp/host.py', { background: true })
+  for (const end = Date.now() + 30_000; ;) {
+    const [code, body] = await portGet(s, 8001, '/').catch((e) => [0, String(e)])
+    if (code === 200) {
+      assert.equal(body, 'localhost:8001')
+      break
+    }
+    assert.ok(Date.now() < end, `the server never answered through the proxy: ${code} ${body}`)
+    await new Promise((r) => setTimeout(r, 300))
+  }
+})
+
 test('snapshot, then a sandbox from its ID', async () => {
   await sbx.files.write('/tmp/snap.txt', 'snapshotted')
   const snap = await sbx.createSnapshot()

@@ -334,6 +334,27 @@ def test_auto_resume_http(track):
     assert s.get_info().state == SandboxState.RUNNING
 
 
+HOST_ECHO = """import http.server as h
+class H(h.BaseHTTPRequestHandler):
+    def do_GET(self):
+        b = self.headers["Host"].encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)
+h.HTTPServer(("", 8001), H).serve_forever()
+"""
+
+
+def test_mask_request_host(track):
+    """network.mask_request_host: the Host the sandbox's server sees, its port filled in."""
+    s = track(Sandbox.create(metadata={"run": RUN, "role": "mask"}, network={"mask_request_host": "localhost:${PORT}"}))
+    s.files.write("/tmp/host.py", HOST_ECHO)
+    s.commands.run("python3 /tmp/host.py", background=True)
+    deadline = time.time() + 30
+    while (got := _port_get(s, 8001, "/"))[0] != 200:
+        assert time.time() < deadline, f"the server never answered through the proxy: {got}"
+        time.sleep(0.3)
+    assert got == (200, b"localhost:8001")
+
+
 def test_snapshot(track):
     sbx = state["sbx"]
     sbx.files.write("/tmp/snap.txt", "snapshotted")
