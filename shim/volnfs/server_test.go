@@ -67,7 +67,13 @@ func serve(t *testing.T, exports ...Export) (*Server, string) {
 // no portmapper), with AUTH_SYS root credentials.
 func mount(t *testing.T, addr, dirpath string) (*nfsc.Target, error) {
 	t.Helper()
+	// go-nfs-client binds a random local port of its own choosing: one
+	// still in TIME_WAIT from an earlier connection of the test is
+	// refused, and a new pick is the client's way around it.
 	c, err := rpc.DialTCP("tcp", addr, false)
+	for try := 0; errors.Is(err, syscall.EADDRINUSE) && try < 5; try++ {
+		c, err = rpc.DialTCP("tcp", addr, false)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
