@@ -181,11 +181,11 @@ test-e2e: build cluster-bins vm-assets ## End to end on a real two-node cluster 
 	go test -count=1 -v -timeout 30m ./test/e2e/
 
 .PHONY: test-agent
-test-agent: cluster-bins vm-assets minio-bins juicefs-bins ## The node agent and its store on a real two-node cluster: s3 on MinIO (default), or STORE=juicefs on a live JuiceFS (the store's suites on client mounts; the chart on the JuiceFS CSI driver's volume): snapshots, remote status, pause/resume across nodes, faults, agent pods replaced.
+test-agent: envtest-assets cluster-bins vm-assets minio-bins juicefs-bins ## The node agent and its store on a real two-node cluster: s3 on MinIO (default), or STORE=juicefs on a live JuiceFS (the store's suites on client mounts; the chart on the JuiceFS CSI driver's volume): snapshots, remote status, pause/resume across nodes, faults, agent pods replaced.
 ifeq ($(STORE),juicefs)
-	go test -count=1 -v -timeout 30m ./nodeagent/... ./test/juicefs/ ./test/jfsagent/
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -v -timeout 30m ./nodeagent/... ./test/juicefs/ ./test/jfsagent/
 else
-	go test -count=1 -v -timeout 30m ./nodeagent/... ./internal/minio/ ./test/agent/
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -count=1 -v -timeout 30m ./nodeagent/... ./internal/minio/ ./test/agent/
 endif
 
 .PHONY: previous-release

@@ -217,10 +217,25 @@ func (s *Server) editSecret(ctx context.Context, key client.ObjectKey, kind cred
 		sec.Annotations = map[string]string{}
 	}
 	sec.Annotations[annotationCredentials] = string(text)
+	wait := s.kube.waitSeen
 	if create {
-		return s.kube.Create(ctx, sec)
+		err, wait = s.kube.Create(ctx, sec), s.kube.waitPresent
+	} else {
+		err = s.kube.Update(ctx, sec)
 	}
-	return s.kube.Update(ctx, sec)
+	if err != nil {
+		return err
+	}
+	// Answered once this API's cache holds the change: the caller's next
+	// request (a list after a rename) reads it there. (The issue-key and
+	// issue-token commands write without a cache.)
+	if s.kube.changed == nil {
+		return nil
+	}
+	if aerr := wait(ctx, sec); aerr != nil {
+		return errors.New(aerr.Message)
+	}
+	return nil
 }
 
 // changeCredential renames (name != "") or removes the team's credential

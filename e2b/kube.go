@@ -29,7 +29,7 @@ import (
 // delete collects them (buildsweep.go).
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;create;update;patch;delete
 // +kubebuilder:rbac:groups=sandlot.dev,resources=pausedsandboxes,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
 
 // indexSandboxID indexes Sandboxes by their E2B sandbox ID, which is
@@ -159,6 +159,22 @@ func (k *Kube) waitSeen(ctx context.Context, obj client.Object) *apiError {
 		cached := obj.DeepCopyObject().(client.Object)
 		if err := k.Get(ctx, client.ObjectKeyFromObject(obj), cached); err != nil {
 			return apierrors.IsNotFound(err), nil
+		}
+		cmp, err := resourceversion.CompareResourceVersion(cached.GetResourceVersion(), want)
+		return err != nil || cmp >= 0, nil
+	})
+}
+
+// waitPresent waits until the cache holds obj (just created) at its
+// resourceVersion or a later one: waitSeen takes an absent object for a
+// deleted one, which for a create is the cache not having it yet.
+func (k *Kube) waitPresent(ctx context.Context, obj client.Object) *apiError {
+	want := obj.GetResourceVersion()
+	what := fmt.Sprintf("new %s in the API's cache", obj.GetName())
+	return k.waitFor(ctx, cacheLag, what, func() (bool, *apiError) {
+		cached := obj.DeepCopyObject().(client.Object)
+		if err := k.Get(ctx, client.ObjectKeyFromObject(obj), cached); err != nil {
+			return false, nil
 		}
 		cmp, err := resourceversion.CompareResourceVersion(cached.GetResourceVersion(), want)
 		return err != nil || cmp >= 0, nil

@@ -241,6 +241,11 @@ func (s *Server) teamRoutes(handle func(method, path string, e endpoint)) {
 	handle("POST", "/volumes", s.createVolume)
 	handle("GET", "/volumes/{volumeID}", s.getVolume)
 	handle("DELETE", "/volumes/{volumeID}", s.deleteVolume)
+	handle("GET", "/secrets", s.listSecrets)
+	handle("POST", "/secrets", s.createSecret)
+	handle("GET", "/secrets/{secretID}", s.getSecret)
+	handle("POST", "/secrets/{secretID}", s.updateSecret)
+	handle("DELETE", "/secrets/{secretID}", s.deleteSecret)
 }
 
 // unserved routes what no handler above serves: the legacy template

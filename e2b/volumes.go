@@ -107,7 +107,7 @@ func (s *Server) createVolume(_ http.ResponseWriter, r *http.Request) (int, any,
 	if aerr := s.readyVolume(ctx, vol); aerr != nil {
 		return 0, nil, aerr
 	}
-	if aerr := s.kube.waitSeen(ctx, vol); aerr != nil {
+	if aerr := s.kube.waitPresent(ctx, vol); aerr != nil {
 		return 0, nil, aerr
 	}
 	return s.volumeWithToken(ctx, vol, http.StatusCreated)

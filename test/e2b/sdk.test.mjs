@@ -8,7 +8,7 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
-import { Sandbox, Volume, CommandExitError, AuthenticationError } from 'e2b'
+import { Sandbox, Volume, Secret, CommandExitError, AuthenticationError } from 'e2b'
 
 const apiUrl = process.env.E2B_API_URL
 const apiKey = process.env.E2B_API_KEY
@@ -318,6 +318,19 @@ test('pause, pause again, connect: files and processes intact', async () => {
   sbx = await CodeSandbox.connect(sbx.sandboxId)
 })
 
+test('paused while a long command runs: after the resume it completes, its handle gets the result; a finished one is gone', async () => {
+  const s = track(await Sandbox.create({ metadata: { run, role: 'long' } }))
+  await s.commands.run('true')
+  const long = await s.commands.run('sleep 8; echo finished', { background: true })
+  assert.equal(await s.pause(), true)
+  const back = await Sandbox.connect(s.sandboxId)
+  const again = await back.commands.connect(long.pid)
+  const r = await again.wait()
+  assert.equal(r.exitCode, 0)
+  assert.equal(r.stdout, 'finished\n')
+  assert.ok(!(await back.commands.list()).some((p) => p.pid === long.pid), 'a finished command is not listed')
+})
+
 test('autoResume: traffic to a paused sandbox resumes it', async () => {
   const s = track(await Sandbox.create({ metadata: { run, role: 'auto' }, lifecycle: { onTimeout: 'pause', autoResume: true } }))
   await s.files.write('/tmp/auto.txt', 'still here')
@@ -582,6 +595,19 @@ test('volumes: shared by two sandboxes, kept through pause, snapshot and fork, o
   assert.equal(await vol.readFile('/fork.txt'), 'from the fork')
   assert.equal(await Volume.destroy(vol.volumeId), true)
   assert.ok(!(await Volume.list()).some((v) => v.volumeId === vol.volumeId))
+})
+
+test('secrets: stored, versioned, listed, never read back; another team sees none', async () => {
+  const name = `key-${run}`
+  const made = await Secret.create(name, 'sk-never-shown', { metadata: { owner: 'ci' } })
+  assert.ok(made.secretId.startsWith('sec_') && made.version === 1 && made.metadata.owner === 'ci', JSON.stringify(made))
+  assert.equal((await Secret.update(made.secretId, 'sk-rotated')).version, 2)
+  assert.equal((await Secret.getInfo(name)).secretId, made.secretId)
+  const listed = await Secret.list().nextItems()
+  assert.ok(listed.some((s) => s.secretId === made.secretId) && !JSON.stringify(listed).includes('sk-'), JSON.stringify(listed))
+  assert.equal(await Secret.exists(made.secretId, { apiKey: process.env.SANDLOT_TEAM_B_KEY }), false)
+  assert.equal(await Secret.destroy(made.secretId), true)
+  assert.equal(await Secret.exists(made.secretId), false)
 })
 
 test('kill, kill again', async () => {

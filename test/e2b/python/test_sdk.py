@@ -300,6 +300,18 @@ def test_pause_connect(sbx):
     assert state["sbx"].run_code("x").text == "20"
 
 
+def test_pause_during_long_command(track):
+    """Paused while a long command runs: after the resume it completes and
+    its handle gets the result; a finished command is not listed."""
+    s = track(Sandbox.create(metadata={"run": RUN, "role": "long"}))
+    long = s.commands.run("sleep 8; echo finished", background=True)
+    assert s.pause() is True
+    back = Sandbox.connect(s.sandbox_id)
+    r = back.commands.connect(long.pid).wait()
+    assert (r.exit_code, r.stdout) == (0, "finished\n")
+    assert all(p.pid != long.pid for p in back.commands.list())
+
+
 def test_auto_resume(track):
     s = track(Sandbox.create(metadata={"run": RUN, "role": "auto"}, lifecycle={"on_timeout": "pause", "auto_resume": True}))
     s.files.write("/tmp/auto.txt", "still here")

@@ -3,7 +3,7 @@ does, as a Python program writes it."""
 
 import os
 
-from e2b import Sandbox, Volume
+from e2b import Sandbox, Secret, Volume
 
 from conftest import RUN, api
 
@@ -42,3 +42,19 @@ def test_volumes(track):
     assert vol.read_file("/fork.txt") == "from the fork"
     assert Volume.destroy(vol.volume_id)
     assert not any(v.volume_id == vol.volume_id for v in Volume.list())
+
+
+def test_secrets():
+    """Secrets: stored, versioned, found by name, never read back; another team sees none."""
+    name = f"key-py-{RUN}"
+    made = Secret.create(name, "sk-never-shown", metadata={"owner": "ci"})
+    assert made.secret_id.startswith("sec_") and made.version == 1 and made.metadata == {"owner": "ci"}
+    assert Secret.update(made.secret_id, "sk-rotated").version == 2
+    assert Secret.get_info(name).secret_id == made.secret_id
+    status, body = api("GET", "/secrets")
+    assert status == 200 and made.secret_id in str(body) and "sk-" not in str(body), body
+    status, body = api("GET", f"/secrets/{made.secret_id}", key=os.environ["SANDLOT_TEAM_B_KEY"])
+    assert status == 404, body
+    assert Secret.destroy(made.secret_id)
+    status, _ = api("GET", f"/secrets/{made.secret_id}")
+    assert status == 404
