@@ -190,7 +190,7 @@ func (h *Handler) prepareSnapshot(_ context.Context, raw json.RawMessage) (any, 
 		return nil, e
 	}
 	t0 := time.Now()
-	unix.Sync()
+	syncLocal()
 	res := control.PrepareSnapshotResult{Synced: true}
 	if n := h.store.Get().Network; p.DropNetwork && h.opts.ApplyHost && n != nil {
 		if err := h.nic.dropNetwork(*n); err != nil {
