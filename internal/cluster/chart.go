@@ -188,7 +188,10 @@ func (c *Cluster) localValues() map[string]any {
 			"memoryDir":      c.memoryDir("$(NODE_NAME)")},
 		"storage": map[string]any{"mode": "local"},
 	}
-	if c.guestModules != "" { // the initramfs `make vm-assets` built loads these
+	// The initramfs `make vm-assets` built loads these; a previous
+	// release's chart names its own image's (0.1.0's lacks the NFS
+	// modules this checkout's guest loads).
+	if c.guestModules != "" && c.Release == "" {
 		v["agent"].(map[string]any)["install"].(map[string]any)["guestModules"] = c.guestModules
 	}
 	if len(c.Teams) > 0 {
