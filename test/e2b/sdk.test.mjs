@@ -5,7 +5,7 @@
 //   SANDLOT_MODE=domain       E2B_DOMAIN: the SDK calls
 //                             https://<port>-<id>.<domain> (resolve.mjs maps
 //                             the wildcard name to the API server)
-import { test, before, after } from 'node:test'
+import { test, before, after, afterEach } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
 import { Sandbox, Volume, Secret, CommandExitError, AuthenticationError } from 'e2b'
@@ -36,11 +36,19 @@ async function api(method, path, { body, key = apiKey, headers = {} } = {}) {
 
 before(async () => {
   assert.ok(apiUrl && apiKey && mode, 'run with E2B_API_URL, E2B_API_KEY and SANDLOT_MODE')
-  sbx = track(await CodeSandbox.create({ metadata: { run, role: 'main' }, timeoutMs: 900_000 }))
+  sbx = await CodeSandbox.create({ metadata: { run, role: 'main' }, timeoutMs: 900_000 })
+})
+
+// A test's own sandboxes go when it ends (each with its own key, team-b's
+// too): VMs of finished tests filled the nodes' CPU, and a later test's
+// resume or clone, which restores on its snapshot's node, waited for room
+// past the SDK's 60 s (the kubelet's OutOfcpu in the events).
+afterEach(async () => {
+  for (const s of created.splice(0)) await s.kill().catch(() => {})
 })
 
 after(async () => {
-  for (const s of created) await s.kill().catch(() => {}) // each with its own key (team-b's too)
+  await sbx?.kill().catch(() => {})
 })
 
 test('create: the default template, a sandbox ID and an access token', async () => {

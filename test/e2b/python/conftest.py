@@ -50,6 +50,21 @@ def track():
             pass
 
 
+@pytest.fixture(autouse=True)
+def _kill_test_sandboxes(track):
+    """A test's own sandboxes go when it ends: VMs of finished tests filled
+    the nodes' CPU, and a later resume or clone (which restores on its
+    snapshot's node) waited for room past the SDK's timeout."""
+    n = len(track.made)
+    yield
+    for s in track.made[n:]:
+        try:
+            s.kill()
+        except Exception:  # noqa: BLE001 — killed already, or another team's
+            pass
+    del track.made[n:]
+
+
 def api(method, path, body=None, key=API_KEY, headers=None):
     """The REST API directly (what the SDK has no method for): status, JSON."""
     data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())

@@ -21,9 +21,15 @@ state = {}  # the main sandbox, replaced when connect hands back a new object
 
 
 @pytest.fixture(scope="module")
-def sbx(track):
-    state["sbx"] = track(CodeSandbox.create(metadata={"run": RUN, "role": "main"}, timeout=900))
-    return state["sbx"]
+def sbx():
+    """The module's main sandbox, shared by its tests (so not tracked: the
+    tests' own sandboxes go when each ends)."""
+    state["sbx"] = CodeSandbox.create(metadata={"run": RUN, "role": "main"}, timeout=900)
+    yield state["sbx"]
+    try:
+        state["sbx"].kill()
+    except Exception:  # noqa: BLE001 — killed by a test already
+        pass
 
 
 def test_create(sbx):
