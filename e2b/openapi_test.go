@@ -19,8 +19,8 @@ var notServed = map[string]string{
 	"POST /templates/{templateID}/builds/{buildID}": "legacy",
 }
 
-// notYet are the team routes issue 38 is to build: 404 "no route" until
-// then, as are the admin routes (E2B's operators', not a team's).
+// notYet are team routes not built yet (none now): 404 "no route", as are
+// the admin routes (E2B's operators', not a team's).
 var notYet = []string{}
 
 // TestEveryOpenAPIRoute: every method of every path of E2B's OpenAPI
