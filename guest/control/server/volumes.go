@@ -8,10 +8,9 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandlot-dev/sandlot/guest/control"
@@ -115,17 +114,13 @@ var networkFS = map[string]bool{"nfs": true, "nfs4": true, "cifs": true, "smb3":
 // waiting on a network filesystem. Unreadable mount points (shadowed,
 // gone) are skipped: what they hold is flushed through the mount above.
 func syncLocal() {
-	b, err := os.ReadFile("/proc/self/mounts")
+	mounts, err := mountinfo.GetMounts(localFS)
 	if err != nil {
 		unix.Sync() // no mount table (no /proc): all of them
 		return
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 3 || networkFS[f[2]] {
-			continue
-		}
-		fd, err := unix.Open(unescapeMount(f[1]), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	for _, m := range mounts {
+		fd, err := unix.Open(m.Mountpoint, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		if err != nil {
 			continue
 		}
@@ -134,21 +129,5 @@ func syncLocal() {
 	}
 }
 
-// unescapeMount undoes /proc/mounts' octal escapes (\040 for a space).
-func unescapeMount(p string) string {
-	if !strings.Contains(p, `\`) {
-		return p
-	}
-	var out strings.Builder
-	for i := 0; i < len(p); i++ {
-		if p[i] == '\\' && i+3 < len(p) {
-			if n, err := strconv.ParseUint(p[i+1:i+4], 8, 8); err == nil {
-				out.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		out.WriteByte(p[i])
-	}
-	return out.String()
-}
+// localFS keeps the mounts a snapshot flushes: all but networkFS's.
+func localFS(m *mountinfo.Info) (skip, stop bool) { return networkFS[m.FSType], false }
