@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -62,4 +63,24 @@ func TestSecrets(t *testing.T) {
 		t.Fatalf("delete: %d %s", r.code, r.body)
 	}
 	call(t, base, "GET", "/secrets/"+created.SecretID, nil, "X-API-KEY", f.key).wantError(t, http.StatusNotFound, "not found")
+}
+
+// TestSecretMadeByHand: a Secret a namespace user labels as an E2B secret,
+// without the API's annotations or any data, is listed and updated like
+// the API's own, never a crash.
+func TestSecretMadeByHand(t *testing.T) {
+	f := setup(t)
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "e2b-secret-handmade00000000",
+		Labels: map[string]string{LabelE2BSecret: "true"}}}
+	if err := f.c.Create(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitCached(f.srv.kube, sec); err != nil {
+		t.Fatal(err)
+	}
+	r := f.api(t, "POST", "/secrets/sec_handmade00000000", map[string]any{"value": "v"})
+	var got secretJSON
+	if r.code != http.StatusOK || json.Unmarshal(r.body, &got) != nil || got.CurrentVersion != 1 {
+		t.Fatalf("update a hand-made secret: %d %s", r.code, r.body)
+	}
 }

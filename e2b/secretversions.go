@@ -34,6 +34,12 @@ func (s *Server) updateSecret(_ http.ResponseWriter, r *http.Request) (int, any,
 		if aerr = e; e != nil {
 			return nil
 		}
+		if sec.Data == nil { // a labelled Secret made by hand: no versions yet
+			sec.Data = map[string][]byte{}
+		}
+		if sec.Annotations == nil {
+			sec.Annotations = map[string]string{}
+		}
 		v, _ := strconv.ParseInt(sec.Annotations[annotationSecretVersion], 10, 64)
 		v++
 		sec.Data["v"+strconv.FormatInt(v, 10)] = []byte(*body.Value)
