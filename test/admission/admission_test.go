@@ -40,6 +40,10 @@ func TestTenantCannotSetSandlotKeys(t *testing.T) {
 		"restore-uid alone":   {podOf(nil, map[string]string{sandlotv1.AnnotationRestoreUID: "3f0c7a52"}, true), uid},
 		"not of the sandlot RuntimeClass": {podOf(nil, map[string]string{sandlotv1.AnnotationBoot: sandlotv1.BootRestore,
 			sandlotv1.AnnotationRestoreUID: "3f0c7a52"}, false), uid},
+		// A volume of another namespace by its UID: the shim serves only the
+		// pod's own namespace's, but the key is the controller's alone.
+		"volumes annotation": {podOf(nil, map[string]string{sandlotv1.AnnotationVolumes: `[{"name":"data","uid":"3f0c7a52","path":"/mnt"}]`}, true),
+			"annotation " + sandlotv1.AnnotationVolumes},
 		"sandbox label": {podOf(map[string]string{sandlotv1.LabelSandbox: "someone-elses"}, nil, true),
 			"label " + sandlotv1.LabelSandbox},
 		"any sandlot.dev/ label": {podOf(map[string]string{"sandlot.dev/anything": ""}, nil, false), "label sandlot.dev/anything"},
