@@ -339,7 +339,8 @@ func (g fakeGuard) Apply(r *sandlotv1.SandboxNetwork, _ []netip.Prefix) error {
 	return nil
 }
 
-func (fakeGuard) Close() error { return nil }
+func (fakeGuard) Close() error     { return nil }
+func (fakeGuard) EgressCA() []byte { return nil }
 
 func (n *fakeNetwork) state() (attached bool, attaches, detaches int) {
 	n.mu.Lock()

@@ -75,7 +75,8 @@ func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec
 		return vmSpec{}, 0, err
 	}
 	vs := vmSpec{VCPU: req.VCPU, MemoryMiB: req.MemoryMiB, LayerMiB: req.LayerMiB, ImageName: ann[annImageName],
-		Env: envMap(spec.Process.Env), Pool: req.Pool, Slot: req.Slot, Network: req.Network}
+		Env: envMap(spec.Process.Env), Pool: req.Pool, Slot: req.Slot, Network: req.Network,
+		EgressSecrets: egressSecretsOf(spec)}
 	if vs.DNS, err = resolvConfOf(spec); err != nil {
 		return vmSpec{}, 0, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -15,6 +16,7 @@ import (
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/guest/identity"
 	"github.com/sandlot-dev/sandlot/shim/dnsfwd"
+	"github.com/sandlot-dev/sandlot/shim/egress"
 	"github.com/sandlot-dev/sandlot/shim/podnet"
 )
 
@@ -29,6 +31,9 @@ type netGuard interface {
 	// Apply sets the sandbox's rules; ingress adds who may open
 	// connections to it (sandlot-api's pods).
 	Apply(n *sandlotv1.SandboxNetwork, ingress []netip.Prefix) error
+	// EgressCA is the PEM certificate the guest trusts for the header
+	// rules' HTTPS (nil: no egress proxy).
+	EgressCA() []byte
 	Close() error
 }
 
@@ -39,6 +44,10 @@ type guardSpec struct {
 	Gateway  string
 	Network  *sandlotv1.SandboxNetwork
 	Volumes  []podVolume
+	// Name labels the pod's egress CA; EgressSecrets is the host
+	// directory of the header rules' Secret ("" without one).
+	Name          string
+	EgressSecrets string
 }
 
 // dnsConfig is the pod's resolv.conf (CRI's DNSConfig, as containerd
@@ -80,6 +89,12 @@ type guard struct {
 	// resolver answer (the node's network.resolveWhenClosed).
 	resolvable dnsfwd.Matcher
 	closers    []func() error
+	// proxy applies the header rules (nil without a resolver), with the
+	// values read from secretsDir; state is what its dials are checked
+	// against.
+	proxy      *egress.Proxy
+	secretsDir string
+	state      atomic.Pointer[egressState]
 }
 
 // startGuard opens the filter Attach made, serves the resolver in the
@@ -102,13 +117,18 @@ func startGuard(netns string, g guardSpec) (*guard, error) {
 		if err := gd.serveDNS(netns, g.DNS.Servers); err != nil {
 			return nil, errors.Join(err, gd.Close())
 		}
+		if err := gd.serveEgress(netns, g.Name, g); err != nil {
+			return nil, errors.Join(err, gd.Close())
+		}
 	}
 	if len(g.Volumes) > 0 {
 		if err := gd.serveVolumes(netns, g.Volumes); err != nil {
 			return nil, errors.Join(err, gd.Close())
 		}
 	}
-	if err := gd.Apply(g.Network, nil); err != nil {
+	if err := gd.Apply(g.Network, nil); err != nil && !errors.Is(err, egress.ErrMissingSecret) {
+		// A key the kubelet has not delivered yet is not fatal: the
+		// rule refuses its requests until the agent's push reads it.
 		return nil, errors.Join(err, gd.Close())
 	}
 	return gd, nil
@@ -172,7 +192,11 @@ func (g *guard) Apply(n *sandlotv1.SandboxNetwork, ingress []netip.Prefix) error
 		// even asked upstream: a query is a message out (a DNS tunnel).
 		g.fwd.SetMatcher(rules.MatchDomain, rules.EgressClosed(), g.resolvable)
 	}
-	return g.filter.Update(p)
+	if err := g.filter.Update(p); err != nil {
+		return err
+	}
+	g.state.Store(&egressState{policy: p, rules: rules})
+	return g.applyEgress(rules, n)
 }
 
 // serveDNS listens on the resolver address inside the netns (sockets

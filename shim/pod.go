@@ -91,6 +91,8 @@ type vmSpec struct {
 	// Volumes are the sandbox's volumes the guard's NFS server exports
 	// and the guest mounts.
 	Volumes []podVolume
+	// EgressSecrets is the host directory of the header rules' Secret.
+	EgressSecrets string
 }
 
 func (p *pod) dir() string { return p.cfg.Layout().PodDir(p.uid) }
@@ -120,6 +122,7 @@ func (p *pod) start(ctx context.Context, s vmSpec, api controlapi.VMControlServi
 	}
 	p.identity = p.newIdentity(s.Env, s.DNS)
 	p.identity.Volumes, p.identity.VolumeServer = guestVolumes(s.Volumes)
+	p.identity.EgressCA = string(p.guard.EgressCA())
 	p.labels = map[string]string{labelImageDigest: s.ImageDigest, labelImageName: s.ImageName}
 	p.vmSpec = s
 	if s.Slot {
@@ -195,7 +198,7 @@ func (p *pod) attachNetwork(s vmSpec) error {
 	}
 	p.attached = true
 	g, err := p.host.network.Guard(p.netns, n, guardSpec{Defaults: p.cfg.Network, DNS: s.DNS, Gateway: n.Gateway, Network: s.Network,
-		Volumes: s.Volumes})
+		Volumes: s.Volumes, Name: "pod " + p.uid, EgressSecrets: s.EgressSecrets})
 	if err != nil {
 		return fmt.Errorf("enforce the pod's traffic policy: %w", err)
 	}

@@ -89,6 +89,10 @@ type NetworkConfig struct {
 	// closed, where it answers no other name (cluster names a workload
 	// looks up). An answer opens nothing.
 	ResolveWhenClosed []string `json:"resolveWhenClosed,omitempty"`
+	// UpstreamCAFile is a PEM file on the node of CAs the egress proxy
+	// trusts besides the system's when it verifies the upstreams of a
+	// sandbox's header rules (a private API's CA).
+	UpstreamCAFile string `json:"upstreamCAFile,omitempty"`
 }
 
 // resolvableName is a domain in allowOut's form, lower case.

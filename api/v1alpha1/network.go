@@ -32,6 +32,10 @@ type NetworkRules struct {
 	DenyCIDRs    []netip.Prefix
 	// Ingress opens the sandbox to new connections from anywhere.
 	Ingress bool
+	// Egress are the header rules, by domain; SecretName the Secret
+	// their placeholders name.
+	Egress     []EgressRule
+	SecretName string
 }
 
 // AllTraffic is 0.0.0.0/0: what allowInternetAccess false denies.
@@ -77,6 +81,8 @@ func ParseNetwork(n *SandboxNetwork) (NetworkRules, error) {
 		r.DenyCIDRs = append(r.DenyCIDRs, AllTraffic)
 	}
 	r.Ingress = n.Ingress
+	errs = append(errs, checkEgress(n)...)
+	r.Egress, r.SecretName = n.Rules, n.SecretName
 	return r, errors.Join(errs...)
 }
 

@@ -114,6 +114,7 @@ type SandboxSpec struct {
 	// Network is the sandbox's traffic rules, enforced on its VM's tap by
 	// the shim; changed live. Omitted: the node's defaults (ingress only
 	// from sandlot-api's proxy and the node; egress to public addresses).
+	// +kubebuilder:validation:XValidation:rule="(has(self.secretName) ? self.secretName : '') == (has(oldSelf.secretName) ? oldSelf.secretName : '')",message="network.secretName is immutable: the pod mounts it when it starts"
 	// +optional
 	Network *SandboxNetwork `json:"network,omitempty"`
 
@@ -160,6 +161,25 @@ type SandboxNetwork struct {
 	// only from sandlot-api's proxy and its node.
 	// +optional
 	Ingress bool `json:"ingress,omitempty"`
+
+	// Rules set headers on the sandbox's HTTP and HTTPS requests to a
+	// domain (E2B's network.rules), so it can call an API with a key it
+	// never holds: the node's egress proxy adds them, its own TLS
+	// certificate signed by a CA made for this VM alone. A rule opens
+	// nothing: allowOut and denyOut still decide what is reached.
+	// +kubebuilder:validation:MaxItems=10
+	// +kubebuilder:validation:XValidation:rule="self.all(r, self.exists_one(o, o.domain == r.domain))",message="rules: each domain once"
+	// +listType=atomic
+	// +optional
+	Rules []EgressRule `json:"rules,omitempty"`
+
+	// SecretName is a Secret of the sandbox's namespace whose keys the
+	// rules' ${e2b.secrets.KEY} placeholders name. Its pod mounts it for
+	// the node (never the guest) to read: set when the sandbox is created,
+	// and a sandbox naming it takes no warm pool VM.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
 }
 
 // SandboxPhase is the observed lifecycle state of a Sandbox.

@@ -76,6 +76,7 @@ func (f *installFlags) bind(fs *flag.FlagSet) {
 		c.Network.ResolveWhenClosed = node.SplitList(v)
 		return nil
 	})
+	fs.StringVar(&c.Network.UpstreamCAFile, "upstream-ca-file", "", "shim config: PEM file on the node of CAs the egress proxy trusts, besides the system's, for the upstreams of header rules")
 	fs.BoolVar(&c.Network.IngressOpen, "ingress-open", false, "shim config: anyone may open connections to every sandbox")
 	fs.Func("shim-memory-max-mib", fmt.Sprintf("shim config: cap on each pod's shim process, MiB (0: uncapped; default %d)", node.DefaultShimMemoryMaxMiB), func(v string) error {
 		n, err := strconv.Atoi(v)

@@ -90,8 +90,28 @@ func Render(ns string, plan Plan, env []corev1.EnvVar) (*corev1.Pod, error) {
 		},
 	}
 	pod.Spec.Containers[0].ReadinessProbe = readinessProbe(plan.Probe)
+	mountEgressSecret(pod, plan.Network)
 	return pod, nil
 }
+
+// mountEgressSecret has the kubelet fetch the Secret the network rules'
+// placeholders name (with the node's own, pod-bound access) and keep it
+// current in the sandbox container's mounts, where the shim reads it;
+// the guest never sees it. Optional: a Secret made after the pod still
+// arrives, and a missing key is the shim's error, in the status.
+func mountEgressSecret(pod *corev1.Pod, n *sandlotv1.SandboxNetwork) {
+	if n == nil || n.SecretName == "" {
+		return
+	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: egressSecretVolume,
+		VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: n.SecretName,
+			Optional: ptr.To(true), DefaultMode: ptr.To[int32](0o400)}}})
+	c := &pod.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: egressSecretVolume,
+		MountPath: sandlotv1.EgressSecretsPath, ReadOnly: true})
+}
+
+const egressSecretVolume = "egress-secrets"
 
 // readinessProbe is the kubelet's probe of the VM on the pod IP.
 func readinessProbe(p *sandlotv1.ReadinessProbe) *corev1.Probe {

@@ -36,6 +36,10 @@ func poolRequestOf(sbx *sandlotv1.Sandbox, src resolvedSource) (poolRequest, boo
 		// A pool pod's shim started without the sandbox's volumes: it
 		// could not serve them. Its own pod serves them from the start.
 		return poolRequest{}, false
+	case sbx.Spec.Network != nil && sbx.Spec.Network.SecretName != "":
+		// Its pod mounts the rules' Secret (pod volumes are fixed at
+		// creation): a pool pod has none.
+		return poolRequest{}, false
 	case len(src.PerNode) > 0 && sbx.Spec.Source.Template != "":
 		return poolRequest{template: sbx.Spec.Source.Template, baseRevision: src.BaseRevision}, true
 	case src.Restore.UID != "" && src.Template != "":

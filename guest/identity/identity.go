@@ -40,6 +40,10 @@ type Identity struct {
 	// another node, and the old file handles are gone).
 	Volumes      []Volume `json:"volumes,omitempty"`
 	VolumeServer string   `json:"volumeServer,omitempty"`
+	// EgressCA is the PEM certificate of the pod's egress proxy CA (its
+	// key stays on the host): the guest trusts it in place of the one a
+	// restored memory or a template's disk carries.
+	EgressCA string `json:"egressCA,omitempty"`
 }
 
 // Volume is one NFS export mounted at Path.
@@ -119,4 +123,19 @@ func (s *Store) CheckToken(token string) bool {
 		return false // fail closed: no identity yet, or one without a token
 	}
 	return subtle.ConstantTimeCompare([]byte(token), []byte(want)) == 1
+}
+
+// Where the guest keeps the egress CA: its own file and the system
+// bundle it joins.
+const (
+	EgressCAFile   = "/usr/local/share/ca-certificates/sandlot-egress.crt"
+	SystemCABundle = "/etc/ssl/certs/ca-certificates.crt"
+)
+
+// EgressCAEnv is what a process's environment gets with an egress CA,
+// unless the sandbox sets them: Python's requests and Node read their
+// own roots otherwise.
+func EgressCAEnv() map[string]string {
+	return map[string]string{"SSL_CERT_FILE": SystemCABundle, "REQUESTS_CA_BUNDLE": SystemCABundle,
+		"NODE_EXTRA_CA_CERTS": EgressCAFile}
 }

@@ -60,6 +60,7 @@ type Forwarder struct {
 	timeout        time.Duration
 	minTTL, maxTTL time.Duration
 	names          atomic.Pointer[names]
+	intercepted    atomic.Pointer[intercept]
 	inflight       chan struct{} // semaphore of queries being handled
 	conns          chan struct{} // semaphore of open TCP client connections
 

@@ -27,6 +27,9 @@ func (f *Forwarder) handle(ctx context.Context, raw []byte, tcp bool) []byte {
 	if !f.names.Load().answered(q.Question[0].Name) {
 		return reply(q, dns.RcodeNameError) // NXDOMAIN: a search list goes on to the next name
 	}
+	if b := f.interceptReply(q); b != nil {
+		return b
+	}
 	r, out, err := f.resolve(ctx, q, tcp)
 	if err != nil {
 		// The VM sees SERVFAIL; failing upstreams are the shim's to monitor.

@@ -50,6 +50,14 @@ const DNSPort = 53
 // A pod without volumes has no listener there: the netns resets.
 const VolumePort = 2049
 
+// EgressHTTPPort and EgressTLSPort are where the shim's egress proxy
+// listens on the resolver's address: the VM's resolver answers the
+// domains of the sandbox's header rules with that address.
+const (
+	EgressHTTPPort = 80
+	EgressTLSPort  = 443
+)
+
 // Policy is what a pod's filter enforces beyond anti-spoofing and the
 // flows its VM opened: set live by Update.
 type Policy struct {

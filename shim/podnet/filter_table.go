@@ -108,7 +108,8 @@ func (l *layout) addToVM(conn *nftables.Conn, e ends) {
 
 // addFromVM opens the gate: frames from the VM leave only with its own
 // MAC and IP; DNS to the resolver goes to this netns's forwarder, NFS to
-// the resolver's address to the volume server (filter.go VolumePort), and so
+// the resolver's address to the volume server (filter.go VolumePort), HTTP and
+// HTTPS there to the egress proxy, and so
 // do replies to port-forwarded connections (localfwd.go); a
 // tracked flow passes; a new connection is refused to the node itself
 // and to the platform's denials (whatever the sandbox's rules or its
@@ -128,12 +129,13 @@ func (l *layout) addFromVM(conn *nftables.Conn, e ends) {
 	)
 	if e.resolver.IsValid() {
 		dport := []byte{0, DNSPort}
-		vport := []byte{VolumePort >> 8, VolumePort & 0xff}
 		l.add(conn, l.fromVM, cat(ipField(ipDst, e.resolver, true),
-			one(load(expr.PayloadBaseTransportHeader, thDstPort, 2, reg1), eq(reg1, dport)), toHost()),
-			cat(ipField(ipDst, e.resolver, true), l4proto(unix.IPPROTO_TCP),
-				one(load(expr.PayloadBaseTransportHeader, thDstPort, 2, reg1), eq(reg1, vport)), toHost()),
-			replyToHost(e.resolver))
+			one(load(expr.PayloadBaseTransportHeader, thDstPort, 2, reg1), eq(reg1, dport)), toHost()))
+		for _, p := range []uint16{VolumePort, EgressHTTPPort, EgressTLSPort} {
+			l.add(conn, l.fromVM, cat(ipField(ipDst, e.resolver, true), l4proto(unix.IPPROTO_TCP),
+				one(load(expr.PayloadBaseTransportHeader, thDstPort, 2, reg1), eq(reg1, []byte{byte(p >> 8), byte(p)})), toHost()))
+		}
+		l.add(conn, l.fromVM, replyToHost(e.resolver))
 	}
 	l.add(conn, l.fromVM,
 		cat(l4proto(unix.IPPROTO_TCP), flowKey(true), one(lookupFlow(flows), updateFlow(flows, tcpFlowIdle)), fwd),

@@ -332,3 +332,34 @@ func TestResolverInThePodNetns(t *testing.T) {
 		t.Error("the resolver's answer did not reach the VM")
 	}
 }
+
+func TestPolicyPermits(t *testing.T) {
+	pfx := func(s ...string) []netip.Prefix {
+		var out []netip.Prefix
+		for _, x := range s {
+			out = append(out, netip.MustParsePrefix(x))
+		}
+		return out
+	}
+	p := Policy{Blocked: pfx("192.168.1.5/32"), Platform: pfx("10.0.0.0/8", "192.168.0.0/16"), Openable: pfx("10.1.0.0/16"),
+		AllowOut: pfx("10.1.2.3/32", "10.9.9.9/32", "203.0.113.7/32"), DenyOut: pfx("203.0.113.0/24")}
+	for _, c := range []struct {
+		addr  string
+		named bool
+		want  bool
+	}{
+		{"192.168.1.5", true, false}, // the node: never
+		{"10.1.2.3", false, true},    // openable and allowed
+		{"10.1.7.7", true, true},     // openable and a named domain's answer
+		{"10.1.7.7", false, false},   // openable but not opened
+		{"10.9.9.9", false, false},   // allowed, but a platform denial outside openable
+		{"198.51.100.1", false, true},
+		{"203.0.113.7", false, true}, // allow beats deny
+		{"203.0.113.8", false, false},
+		{"203.0.113.8", true, true}, // a named domain's answer beats deny
+	} {
+		if got := p.Permits(netip.MustParseAddr(c.addr), c.named); got != c.want {
+			t.Errorf("Permits(%s, named %v) = %v, want %v", c.addr, c.named, got, c.want)
+		}
+	}
+}

@@ -106,6 +106,9 @@ uninstall removes what install wrote), restart command excluded.
 {{- if .Values.network.ingressOpen }}
 - --ingress-open
 {{- end }}
+{{- with .Values.network.upstreamCAFile }}
+- {{ printf "--upstream-ca-file=%v" (.) | quote }}
+{{- end }}
 {{- with .Values.network.resolveWhenClosed }}
 - {{ printf "--resolve-when-closed=%v" (join "," .) | quote }}
 {{- end }}

@@ -70,6 +70,12 @@ func (h *Handler) SetIdentity(p control.SetIdentityParams) control.SetIdentityRe
 			fail("volumes", err)
 		}
 		took("volumes")
+		if p.EgressCA != "" {
+			if err := installEgressCA(p.EgressCA); err != nil {
+				fail("egressCA", err)
+			}
+			took("egressCA")
+		}
 	}
 	h.store.Set(p.Identity)
 	res.Stored = true

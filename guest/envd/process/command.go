@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sandlot-dev/sandlot/guest/envdpb/processpb"
+	"github.com/sandlot-dev/sandlot/guest/identity"
 	"github.com/sandlot-dev/sandlot/guest/sandboxfs"
 )
 
@@ -119,6 +121,9 @@ func (s *Service) environ(u sandboxfs.User, req map[string]string, tty bool) map
 		env["TERM"] = "xterm-256color"
 	}
 	if s.cfg.Identity != nil {
+		if s.cfg.Identity.Get().EgressCA != "" {
+			maps.Copy(env, identity.EgressCAEnv())
+		}
 		for k, v := range s.cfg.Identity.Env() {
 			env[k] = v
 		}

@@ -1,0 +1,27 @@
+package v1alpha1
+
+// EgressRule is E2B's per-domain transform: headers set on every HTTP
+// and HTTPS request the sandbox makes to Domain.
+type EgressRule struct {
+	// Domain is a DNS name the rule matches exactly (no wildcard, no IP).
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
+	Domain string `json:"domain"`
+
+	// Headers replace any of the same name the sandbox sent.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=20
+	// +listType=atomic
+	Headers []HeaderTransform `json:"headers"`
+}
+
+// HeaderTransform is one header a rule sets. Value may hold
+// ${e2b.secrets.KEY}: that key of spec.network.secretName, which the node
+// substitutes as the request leaves.
+type HeaderTransform struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	Name string `json:"name"`
+	// +kubebuilder:validation:MaxLength=2048
+	Value string `json:"value"`
+}
