@@ -29,7 +29,7 @@ import (
 // delete collects them (buildsweep.go).
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;create;update;patch;delete
 // +kubebuilder:rbac:groups=sandlot.dev,resources=pausedsandboxes,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
 
 // indexSandboxID indexes Sandboxes by their E2B sandbox ID, which is

@@ -20,11 +20,11 @@ import (
 )
 
 // E2B's network configuration maps onto Sandbox.spec.network (allowOut,
-// denyOut, allow_internet_access), enforced by the node on the VM's tap,
-// and allowPublicTraffic false onto a traffic access token this proxy
-// requires. Per-host header transforms (rules) and an egress proxy are
-// refused: sandlot does not build them. A request host mask is the
-// proxy's (maskhost.go).
+// denyOut, allow_internet_access, rules), enforced by the node on the
+// VM's tap and by its egress proxy (egressrules.go), and
+// allowPublicTraffic false onto a traffic access token this proxy
+// requires. A SOCKS5 egress proxy is refused: sandlot does not build it.
+// A request host mask is the proxy's (maskhost.go).
 
 // AnnotationPrivateTraffic ("true"): the sandbox's ports other than
 // envd's answer only requests that carry its traffic access token in
@@ -56,10 +56,11 @@ type networkUpdate struct {
 
 // networkJSON is SandboxNetworkConfig as the info route shows it.
 type networkJSON struct {
-	AllowPublicTraffic bool     `json:"allowPublicTraffic"`
-	AllowOut           []string `json:"allowOut,omitempty"`
-	DenyOut            []string `json:"denyOut,omitempty"`
-	MaskRequestHost    string   `json:"maskRequestHost,omitempty"`
+	AllowPublicTraffic bool                  `json:"allowPublicTraffic"`
+	AllowOut           []string              `json:"allowOut,omitempty"`
+	DenyOut            []string              `json:"denyOut,omitempty"`
+	MaskRequestHost    string                `json:"maskRequestHost,omitempty"`
+	Rules              map[string][]ruleJSON `json:"rules,omitempty"`
 }
 
 // setNonEmpty: a JSON value was sent that asks for something (not
@@ -71,11 +72,8 @@ func setNonEmpty(raw json.RawMessage) bool {
 
 // refuseUnbuilt refuses what sandlot does not build; prefix is where the
 // fields are ("network." in a create).
-func refuseUnbuilt(prefix string, rules, egressProxy json.RawMessage) *apiError {
-	switch {
-	case setNonEmpty(rules):
-		return errorf(http.StatusBadRequest, "field %q: per-domain header transform rules are not supported by sandlot", prefix+"rules")
-	case setNonEmpty(egressProxy):
+func refuseUnbuilt(prefix string, egressProxy json.RawMessage) *apiError {
+	if setNonEmpty(egressProxy) {
 		return errorf(http.StatusBadRequest, "field %q: an egress proxy is not supported by sandlot", prefix+"egressProxy")
 	}
 	return nil
@@ -84,7 +82,7 @@ func refuseUnbuilt(prefix string, rules, egressProxy json.RawMessage) *apiError 
 // specNetwork is spec.network of E2B's egress rules (nil: none), checked
 // as the node's shim will check it; an error names the field (after
 // prefix) and the entry.
-func specNetwork(prefix string, allowOut, denyOut []string, allowInternet *bool) (*sandlotv1.SandboxNetwork, *apiError) {
+func specNetwork(prefix string, allowOut, denyOut []string, allowInternet *bool, rawRules json.RawMessage) (*sandlotv1.SandboxNetwork, *apiError) {
 	for field, list := range map[string][]string{"allowOut": allowOut, "denyOut": denyOut} {
 		if len(list) > sandlotv1.MaxNetworkEntries {
 			return nil, errorf(http.StatusBadRequest, "field %q: %d entries, at most %d", prefix+field, len(list), sandlotv1.MaxNetworkEntries)
@@ -95,11 +93,15 @@ func specNetwork(prefix string, allowOut, denyOut []string, allowInternet *bool)
 			return nil, errorf(http.StatusBadRequest, "field %q: entry %.40q... is longer than 253 characters", prefix+"allowOut", e)
 		}
 	}
-	if len(allowOut) == 0 && len(denyOut) == 0 && allowInternet == nil {
+	rules, aerr := specRules(prefix, rawRules)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if len(allowOut) == 0 && len(denyOut) == 0 && allowInternet == nil && len(rules) == 0 {
 		return nil, nil
 	}
-	n := &sandlotv1.SandboxNetwork{AllowOut: allowOut, DenyOut: denyOut, AllowInternetAccess: allowInternet}
-	if _, err := sandlotv1.ParseNetwork(n); err != nil {
+	n := &sandlotv1.SandboxNetwork{AllowOut: allowOut, DenyOut: denyOut, AllowInternetAccess: allowInternet, Rules: rules}
+	if _, err := parseAccepted(n); err != nil {
 		// ParseNetwork's lines read "network.<field>: <why>".
 		var msgs []string
 		for _, line := range strings.Split(err.Error(), "\n") {
@@ -111,12 +113,23 @@ func specNetwork(prefix string, allowOut, denyOut []string, allowInternet *bool)
 	return n, nil
 }
 
+// parseAccepted parses n as the node will once this API made the Secret
+// its rules' placeholders name (secretName is set then).
+func parseAccepted(n *sandlotv1.SandboxNetwork) (sandlotv1.NetworkRules, error) {
+	if n == nil || n.SecretName != "" || len(n.SecretKeys()) == 0 {
+		return sandlotv1.ParseNetwork(n)
+	}
+	check := *n
+	check.SecretName = "pending"
+	return sandlotv1.ParseNetwork(&check)
+}
+
 // platformRefusal refuses rules that ask to open what the platform
 // denies to every sandbox (the chart's network.denyOut): the node would
 // keep it closed, and a rule that silently does nothing is worse than a
 // 400 that says why.
 func (s *Server) platformRefusal(prefix string, n *sandlotv1.SandboxNetwork) *apiError {
-	rules, err := sandlotv1.ParseNetwork(n)
+	rules, err := parseAccepted(n)
 	if err != nil { // specNetwork checked it
 		return errorf(http.StatusBadRequest, "field %q: %v", prefix+"allowOut", err)
 	}
@@ -133,13 +146,13 @@ func (n *newSandbox) network() (*sandlotv1.SandboxNetwork, bool, *apiError) {
 	if cfg == nil {
 		cfg = &networkConfig{}
 	}
-	if err := refuseUnbuilt("network.", cfg.Rules, cfg.EgressProxy); err != nil {
+	if err := refuseUnbuilt("network.", cfg.EgressProxy); err != nil {
 		return nil, false, err
 	}
 	if err := checkMask(cfg.MaskRequestHost); err != nil {
 		return nil, false, err
 	}
-	spec, err := specNetwork("network.", cfg.AllowOut, cfg.DenyOut, n.AllowInternet)
+	spec, err := specNetwork("network.", cfg.AllowOut, cfg.DenyOut, n.AllowInternet, cfg.Rules)
 	if err != nil {
 		return nil, false, err
 	}
@@ -148,13 +161,17 @@ func (n *newSandbox) network() (*sandlotv1.SandboxNetwork, bool, *apiError) {
 
 // networkPatch is the merge patch of spec.network that replaces its
 // egress rules with next's: every rule field is written (null clears it);
-// ingress, which E2B's update does not name, is kept.
+// ingress, which E2B's update does not name, and secretName (the pod
+// mounts it) are kept.
 func networkPatch(cur, next *sandlotv1.SandboxNetwork) any {
-	if next == nil && (cur == nil || !cur.Ingress) {
+	if next == nil && (cur == nil || !cur.Ingress && cur.SecretName == "") {
 		return nil
 	}
-	p := map[string]any{"allowOut": nil, "denyOut": nil, "allowInternetAccess": nil}
+	p := map[string]any{"allowOut": nil, "denyOut": nil, "allowInternetAccess": nil, "rules": nil}
 	if next != nil {
+		if len(next.Rules) > 0 {
+			p["rules"] = next.Rules
+		}
 		if len(next.AllowOut) > 0 {
 			p["allowOut"] = next.AllowOut
 		}
@@ -180,10 +197,10 @@ func (s *Server) updateNetwork(_ http.ResponseWriter, r *http.Request) (int, any
 	if err := decodeBody(r, &body); err != nil {
 		return 0, nil, err
 	}
-	if err := refuseUnbuilt("", body.Rules, body.EgressProxy); err != nil {
+	if err := refuseUnbuilt("", body.EgressProxy); err != nil {
 		return 0, nil, err
 	}
-	next, err := specNetwork("", body.AllowOut, body.DenyOut, body.AllowInternet)
+	next, err := specNetwork("", body.AllowOut, body.DenyOut, body.AllowInternet, body.Rules)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -192,6 +209,9 @@ func (s *Server) updateNetwork(_ http.ResponseWriter, r *http.Request) (int, any
 	}
 	sbx, err := s.sandbox(r.Context(), r.PathValue("id"), false)
 	if err != nil {
+		return 0, nil, err
+	}
+	if err := s.updateEgressSecret(r.Context(), sbx, next); err != nil {
 		return 0, nil, err
 	}
 	if err := s.patchSpec(r.Context(), sbx, map[string]any{"network": networkPatch(sbx.Spec.Network, next)}); err != nil {
@@ -267,7 +287,7 @@ func (s *Server) checkTraffic(r *http.Request, sbx *sandlotv1.Sandbox, port int)
 func networkOf(sbx *sandlotv1.Sandbox) *networkJSON {
 	out := &networkJSON{AllowPublicTraffic: !privateTraffic(sbx), MaskRequestHost: sbx.Annotations[AnnotationMaskRequestHost]}
 	if n := sbx.Spec.Network; n != nil {
-		out.AllowOut, out.DenyOut = n.AllowOut, n.DenyOut
+		out.AllowOut, out.DenyOut, out.Rules = n.AllowOut, n.DenyOut, rulesJSON(n.Rules)
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -28,11 +29,11 @@ func TestNetworkPatch(t *testing.T) {
 	}{
 		{"cleared", rules, nil, `null`},
 		{"cleared, ingress kept", &sandlotv1.SandboxNetwork{Ingress: true, AllowOut: []string{"a.example"}}, nil,
-			`{"allowInternetAccess":null,"allowOut":null,"denyOut":null}`},
+			`{"allowInternetAccess":null,"allowOut":null,"denyOut":null,"rules":null}`},
 		{"replaced", &sandlotv1.SandboxNetwork{DenyOut: []string{"10.0.0.0/8"}}, rules,
-			`{"allowInternetAccess":false,"allowOut":["example.com"],"denyOut":["0.0.0.0/0"]}`},
+			`{"allowInternetAccess":false,"allowOut":["example.com"],"denyOut":["0.0.0.0/0"],"rules":null}`},
 		{"partly omitted", rules, &sandlotv1.SandboxNetwork{AllowOut: []string{"b.example"}},
-			`{"allowInternetAccess":null,"allowOut":["b.example"],"denyOut":null}`},
+			`{"allowInternetAccess":null,"allowOut":["b.example"],"denyOut":null,"rules":null}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,8 +66,14 @@ func TestValidateNetwork(t *testing.T) {
 		{"long allowOut entry", with(func(n *newSandbox) { n.Network = &networkConfig{AllowOut: []string{strings.Repeat("a", 254)}} }),
 			`field "network.allowOut": entry`},
 		{"header rules", with(func(n *newSandbox) {
-			n.Network = &networkConfig{Rules: []byte(`{"api.example.com":[{"transform":{"headers":{"X":"y"}}}]}`)}
-		}), `field "network.rules": per-domain header transform rules are not supported by sandlot`},
+			n.Network = &networkConfig{Rules: []byte(`{"API.example.com":[{"transform":{"headers":{"X":"${e2b.secrets.Key}"}}}],"*.x.example":[{"transform":{"headers":{"Y":"1"}}}]}`)}
+		}), ""},
+		{"two rules for a domain", with(func(n *newSandbox) {
+			n.Network = &networkConfig{Rules: []byte(`{"a.example":[{"transform":{"headers":{"X":"1"}}},{"transform":{"headers":{"X":"2"}}}]}`)}
+		}), `field network.rules["a.example"]: one rule per domain`},
+		{"CRLF in a header", with(func(n *newSandbox) {
+			n.Network = &networkConfig{Rules: []byte(`{"a.example":[{"transform":{"headers":{"X":"1\r\nEvil: 1"}}}]}`)}
+		}), `holds CR, LF or NUL`},
 		{"egress proxy", with(func(n *newSandbox) { n.Network = &networkConfig{EgressProxy: []byte(`{"address":"socks5://p:1080"}`)} }),
 			`field "network.egressProxy": an egress proxy is not supported by sandlot`},
 		{"mask request host", with(func(n *newSandbox) { n.Network = &networkConfig{MaskRequestHost: new("${PORT}-x.example")} }), ""},
@@ -82,10 +89,10 @@ func TestValidateNetwork(t *testing.T) {
 }
 
 func TestSpecNetworkNamesTheField(t *testing.T) {
-	if n, err := specNetwork("", nil, nil, nil); n != nil || err != nil {
+	if n, err := specNetwork("", nil, nil, nil, nil); n != nil || err != nil {
 		t.Errorf("no rules: %+v, %v; want nil", n, err)
 	}
-	_, err := specNetwork("", []string{"ok.example", "bad host"}, []string{"*.example.com"}, nil)
+	_, err := specNetwork("", []string{"ok.example", "bad host"}, []string{"*.example.com"}, nil, nil)
 	if err == nil || err.Code != http.StatusBadRequest || !strings.Contains(err.Message, `field "allowOut": "bad host"`) ||
 		!strings.Contains(err.Message, `field "denyOut": "*.example.com"`) {
 		t.Errorf("got %v, want a 400 naming both fields and entries", err)
@@ -173,8 +180,12 @@ func TestNetworkRefused(t *testing.T) {
 			`field "network.allowOut": "exa mple.com"`},
 		{"create: domain in denyOut", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"denyOut":["example.com"]}}`,
 			`field "network.denyOut": "example.com"`},
-		{"create: rules", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"rules":{"x.example":[{"transform":{"headers":{"A":"b"}}}]}}}`,
-			`field "network.rules": per-domain header transform rules are not supported by sandlot`},
+		{"create: rule for an IP", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"rules":{"10.0.0.1":[{"transform":{"headers":{"A":"b"}}}]}}}`,
+			`field "network.rules[10.0.0.1]": the domain must be a lower-case DNS name`},
+		{"create: unknown secret", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"rules":{"x.example":[{"transform":{"headers":{"A":"${e2b.secrets.nope}"}}}]}}}`,
+			`secret "nope" (${e2b.secrets.nope}) not found`},
+		{"create: Host header", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"rules":{"x.example":[{"transform":{"headers":{"Host":"b"}}}]}}}`,
+			`header "Host" is the proxy's own`},
 		{"create: egressProxy", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"egressProxy":{"address":"p:1080"}}}`,
 			`field "network.egressProxy": an egress proxy is not supported by sandlot`},
 		{"create: maskRequestHost", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"maskRequestHost":"x y"}}`,
@@ -182,7 +193,9 @@ func TestNetworkRefused(t *testing.T) {
 		{"create: allowOut not a list", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"allowOut":"example.com"}}`,
 			`field "network.allowOut"`},
 		{"update: bad denyOut", "PUT", put, `{"denyOut":["10.0.0.1/8"]}`, `field "denyOut": "10.0.0.1/8" has host bits set`},
-		{"update: rules", "PUT", put, `{"rules":{"x.example":[]}}`, `field "rules": per-domain header transform rules are not supported`},
+		{"update: empty rule", "PUT", put, `{"rules":{"x.example":[]}}`, `field rules["x.example"]: one rule per domain, with transform.headers`},
+		{"update: secret rules on a sandbox made without", "PUT", put, `{"rules":{"x.example":[{"transform":{"headers":{"A":"${e2b.secrets.s}"}}}]}}`,
+			`need a sandbox created with them`},
 		{"update: egressProxy", "PUT", put, `{"egressProxy":{"address":"p:1080"}}`, `field "egressProxy"`},
 	}
 	for _, tc := range tests {
@@ -381,4 +394,20 @@ func (f *fixture) forkSnapshotReady(t *testing.T, id string) string {
 		return fmt.Errorf("no fork snapshot of %s among %d", id, len(list.Items))
 	})
 	return name
+}
+
+func TestSpecRulesNormalized(t *testing.T) {
+	rules, err := specRules("network.", []byte(`{"API.Example.com.":[{"transform":{"headers":{"b":"2","A":"Bearer ${e2b.secrets.OpenAI}"}}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []sandlotv1.EgressRule{{Domain: "api.example.com", Headers: []sandlotv1.HeaderTransform{
+		{Name: "A", Value: "Bearer ${e2b.secrets.openai}"}, {Name: "b", Value: "2"}}}}
+	if !reflect.DeepEqual(rules, want) {
+		t.Fatalf("specRules = %+v", rules)
+	}
+	back := string(mustJSON(rulesJSON(rules)))
+	if back != `{"api.example.com":[{"transform":{"headers":{"A":"Bearer ${e2b.secrets.openai}","b":"2"}}}]}` {
+		t.Fatalf("rulesJSON = %s", back)
+	}
 }

@@ -60,10 +60,15 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) (code int
 	if err != nil {
 		return 0, nil, err
 	}
+	if err := s.prepareEgressSecret(r.Context(), sbx.Namespace, sbx.Spec.Network); err != nil {
+		return 0, nil, err
+	}
 	stage = createStart
 	if err := s.kube.Create(r.Context(), sbx); err != nil {
+		s.ownEgressSecret(r.Context(), sbx, true)
 		return 0, nil, kubeError("create the sandbox", err)
 	}
+	s.ownEgressSecret(r.Context(), sbx, false)
 	stage = createWait
 	if sbx, err = s.awaitStart(r.Context(), sbx); err != nil {
 		return 0, nil, err

@@ -30,8 +30,9 @@ var SecretPlaceholder = regexp.MustCompile(`\$\{e2b\.secrets\.([-._a-zA-Z0-9]{1,
 // headerToken is RFC 9110's token: what a header name may be.
 var headerToken = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
-// ruleDomain is a DNS name with at least one dot, lower case.
-var ruleDomain = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+// ruleDomain is a DNS name, lower case, or "*." and one (its subdomains
+// at any depth, not itself).
+var ruleDomain = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // refusedHeaders are the headers a rule may not set: they frame the
 // request or its connection, and the proxy owns them.
@@ -63,7 +64,7 @@ func checkEgressRule(r EgressRule, seen map[string]bool) []error {
 	var errs []error
 	at := fmt.Sprintf("network.rules[%s]", r.Domain)
 	if _, err := netip.ParseAddr(r.Domain); err == nil || !ruleDomain.MatchString(r.Domain) || len(r.Domain) > 253 {
-		errs = append(errs, fmt.Errorf("%s: the domain must be a lower-case DNS name (no wildcard, IP or CIDR)", at))
+		errs = append(errs, fmt.Errorf("%s: the domain must be a lower-case DNS name or *. and one (no IP or CIDR: the proxy is found by name)", at))
 	}
 	if seen[r.Domain] {
 		errs = append(errs, fmt.Errorf("%s: one rule per domain", at))
@@ -139,18 +140,30 @@ func (n *SandboxNetwork) SecretKeys() []string {
 }
 
 // RuleFor is the rule of a host (as a request names it: any case, an
-// optional port or trailing dot), or nil.
+// optional port or trailing dot), or nil: an exact domain first, then
+// the longest "*." suffix, as E2B matches them (never merged).
 func (r NetworkRules) RuleFor(host string) *EgressRule {
 	if h, _, err := splitHostPortLoose(host); err == nil {
 		host = h
 	}
 	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	by := map[string]*EgressRule{}
 	for i := range r.Egress {
-		if r.Egress[i].Domain == host {
-			return &r.Egress[i]
-		}
+		by[r.Egress[i].Domain] = &r.Egress[i]
 	}
-	return nil
+	if e, ok := by[host]; ok {
+		return e
+	}
+	for rest := host; ; {
+		_, after, ok := strings.Cut(rest, ".")
+		if !ok {
+			return nil
+		}
+		if e, ok := by["*."+after]; ok {
+			return e
+		}
+		rest = after
+	}
 }
 
 // splitHostPortLoose splits "host:port"; a host without a port is an error.

@@ -3,9 +3,11 @@ package v1alpha1
 // EgressRule is E2B's per-domain transform: headers set on every HTTP
 // and HTTPS request the sandbox makes to Domain.
 type EgressRule struct {
-	// Domain is a DNS name the rule matches exactly (no wildcard, no IP).
+	// Domain is a DNS name the rule matches exactly, or "*." and one: its
+	// subdomains at any depth (an exact rule wins, then the longest
+	// suffix). No IP or CIDR: the VM's resolver sends it to the proxy.
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
+	// +kubebuilder:validation:Pattern=`^([*][.])?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?[.])*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
 	Domain string `json:"domain"`
 
 	// Headers replace any of the same name the sandbox sent.

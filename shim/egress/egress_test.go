@@ -228,3 +228,23 @@ func TestCAIsItsOwn(t *testing.T) {
 		}
 	}
 }
+
+func TestWildcardRules(t *testing.T) {
+	p, err := New(Config{Resolve: func(context.Context, string) ([]netip.Addr, error) { return nil, nil },
+		Permit: func(string, netip.Addr) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.SetRules(append(append(rules("*.example.com", "wild"), rules("*.api.example.com", "longer")...),
+		rules("api.example.com", "exact")...), nil)
+	for host, want := range map[string]string{"api.example.com": "exact", "v1.api.example.com": "longer",
+		"a.b.example.com": "wild", "EXAMPLE.com.": "", "example.org": "", "x.api.example.com:443": "longer"} {
+		got := ""
+		if r := p.ruleFor(host); r != nil {
+			got = r.headers[0][1]
+		}
+		if got != want {
+			t.Errorf("rule of %s = %q, want %q", host, got, want)
+		}
+	}
+}

@@ -92,6 +92,7 @@ func (p *Proxy) CACertPEM() []byte { return p.ca.pem }
 
 // ruleSet is the rules with their secrets substituted.
 type ruleSet struct {
+	match    sandlotv1.NetworkRules // finds a host's rule (exact, then wildcard)
 	byDomain map[string]*rule
 }
 
@@ -111,7 +112,7 @@ var ErrMissingSecret = errors.New("secret not available")
 // its requests (a request without its credential is not what the rule
 // asked for); the error names the keys.
 func (p *Proxy) SetRules(rules []sandlotv1.EgressRule, secrets map[string]string) error {
-	rs := &ruleSet{byDomain: map[string]*rule{}}
+	rs := &ruleSet{match: sandlotv1.NetworkRules{Egress: rules}, byDomain: map[string]*rule{}}
 	var missing []string
 	for _, r := range rules {
 		out := &rule{}
@@ -138,7 +139,11 @@ func (p *Proxy) SetRules(rules []sandlotv1.EgressRule, secrets map[string]string
 
 // ruleFor is the rule of host (a name as a request gives it), or nil.
 func (p *Proxy) ruleFor(host string) *rule {
-	return p.rules.Load().byDomain[normalHost(host)]
+	rs := p.rules.Load()
+	if r := rs.match.RuleFor(normalHost(host)); r != nil {
+		return rs.byDomain[r.Domain]
+	}
+	return nil
 }
 
 // Domains matches the names the resolver sends to the proxy.

@@ -18,7 +18,7 @@ var c *cluster.Cluster
 
 func TestMain(m *testing.M) {
 	sbxtest.Main(m, "e2b", &c, func(t crienv.T, dir string, o *cluster.Options) {
-		inet.Start(t)
+		x := inet.Start(t)
 		o.Prefix = inet.PodPrefix // the test internet's policy route matches the pods
 		o.DNS = []string{inet.IPDNS}
 		o.Interpreter = true // the default template is E2B's code interpreter, data stack included
@@ -29,7 +29,9 @@ func TestMain(m *testing.M) {
 		// Volumes on a directory both nodes of this one-machine cluster
 		// mount: shared storage, as volumes.hostPath must be.
 		o.Values = map[string]any{"api": map[string]any{"defaultTemplate": template},
-			"volumes": map[string]any{"hostPath": filepath.Join(dir, "volumes")}}
+			"volumes": map[string]any{"hostPath": filepath.Join(dir, "volumes")},
+			// The egress proxy trusts the secure host's CA (a private API's).
+			"network": map[string]any{"upstreamCAFile": x.CAFile()}}
 	})
 }
 
@@ -37,5 +39,6 @@ func TestMain(m *testing.M) {
 func inetEnv() []string {
 	return []string{"SANDLOT_NET_PUBLIC=" + inet.IPPublic, "SANDLOT_NET_PUBLIC_BODY=" + inet.Bodies[inet.IPPublic],
 		"SANDLOT_NET_RANGE=" + inet.IPRange, "SANDLOT_NET_RANGE_BODY=" + inet.Bodies[inet.IPRange],
-		"SANDLOT_NET_DOMAIN=api.allowed.test", "SANDLOT_NET_DOMAIN_BODY=" + inet.Bodies[inet.IPAllowed]}
+		"SANDLOT_NET_DOMAIN=api.allowed.test", "SANDLOT_NET_DOMAIN_BODY=" + inet.Bodies[inet.IPAllowed],
+		"SANDLOT_NET_SECURE=" + inet.SecureName}
 }

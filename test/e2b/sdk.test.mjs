@@ -9,6 +9,8 @@ import { test, before, after, afterEach } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
 import { Sandbox, Volume, Secret, CommandExitError, AuthenticationError } from 'e2b'
+import { createHash, randomUUID } from 'node:crypto'
+import { readFileSync } from 'node:fs'
 
 const apiUrl = process.env.E2B_API_URL
 const apiKey = process.env.E2B_API_KEY
@@ -443,6 +445,7 @@ const net = {
   public: process.env.SANDLOT_NET_PUBLIC, publicBody: process.env.SANDLOT_NET_PUBLIC_BODY,
   range: process.env.SANDLOT_NET_RANGE, rangeBody: process.env.SANDLOT_NET_RANGE_BODY,
   domain: process.env.SANDLOT_NET_DOMAIN, domainBody: process.env.SANDLOT_NET_DOMAIN_BODY,
+  secure: process.env.SANDLOT_NET_SECURE,
 }
 
 // plausible fails unless a metrics sample's values are possible for one
@@ -616,6 +619,60 @@ test('secrets: stored, versioned, listed, never read back; another team sees non
   assert.equal(await Secret.exists(made.secretId, { apiKey: process.env.SANDLOT_TEAM_B_KEY }), false)
   assert.equal(await Secret.destroy(made.secretId), true)
   assert.equal(await Secret.exists(made.secretId), false)
+})
+
+// secureFetch fetches <scheme>://<host>/ from inside a sandbox with
+// Python (the system's TLS roots: the egress CA is among them): the
+// secure host's answer, or the error's text.
+async function secureFetch(s, scheme, host = net.secure) {
+  const py = [
+    'import urllib.error, urllib.request',
+    'try:',
+    `    print(urllib.request.urlopen("${scheme}://${host}/", timeout=10).read().decode())`,
+    'except urllib.error.HTTPError as e:',
+    '    print("ERROR", e.code, e.read().decode())',
+    'except Exception as e:',
+    '    print("ERROR", e)',
+  ].join('\n')
+  return (await s.commands.run(`python3 -c '${py}'`)).stdout.trim()
+}
+
+const digest = (v) => 'auth=' + createHash('sha256').update(v).digest('hex')
+
+test('network rules: a secret header reaches the server over HTTP and HTTPS, changes live, never enters the guest', async () => {
+  assert.ok(net.secure, 'run with SANDLOT_NET_SECURE (the test internet\'s secure host)')
+  const value = `sk-live-${randomUUID()}`
+  const other = `sk-other-${randomUUID()}`
+  const [n1, n2] = [`egress-${run}`, `egress2-${run}`]
+  const sec = await Secret.create(n1, value)
+  const sec2 = await Secret.create(n2, other)
+  const rule = (headers) => ({ [net.secure]: [{ transform: { headers } }] })
+  const s = track(await Sandbox.create({ metadata: { run },
+    network: { rules: rule({ Authorization: `Bearer ${Secret.fill(n1)}` }) } }))
+  assert.equal(await secureFetch(s, 'https'), digest(`Bearer ${value}`), 'HTTPS carries the header')
+  assert.equal(await secureFetch(s, 'http'), digest(`Bearer ${value}`), 'HTTP carries the header')
+  const info = await api('GET', `/sandboxes/${s.sandboxId}`)
+  assert.equal(info.json.network?.rules?.[net.secure]?.[0]?.transform?.headers?.Authorization, `Bearer \${e2b.secrets.${n1}}`, JSON.stringify(info.json.network))
+  assert.ok(!JSON.stringify(info.json).includes(value), 'the info holds no secret')
+
+  // Never in the guest: no process's environment, command line or
+  // memory, no file.
+  await s.files.write('/tmp/scan.py', readFileSync(new URL('./testdata/scan.py', import.meta.url), 'utf8'))
+  const enc = Buffer.from([...value].reverse().join('')).toString('base64')
+  const scan = await s.commands.run(`python3 /tmp/scan.py ${enc} 1800`, { user: 'root', timeoutMs: 300_000 })
+  assert.equal(scan.stdout.trim(), 'CLEAN', scan.stderr)
+
+  // Live: the update answers once the node applies it.
+  await s.updateNetwork({ rules: rule({ Authorization: Secret.fill(n2) }) })
+  assert.equal(await secureFetch(s, 'https'), digest(other), 'the new rule applies')
+  await s.updateNetwork({})
+  assert.equal(await secureFetch(s, 'http'), 'auth=none', 'no rule: no header')
+  // A paused and resumed sandbox's rules come back with a new CA.
+  await s.updateNetwork({ rules: rule({ Authorization: Secret.fill(n1) }) })
+  await s.pause()
+  const back = await Sandbox.connect(s.sandboxId)
+  assert.equal(await secureFetch(back, 'https'), digest(value), 'after a resume')
+  for (const x of [sec, sec2]) await Secret.destroy(x.secretId)
 })
 
 test('kill, kill again', async () => {

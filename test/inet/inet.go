@@ -101,6 +101,9 @@ func Start(t crienv.T) *Internet {
 	if err := x.serve(); err != nil {
 		t.Fatalf("test internet: servers: %v", err)
 	}
+	if err := x.serveSecure(); err != nil {
+		t.Fatalf("test internet: the secure host: %v", err)
+	}
 	if err := x.selfCheck(); err != nil {
 		t.Fatalf("test internet: from the host: %v", err)
 	}
@@ -121,7 +124,7 @@ func (x *Internet) plumb() error {
 		{"-n", ns, "link", "set", "lo", "up"},
 		{"-n", ns, "addr", "add", InetSide + "/24", "dev", "eth0"},
 	}
-	addrs := []string{IPPublic, IPAllowed, IPWild, IPDNS, IPRange, IPMeta}
+	addrs := []string{IPPublic, IPAllowed, IPWild, IPDNS, IPRange, IPMeta, IPSecure}
 	for i := range BenchDomains {
 		_, ip := BenchDomain(i)
 		addrs = append(addrs, ip)

@@ -91,7 +91,7 @@ def plausible(m):
 
 
 NET = {k: os.environ.get("SANDLOT_NET_" + k.upper(), "") for k in
-       ("public", "public_body", "range", "range_body", "domain", "domain_body")}
+       ("public", "public_body", "range", "range_body", "domain", "domain_body", "secure")}
 
 FETCH = """import urllib.request
 try:

@@ -1,11 +1,14 @@
-"""E2B volumes through the Python SDK: what ../sdk.test.mjs's volume test
-does, as a Python program writes it."""
+"""E2B volumes, secrets and the header rules that use them, through the
+Python SDK: what ../sdk.test.mjs's tests do, as a Python program writes it."""
 
+import base64
+import hashlib
 import os
+import uuid
 
 from e2b import Sandbox, Secret, Volume
 
-from conftest import RUN, api
+from conftest import NET, RUN, api
 
 
 def test_volumes(track):
@@ -58,3 +61,46 @@ def test_secrets():
     assert Secret.destroy(made.secret_id)
     status, _ = api("GET", f"/secrets/{made.secret_id}")
     assert status == 404
+
+
+def _secure_fetch(s, scheme):
+    py = ("import urllib.error, urllib.request\n"
+          "try:\n"
+          f"    print(urllib.request.urlopen('{scheme}://{NET['secure']}/', timeout=10).read().decode())\n"
+          "except urllib.error.HTTPError as e:\n"
+          "    print('ERROR', e.code, e.read().decode())\n"
+          "except Exception as e:\n"
+          "    print('ERROR', e)\n")
+    s.files.write("/tmp/fetch.py", py)
+    return s.commands.run("python3 /tmp/fetch.py").stdout.strip()
+
+
+def _digest(v):
+    return "auth=" + hashlib.sha256(v.encode()).hexdigest()
+
+
+def test_network_rules_with_secrets(track):
+    """A secret header reaches the server over HTTPS and HTTP, changes live, never enters the guest."""
+    assert NET["secure"], "run with SANDLOT_NET_SECURE (the test internet's secure host)"
+    value, other = f"sk-py-{uuid.uuid4()}", f"sk-py-other-{uuid.uuid4()}"
+    n1, n2 = f"egress-{RUN}", f"egress2-{RUN}"
+    made = [Secret.create(n1, value), Secret.create(n2, other)]
+
+    def rule(headers):
+        return {NET["secure"]: [{"transform": {"headers": headers}}]}
+
+    s = track(Sandbox.create(metadata={"run": RUN},
+                             network={"rules": rule({"Authorization": f"Bearer {Secret.fill(n1)}"})}))
+    assert _secure_fetch(s, "https") == _digest(f"Bearer {value}")
+    assert _secure_fetch(s, "http") == _digest(f"Bearer {value}")
+    scan = os.path.join(os.path.dirname(__file__), "..", "testdata", "scan.py")
+    with open(scan) as f:
+        s.files.write("/tmp/scan.py", f.read())
+    enc = base64.b64encode(value[::-1].encode()).decode()
+    assert s.commands.run(f"python3 /tmp/scan.py {enc} 1800", user="root", timeout=300, request_timeout=300).stdout.strip() == "CLEAN"
+    s.update_network({"rules": rule({"Authorization": Secret.fill(n2)})})
+    assert _secure_fetch(s, "https") == _digest(other)
+    s.update_network({})
+    assert _secure_fetch(s, "http") == "auth=none"
+    for m in made:
+        Secret.destroy(m.secret_id)
