@@ -364,3 +364,27 @@ func TestResumeRestartsTimeout(t *testing.T) {
 	})
 	h.gone(&sandlotv1.Sandbox{ObjectMeta: metav1.ObjectMeta{Name: "sleeper"}})
 }
+
+// TestResumeByBoot: spec.resumeBy Boot resumes on the package's disk (the
+// pod says boot "disk"), in a pod of its own, never a pool claim.
+func TestResumeByBoot(t *testing.T) {
+	h := withController(t, "boot-node", 512)
+	before := h.running(newSandbox("reboot", sandlotv1.SandboxSource{Template: "python"}), "10.88.2.1")
+	h.editSpec("reboot", func(spec *sandlotv1.SandboxSpec) {
+		spec.Paused, spec.ResumeBy = true, sandlotv1.ResumeBoot
+	})
+	h.finishPause("reboot")
+	h.gone(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "reboot"}})
+	h.waitPhase("reboot", sandlotv1.SandboxPaused)
+	h.editSpec("reboot", func(spec *sandlotv1.SandboxSpec) { spec.Paused = false })
+	pod := h.pod("reboot")
+	if pod.Annotations[sandlotv1.AnnotationBoot] != sandlotv1.BootDisk ||
+		pod.Annotations[sandlotv1.AnnotationRestoreKind] != "PausedSandbox" ||
+		pod.Annotations[sandlotv1.AnnotationSandboxID] != before.Status.SandboxID {
+		t.Fatalf("resume pod annotations = %v", pod.Annotations)
+	}
+	h.setPod("reboot", corev1.PodRunning, "10.88.2.2")
+	if after := h.waitPhase("reboot", sandlotv1.SandboxRunning); after.Status.SandboxID != before.Status.SandboxID {
+		t.Fatalf("resumed status = %+v", after.Status)
+	}
+}

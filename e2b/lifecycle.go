@@ -88,9 +88,6 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) (int, any, *apiEr
 	if err := decodeBody(r, &body); err != nil {
 		return 0, nil, err
 	}
-	if body.Memory != nil && !*body.Memory {
-		return 0, nil, errNoFilesystemPause("memory")
-	}
 	sbx, err := s.sandbox(r.Context(), r.PathValue("id"), false)
 	if err != nil {
 		return 0, nil, err
@@ -106,7 +103,8 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) (int, any, *apiEr
 	if err := s.allowOperation(w, r, "pause"); err != nil {
 		return 0, nil, err
 	}
-	if err := s.patchSpec(r.Context(), sbx, map[string]any{"paused": true}); err != nil {
+	// memory false: a filesystem-only pause, resumed by a boot on its disk.
+	if err := s.patchSpec(r.Context(), sbx, map[string]any{"paused": true, "resumeBy": resumeBy(body.Memory)}); err != nil {
 		return 0, nil, err
 	}
 	err = s.kube.waitFor(r.Context(), s.cfg.PauseTimeout, "pause of "+r.PathValue("id"), func() (bool, *apiError) {
@@ -122,6 +120,15 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) (int, any, *apiEr
 		return 0, nil, err
 	}
 	return http.StatusNoContent, nil, nil
+}
+
+// resumeBy is spec.resumeBy for a pause whose body says memory (nil:
+// true, the default: a restore, the field cleared).
+func resumeBy(memory *bool) any {
+	if memory != nil && !*memory {
+		return sandlotv1.ResumeBoot
+	}
+	return nil
 }
 
 // resume is the old resume: 409 when the sandbox runs.
@@ -150,9 +157,6 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) (int, any, *api
 	if err := decodeBody(r, &body); err != nil {
 		return 0, nil, err
 	}
-	if body.Memory != nil && !*body.Memory {
-		return 0, nil, errNoFilesystemPause("memory")
-	}
 	if body.Timeout != nil {
 		if _, err := seconds("timeout", body.Timeout, 0); err != nil {
 			return 0, nil, err
@@ -165,6 +169,12 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) (int, any, *api
 	if paused(sbx) {
 		if err := s.allowOperation(w, r, "resume"); err != nil {
 			return 0, nil, err
+		}
+		if body.Memory != nil && !*body.Memory {
+			// A reboot-resume: the paused memory is not restored.
+			if err := s.patchSpec(r.Context(), sbx, map[string]any{"resumeBy": sandlotv1.ResumeBoot}); err != nil {
+				return 0, nil, err
+			}
 		}
 		return s.resumeAndWait(r.Context(), sbx, body.Timeout)
 	}

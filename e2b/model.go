@@ -19,6 +19,8 @@ import (
 
 // newSandbox is the body of POST /sandboxes and /v2/sandboxes.
 type newSandbox struct {
+	// proxyPassword is network.egressProxy.password, kept out of the spec.
+	proxyPassword   string
 	TemplateID      string                  `json:"templateID"`
 	Timeout         *int64                  `json:"timeout,omitempty"`
 	AutoPause       *bool                   `json:"autoPause,omitempty"`
@@ -44,25 +46,19 @@ type timeoutBody struct {
 	Count    *int64 `json:"count,omitempty"`
 }
 
-// connectBody is /v2/sandboxes/{id}/connect's: memory false is E2B's
-// resume by cold boot (the SDKs' on_resume "reboot").
+// connectBody is /v2/sandboxes/{id}/connect's: memory false resumes a
+// paused sandbox by a cold boot on its disk (the SDKs' reboot-resume).
 type connectBody struct {
 	Timeout *int64 `json:"timeout,omitempty"`
 	Memory  *bool  `json:"memory,omitempty"`
 }
 
 // pauseBody is /sandboxes/{id}/pause's: memory false is a filesystem-only
-// pause; requireHealthyGuest refuses to pause a sandbox whose envd does
+// pause (spec.resumeBy Boot); requireHealthyGuest refuses to pause a sandbox whose envd does
 // not answer.
 type pauseBody struct {
 	Memory              *bool `json:"memory,omitempty"`
 	RequireHealthyGuest *bool `json:"requireHealthyGuest,omitempty"`
-}
-
-// errNoFilesystemPause refuses a filesystem-only pause or reboot-resume
-// by the field that asked for it: every pause keeps memory.
-func errNoFilesystemPause(field string) *apiError {
-	return errorf(http.StatusBadRequest, "field %q: false (a filesystem-only pause, resumed by a cold boot) is not supported by sandlot; its pauses keep memory and resume it", field)
 }
 
 type snapshotBody struct {
@@ -249,8 +245,8 @@ func (n *newSandbox) validate() *apiError {
 	if n.AutoResume != nil && n.AutoResume.Enabled && (n.AutoPause == nil || !*n.AutoPause) {
 		return errorf(http.StatusBadRequest, "field \"autoResume\": needs autoPause (a sandbox resumes only from a pause)")
 	}
-	if n.AutoPauseMemory != nil && !*n.AutoPauseMemory {
-		return errNoFilesystemPause("autoPauseMemory")
+	if n.AutoPauseMemory != nil && !*n.AutoPauseMemory && (n.AutoPause == nil || !*n.AutoPause) {
+		return errorf(http.StatusBadRequest, "field \"autoPauseMemory\": false needs autoPause (it says how the timeout pauses)")
 	}
 	if err := validateVolumeMounts(n.VolumeMounts); err != nil {
 		return err

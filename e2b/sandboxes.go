@@ -98,6 +98,9 @@ func (s *Server) newSandboxObject(ns string, req *newSandbox, source sandlotv1.S
 	}
 	if req.AutoPause != nil && *req.AutoPause {
 		sbx.Spec.OnTimeout = sandlotv1.TimeoutPause
+		if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
+			sbx.Spec.ResumeBy = sandlotv1.ResumeBoot // the timeout's pause keeps the disk only
+		}
 	}
 	if req.AutoResume != nil && req.AutoResume.Enabled {
 		sbx.Annotations[AnnotationAutoResume] = "true"

@@ -32,6 +32,14 @@ func (h *fakeHypervisor) Restore(_ context.Context, _ string, cfg vm.Config, dir
 	return h.start(cfg, dir, id, h.restoreErr)
 }
 
+func (h *fakeHypervisor) Reboot(_ context.Context, _ vm.Assets, cfg vm.Config, dir string, id identity.Identity, _ vm.Roots) (machine, error) {
+	m, err := h.start(cfg, dir, id, h.restoreErr)
+	if m != nil {
+		m.(*fakeMachine).rebooted = true
+	}
+	return m, err
+}
+
 func (h *fakeHypervisor) start(cfg vm.Config, dir string, id identity.Identity, fail error) (machine, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -67,6 +75,7 @@ type fakeMachine struct {
 	pid          int
 	cfg          vm.Config
 	restoredFrom string
+	rebooted     bool
 	guest        *fakeGuest
 
 	mu        sync.Mutex

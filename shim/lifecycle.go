@@ -96,7 +96,7 @@ func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec
 			}
 		}
 		adopt, err := s.restoreSource(loc, vs.ImageDigest, cfg)
-		vs.Restore = loc
+		vs.Restore, vs.Reboot = loc, req.Restore.Boot
 		return vs, adopt, err
 	}
 	if vs.Slot {

@@ -38,6 +38,9 @@ func realHost(address string) host {
 type hypervisor interface {
 	Boot(ctx context.Context, a vm.Assets, cfg vm.Config, id identity.Identity) (machine, error)
 	Restore(ctx context.Context, qemu string, cfg vm.Config, dir string, id identity.Identity, roots vm.Roots) (machine, error)
+	// Reboot cold-boots on the disk of the snapshot in dir (its memory
+	// unread).
+	Reboot(ctx context.Context, a vm.Assets, cfg vm.Config, dir string, id identity.Identity, roots vm.Roots) (machine, error)
 	Compatible(m *snapshot.Manifest, cfg node.Config) error
 	// Warm readies what a first restore reads of the node (a start
 	// slot's, before its claim): QEMU's version.
@@ -112,6 +115,11 @@ func (qemu) Boot(ctx context.Context, a vm.Assets, cfg vm.Config, id identity.Id
 func (qemu) Restore(ctx context.Context, qemuPath string, cfg vm.Config, dir string, id identity.Identity, roots vm.Roots) (machine, error) {
 	defer uncapped()()
 	return asMachine(vm.Restore(ctx, qemuPath, cfg, dir, id, roots))
+}
+
+func (qemu) Reboot(ctx context.Context, a vm.Assets, cfg vm.Config, dir string, id identity.Identity, roots vm.Roots) (machine, error) {
+	defer uncapped()()
+	return asMachine(vm.Reboot(ctx, a, cfg, dir, id, roots))
 }
 
 // asMachine keeps a VM returned with an error (the pod stops it) and

@@ -67,6 +67,8 @@ type pod struct {
 type vmSpec struct {
 	BaseDisk string
 	Restore  string // a snapshot directory, or "" to cold boot
+	// Reboot boots on Restore's disk instead of restoring its memory.
+	Reboot bool
 	// StoreRoot is the store the restore's data is in (the agent says);
 	// its manifest may name files only there and in the image cache.
 	StoreRoot string
@@ -139,9 +141,12 @@ func (p *pod) start(ctx context.Context, s vmSpec, api controlapi.VMControlServi
 func (p *pod) launch(ctx context.Context, s vmSpec) (err error) {
 	cfg := p.vmConfig(s)
 	trace := time.Now()
-	if s.Restore != "" {
+	switch {
+	case s.Restore != "" && s.Reboot:
+		p.vm, err = p.host.vms.Reboot(ctx, p.assets(), cfg, s.Restore, p.identity, restoreRoots(s.Restore, s.StoreRoot, p.cfg))
+	case s.Restore != "":
 		p.vm, err = p.host.vms.Restore(ctx, p.cfg.QEMU, cfg, s.Restore, p.identity, restoreRoots(s.Restore, s.StoreRoot, p.cfg))
-	} else {
+	default:
 		p.vm, err = p.host.vms.Boot(ctx, p.assets(), cfg, p.identity)
 	}
 	if err != nil {

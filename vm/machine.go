@@ -419,6 +419,7 @@ func (v *VM) awaitExit(err error) {
 
 // Pause stops the vCPUs.
 func (v *VM) Pause(ctx context.Context) error {
+	v.syncGuest(ctx)
 	return v.transition(Paused, func() error { return v.qmpErr(v.qmp.Stop(ctx), "pause") })
 }
 

@@ -206,6 +206,25 @@ func (v *VM) prepareGuest(ctx context.Context, running, dropNetwork bool) (netwo
 	return r.NetworkDropped, nil
 }
 
+// syncGuestTimeout bounds the flush before a pause: a wedged guest is
+// paused anyway (its disk then holds what it last wrote back).
+const syncGuestTimeout = 5 * time.Second
+
+// syncGuest has a running guest write its disks back before its vCPUs
+// stop, best effort: a pause package's disk is then what the guest wrote
+// (a resume by boot, E2B's filesystem-only pause, reads only the disk).
+func (v *VM) syncGuest(ctx context.Context) {
+	if v.State() != Running || v.ctl == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, syncGuestTimeout)
+	defer cancel()
+	if _, err := v.ctl.PrepareSnapshot(ctx, false); err != nil {
+		// The shim's stderr is containerd's log of it.
+		fmt.Fprintf(os.Stderr, "vm %s: pause: the guest did not sync its disks (%v); pausing as it is\n", v.cfg.Name, err)
+	}
+}
+
 // restoreNetwork gives the VM its network back, whatever happened to
 // the snapshot or its caller (if it fails the VM runs on without
 // network, and the snapshot fails saying so).

@@ -33,6 +33,9 @@ type RestoreRef struct {
 	Name     string `json:"name"`
 	UID      string `json:"uid"`
 	Location string `json:"location"` // the data's location in the store
+	// Boot cold-boots the VM on the data's disk, its memory unread
+	// (Sandbox spec.resumeBy Boot).
+	Boot bool `json:"boot,omitempty"`
 }
 
 // VMAnnotations is everything the controller tells the shim (and the node
@@ -86,6 +89,9 @@ func (a VMAnnotations) Encode() (map[string]string, error) {
 	}
 	if r := a.Restore; r != nil {
 		m[AnnotationBoot] = BootRestore
+		if r.Boot {
+			m[AnnotationBoot] = BootDisk
+		}
 		m[AnnotationRestoreKind], m[AnnotationRestoreName] = r.Kind, r.Name
 		m[AnnotationRestoreUID], m[AnnotationRestoreLocation] = r.UID, r.Location
 	}
@@ -130,11 +136,11 @@ func DecodeVMAnnotations(m map[string]string) (VMAnnotations, error) {
 	case BootSlot:
 		a.Slot = true
 		errs = append(errs, refuseRestoreKeys(m, boot))
-	case BootRestore:
+	case BootRestore, BootDisk:
 		a.Restore = &RestoreRef{Kind: m[AnnotationRestoreKind], Name: m[AnnotationRestoreName],
-			UID: m[AnnotationRestoreUID], Location: m[AnnotationRestoreLocation]}
+			UID: m[AnnotationRestoreUID], Location: m[AnnotationRestoreLocation], Boot: boot == BootDisk}
 	default:
-		errs = append(errs, fmt.Errorf("annotation %s=%q: want %q, %q or %q", AnnotationBoot, boot, BootCold, BootRestore, BootSlot))
+		errs = append(errs, fmt.Errorf("annotation %s=%q: want %q, %q, %q or %q", AnnotationBoot, boot, BootCold, BootRestore, BootDisk, BootSlot))
 	}
 	var err error
 	if a.Network, _, err = DecodeNetwork(m[AnnotationNetwork]); err != nil {

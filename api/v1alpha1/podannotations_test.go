@@ -17,6 +17,7 @@ func TestVMAnnotationsRoundTrip(t *testing.T) {
 		{SandboxID: testID, VCPU: 2, MemoryMiB: 512, WritableLayerMiB: 1024},
 		{SandboxID: testID, Restore: &RestoreRef{Kind: RestoreKindSnapshot, Name: "s", UID: "u1", Location: "snapshots/u1"}},
 		{Restore: &RestoreRef{Kind: RestoreKindPausedSandbox, Name: "p", UID: "u2", Location: "paused/u2"}, Pool: "python"},
+		{SandboxID: testID, Restore: &RestoreRef{Kind: RestoreKindPausedSandbox, Name: "p", UID: "u4", Location: "paused/u4", Boot: true}},
 		{Pool: "python", Claim: &PoolClaim{Sandbox: "sbx", SandboxID: testID, Env: map[string]string{"A": "b"}}},
 		{Pool: "python", Claim: &PoolClaim{Sandbox: "sbx", SandboxID: testID,
 			Restore: &RestoreRef{Kind: RestoreKindPausedSandbox, Name: "sbx", UID: "u3", Location: "paused/u3"}}},

@@ -95,6 +95,14 @@ type SandboxSpec struct {
 	// +optional
 	Paused bool `json:"paused,omitempty"`
 
+	// ResumeBy is how the next resume from a pause brings the VM back:
+	// Restore (default) its memory and disk; Boot a cold boot on its disk,
+	// processes and memory dropped (E2B's filesystem-only pause and
+	// reboot-resume). Same sandbox ID, token and files either way.
+	// +kubebuilder:validation:Enum=Restore;Boot
+	// +optional
+	ResumeBy ResumeMode `json:"resumeBy,omitempty"`
+
 	// OnNodeLost is what happens when the node a sandbox runs on is lost:
 	// Report (the default) fails it with reason NodeLost; Restore starts
 	// it on another node, same sandbox ID, from its newest Snapshot whose
@@ -181,6 +189,14 @@ type SandboxNetwork struct {
 	// +optional
 	SecretName string `json:"secretName,omitempty"`
 }
+
+// ResumeMode is how a paused sandbox comes back.
+type ResumeMode string
+
+const (
+	ResumeRestore ResumeMode = "Restore"
+	ResumeBoot    ResumeMode = "Boot"
+)
 
 // SandboxPhase is the observed lifecycle state of a Sandbox.
 // +kubebuilder:validation:Enum=Pending;Starting;Running;Pausing;Paused;Resuming;Failed;Terminated

@@ -117,6 +117,9 @@ const (
 const (
 	BootCold    = "cold"
 	BootRestore = "restore"
+	// BootDisk: a cold boot on the restore source's disk, its memory
+	// unread (RestoreRef.Boot; spec.resumeBy Boot).
+	BootDisk = "disk"
 	// BootSlot: a template's start slot — a pool pod whose shim runs no VM
 	// until a claim restores the claimant's data into it.
 	BootSlot = "slot"

@@ -36,6 +36,10 @@ func poolRequestOf(sbx *sandlotv1.Sandbox, src resolvedSource) (poolRequest, boo
 		// A pool pod's shim started without the sandbox's volumes: it
 		// could not serve them. Its own pod serves them from the start.
 		return poolRequest{}, false
+	case src.Restore.Boot:
+		// A pool pod's claim restores memory in place; a boot on the
+		// package's disk is its own pod's start.
+		return poolRequest{}, false
 	case sbx.Spec.Network != nil && sbx.Spec.Network.SecretName != "":
 		// Its pod mounts the rules' Secret (pod volumes are fixed at
 		// creation): a pool pod has none.

@@ -31,6 +31,14 @@ func TestPoolRequestOf(t *testing.T) {
 			poolRequest{template: "py", restore: &snap}, true},
 		{"a snapshot of no template: none", snapSbx, resolvedSource{Restore: snap}, poolRequest{}, false},
 		{"a builder (cold boot): none", tplSbx, resolvedSource{Template: "py"}, poolRequest{}, false},
+		{"a resume by boot on the package's disk: none", tplSbx,
+			resolvedSource{Template: "py", Restore: sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindPausedSandbox, UID: "p", Boot: true}},
+			poolRequest{}, false},
+		{"rules with secrets (the pod mounts their Secret): none",
+			&sandlotv1.Sandbox{Spec: sandlotv1.SandboxSpec{Source: sandlotv1.SandboxSource{Template: "py"},
+				Network: &sandlotv1.SandboxNetwork{SecretName: "s"}}},
+			resolvedSource{Template: "py", BaseRevision: "r1", PerNode: map[string]sandlotv1.RestoreRef{"n": snap}},
+			poolRequest{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := poolRequestOf(tc.sbx, tc.src)

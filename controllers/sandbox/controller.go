@@ -185,7 +185,7 @@ func (r *Reconciler) lifecycle(ctx context.Context, sbx *sandlotv1.Sandbox, src 
 		return ctrl.Result{}, nil
 	}
 	if d.Restore {
-		src = restoreFromPackage(src, pkg)
+		src = restoreFromPackage(src, pkg, sbx.Spec.ResumeBy)
 		if sbx.Status.Phase == sandlotv1.SandboxPaused {
 			// The resume begins: the timeout counts from now (again when
 			// the package is released), so a wait for the node — or for the

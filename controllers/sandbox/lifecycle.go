@@ -180,12 +180,14 @@ func applyDecision(st *sandlotv1.SandboxStatus, gen int64, d pauseDecision) {
 }
 
 // restoreFromPackage points the run flow at the pause package: same VM,
-// its data where the agent put it.
-func restoreFromPackage(src resolvedSource, pkg *sandlotv1.PausedSandbox) resolvedSource {
+// its data where the agent put it; resumed by a boot on its disk when by
+// says so.
+func restoreFromPackage(src resolvedSource, pkg *sandlotv1.PausedSandbox, by sandlotv1.ResumeMode) resolvedSource {
 	src.Wait, src.Fail = false, false
 	src.VM = pkg.Spec.VM
 	src.Data = snapshotData(pkg.Status.DataStatus)
-	src.Restore = sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindPausedSandbox, Name: pkg.Name, UID: string(pkg.UID), Location: pkg.Status.Location}
+	src.Restore = sandlotv1.RestoreRef{Kind: sandlotv1.RestoreKindPausedSandbox, Name: pkg.Name, UID: string(pkg.UID), Location: pkg.Status.Location,
+		Boot: by == sandlotv1.ResumeBoot}
 	src.PerNode = nil // not the template's base: the package (which may lay its pages over that base)
 	return src
 }

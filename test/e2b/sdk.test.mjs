@@ -328,6 +328,33 @@ test('pause, pause again, connect: files and processes intact', async () => {
   sbx = await CodeSandbox.connect(sbx.sandboxId)
 })
 
+test('filesystem-only pause and reboot-resume: files kept, processes gone, same ID; a memory pause after restores memory', async () => {
+  const bootID = async (x) => (await x.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout.trim()
+  const s = track(await Sandbox.create({ metadata: { run } }))
+  await s.files.write('/home/user/kept.txt', 'on disk')
+  const h = await s.commands.run('sleep 900', { background: true })
+  const boot0 = await bootID(s)
+  assert.equal(await s.pause({ keepMemory: false }), true)
+  const back = await Sandbox.connect(s.sandboxId)
+  assert.equal(back.sandboxId, s.sandboxId)
+  assert.equal(await back.files.read('/home/user/kept.txt'), 'on disk')
+  const boot1 = await bootID(back)
+  assert.notEqual(boot1, boot0, 'a filesystem-only pause resumes by a boot')
+  assert.ok(!(await back.commands.list()).some((p) => p.pid === h.pid), 'its processes are gone')
+  // A memory pause resumed by reboot.
+  await back.pause()
+  const again = await Sandbox.connect(s.sandboxId, { onResume: 'reboot' })
+  assert.notEqual(await bootID(again), boot1, 'onResume reboot boots')
+  assert.equal(await again.files.read('/home/user/kept.txt'), 'on disk')
+  // A plain pause after that restores memory again.
+  const h2 = await again.commands.run('sleep 902', { background: true })
+  const boot2 = await bootID(again)
+  await again.pause()
+  const third = await Sandbox.connect(s.sandboxId)
+  assert.equal(await bootID(third), boot2, 'a memory pause restores')
+  assert.ok((await third.commands.list()).some((p) => p.pid === h2.pid), 'its process survived')
+})
+
 test('paused while a long command runs: after the resume it completes, its handle gets the result; a finished one is gone', async () => {
   const s = track(await Sandbox.create({ metadata: { run, role: 'long' } }))
   await s.commands.run('true')

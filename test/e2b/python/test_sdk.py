@@ -290,12 +290,27 @@ def test_list(sbx, track):
     assert (listed.sandbox_id, SandboxState.PAUSED) in both and len(both) == 4, both
 
 
+def test_filesystem_pause(track):
+    def boot_id(x):
+        return x.commands.run("cat /proc/sys/kernel/random/boot_id").stdout.strip()
+    s = track(Sandbox.create(metadata={"run": RUN, "role": "fs-pause"}))
+    s.files.write("/home/user/kept.txt", "on disk")
+    h = s.commands.run("sleep 900", background=True)
+    boot0 = boot_id(s)
+    assert s.pause(mode="filesystem")
+    back = Sandbox.connect(s.sandbox_id)
+    assert back.sandbox_id == s.sandbox_id and back.files.read("/home/user/kept.txt") == "on disk"
+    boot1 = boot_id(back)
+    assert boot1 != boot0, "a filesystem-only pause resumes by a boot"
+    assert not any(p.pid == h.pid for p in back.commands.list()), "its processes are gone"
+    assert back.pause()
+    again = Sandbox.connect(s.sandbox_id, on_resume="reboot")
+    assert boot_id(again) != boot1 and again.files.read("/home/user/kept.txt") == "on disk"
+
+
 def test_pause_connect(sbx):
     sbx.files.write("/tmp/kept.txt", "before pause")
     h = sbx.commands.run("sleep 900", background=True)
-    # Not built yet, so refused by name (never a full pause in its place).
-    with pytest.raises(Exception, match=r'field "memory": false \(a filesystem-only pause'):
-        sbx.pause(mode="filesystem")
     assert sbx.pause(strict=True) is True  # its envd answers: paused
     assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED
     resumed = Sandbox.connect(sbx.sandbox_id)
