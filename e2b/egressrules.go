@@ -82,9 +82,13 @@ func rulesJSON(rules []sandlotv1.EgressRule) map[string][]ruleJSON {
 	return out
 }
 
-// egressData is the current value of each team secret the rules name.
-func (s *Server) egressData(ctx context.Context, n *sandlotv1.SandboxNetwork) (map[string][]byte, *apiError) {
+// egressData is the current value of each team secret the rules name,
+// and the egress proxy's password (if any).
+func (s *Server) egressData(ctx context.Context, n *sandlotv1.SandboxNetwork, password string) (map[string][]byte, *apiError) {
 	data := map[string][]byte{}
+	if password != "" {
+		data[sandlotv1.EgressProxyPasswordKey] = []byte(password)
+	}
 	for _, key := range n.SecretKeys() {
 		sec, aerr := s.findSecret(ctx, key)
 		if aerr != nil {
@@ -102,13 +106,14 @@ func (s *Server) egressData(ctx context.Context, n *sandlotv1.SandboxNetwork) (m
 	return data, nil
 }
 
-// prepareEgressSecret makes the Secret a new sandbox's rules name, when
-// they name any, and sets spec.network.secretName to it.
-func (s *Server) prepareEgressSecret(ctx context.Context, ns string, n *sandlotv1.SandboxNetwork) *apiError {
-	if n == nil || len(n.SecretKeys()) == 0 {
+// prepareEgressSecret makes the Secret a new sandbox's rules name (and
+// its egress proxy's password), when there is any, and sets
+// spec.network.secretName to it.
+func (s *Server) prepareEgressSecret(ctx context.Context, ns string, n *sandlotv1.SandboxNetwork, password string) *apiError {
+	if n == nil || len(n.SecretKeys()) == 0 && password == "" {
 		return nil
 	}
-	data, aerr := s.egressData(ctx, n)
+	data, aerr := s.egressData(ctx, n, password)
 	if aerr != nil {
 		return aerr
 	}
@@ -139,27 +144,38 @@ func (s *Server) ownEgressSecret(ctx context.Context, sbx *sandlotv1.Sandbox, dr
 }
 
 // updateEgressSecret rewrites a running sandbox's rules' Secret for the
-// rules next; a sandbox made without one cannot take secret rules (its
-// pod mounts what it had when it started).
-func (s *Server) updateEgressSecret(ctx context.Context, sbx *sandlotv1.Sandbox, next *sandlotv1.SandboxNetwork) *apiError {
-	if next == nil || len(next.SecretKeys()) == 0 {
+// rules next (and the proxy's password): exactly their keys. A sandbox
+// made without one cannot take secrets (its pod mounts what it had when
+// it started).
+func (s *Server) updateEgressSecret(ctx context.Context, sbx *sandlotv1.Sandbox, next *sandlotv1.SandboxNetwork, password string) *apiError {
+	name := ""
+	if sbx.Spec.Network != nil {
+		name = sbx.Spec.Network.SecretName
+	}
+	if next != nil {
+		next.SecretName = name
+	}
+	if name == "" {
+		if next != nil && (len(next.SecretKeys()) > 0 || password != "") {
+			return errorf(http.StatusBadRequest, "fields \"rules\" and \"egressProxy.password\": secrets need a sandbox created with "+
+				"a secret rule or a proxy password (sandlot mounts their Secret when the sandbox starts); this one was not")
+		}
 		return nil
 	}
-	if sbx.Spec.Network == nil || sbx.Spec.Network.SecretName == "" {
-		return errorf(http.StatusBadRequest, "field \"rules\": ${e2b.secrets.*} placeholders need a sandbox created with them "+
-			"(sandlot mounts their Secret when the sandbox starts); this one was not")
+	data := map[string][]byte{}
+	if next != nil {
+		var aerr *apiError
+		if data, aerr = s.egressData(ctx, next, password); aerr != nil {
+			return aerr
+		}
 	}
-	data, aerr := s.egressData(ctx, next)
-	if aerr != nil {
-		return aerr
+	sec := &corev1.Secret{}
+	if err := s.kube.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: name}, sec); err != nil {
+		return kubeError("read the secret of the network rules", err)
 	}
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sbx.Namespace, Name: sbx.Spec.Network.SecretName}}
-	patch, _ := json.Marshal(map[string]any{"data": data})
-	// A merge patch adds and replaces keys; one the rules no longer name
-	// stays until the sandbox goes (it is the team's value, in its namespace).
-	if err := s.kube.Patch(ctx, sec, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+	sec.Data = data
+	if err := s.kube.Update(ctx, sec); err != nil {
 		return kubeError("update the secret of the network rules", err)
 	}
-	next.SecretName = sbx.Spec.Network.SecretName
 	return nil
 }

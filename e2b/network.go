@@ -23,7 +23,7 @@ import (
 // denyOut, allow_internet_access, rules), enforced by the node on the
 // VM's tap and by its egress proxy (egressrules.go), and
 // allowPublicTraffic false onto a traffic access token this proxy
-// requires. A SOCKS5 egress proxy is refused: sandlot does not build it.
+// requires; egressProxy onto spec.network.egressProxy (egressproxy.go).
 // A request host mask is the proxy's (maskhost.go).
 
 // AnnotationPrivateTraffic ("true"): the sandbox's ports other than
@@ -61,6 +61,7 @@ type networkJSON struct {
 	DenyOut            []string              `json:"denyOut,omitempty"`
 	MaskRequestHost    string                `json:"maskRequestHost,omitempty"`
 	Rules              map[string][]ruleJSON `json:"rules,omitempty"`
+	EgressProxy        *egressProxyInfo      `json:"egressProxy,omitempty"`
 }
 
 // setNonEmpty: a JSON value was sent that asks for something (not
@@ -70,19 +71,16 @@ func setNonEmpty(raw json.RawMessage) bool {
 	return v != "" && v != "null" && v != "{}"
 }
 
-// refuseUnbuilt refuses what sandlot does not build; prefix is where the
-// fields are ("network." in a create).
-func refuseUnbuilt(prefix string, egressProxy json.RawMessage) *apiError {
-	if setNonEmpty(egressProxy) {
-		return errorf(http.StatusBadRequest, "field %q: an egress proxy is not supported by sandlot", prefix+"egressProxy")
-	}
-	return nil
-}
-
 // specNetwork is spec.network of E2B's egress rules (nil: none), checked
 // as the node's shim will check it; an error names the field (after
 // prefix) and the entry.
 func specNetwork(prefix string, allowOut, denyOut []string, allowInternet *bool, rawRules json.RawMessage) (*sandlotv1.SandboxNetwork, *apiError) {
+	return specNetworkProxy(prefix, allowOut, denyOut, allowInternet, rawRules, nil)
+}
+
+// specNetworkProxy is specNetwork with an egress proxy.
+func specNetworkProxy(prefix string, allowOut, denyOut []string, allowInternet *bool, rawRules json.RawMessage,
+	proxy *sandlotv1.EgressProxy) (*sandlotv1.SandboxNetwork, *apiError) {
 	for field, list := range map[string][]string{"allowOut": allowOut, "denyOut": denyOut} {
 		if len(list) > sandlotv1.MaxNetworkEntries {
 			return nil, errorf(http.StatusBadRequest, "field %q: %d entries, at most %d", prefix+field, len(list), sandlotv1.MaxNetworkEntries)
@@ -97,10 +95,11 @@ func specNetwork(prefix string, allowOut, denyOut []string, allowInternet *bool,
 	if aerr != nil {
 		return nil, aerr
 	}
-	if len(allowOut) == 0 && len(denyOut) == 0 && allowInternet == nil && len(rules) == 0 {
+	if len(allowOut) == 0 && len(denyOut) == 0 && allowInternet == nil && len(rules) == 0 && proxy == nil {
 		return nil, nil
 	}
-	n := &sandlotv1.SandboxNetwork{AllowOut: allowOut, DenyOut: denyOut, AllowInternetAccess: allowInternet, Rules: rules}
+	n := &sandlotv1.SandboxNetwork{AllowOut: allowOut, DenyOut: denyOut, AllowInternetAccess: allowInternet, Rules: rules,
+		EgressProxy: proxy}
 	if _, err := parseAccepted(n); err != nil {
 		// ParseNetwork's lines read "network.<field>: <why>".
 		var msgs []string
@@ -146,16 +145,18 @@ func (n *newSandbox) network() (*sandlotv1.SandboxNetwork, bool, *apiError) {
 	if cfg == nil {
 		cfg = &networkConfig{}
 	}
-	if err := refuseUnbuilt("network.", cfg.EgressProxy); err != nil {
-		return nil, false, err
-	}
 	if err := checkMask(cfg.MaskRequestHost); err != nil {
 		return nil, false, err
 	}
-	spec, err := specNetwork("network.", cfg.AllowOut, cfg.DenyOut, n.AllowInternet, cfg.Rules)
+	proxy, password, err := parseEgressProxy("network.", cfg.EgressProxy)
 	if err != nil {
 		return nil, false, err
 	}
+	spec, err := specNetworkProxy("network.", cfg.AllowOut, cfg.DenyOut, n.AllowInternet, cfg.Rules, proxy)
+	if err != nil {
+		return nil, false, err
+	}
+	n.proxyPassword = password
 	return spec, cfg.AllowPublicTraffic != nil && !*cfg.AllowPublicTraffic, nil
 }
 
@@ -167,8 +168,11 @@ func networkPatch(cur, next *sandlotv1.SandboxNetwork) any {
 	if next == nil && (cur == nil || !cur.Ingress && cur.SecretName == "") {
 		return nil
 	}
-	p := map[string]any{"allowOut": nil, "denyOut": nil, "allowInternetAccess": nil, "rules": nil}
+	p := map[string]any{"allowOut": nil, "denyOut": nil, "allowInternetAccess": nil, "rules": nil, "egressProxy": nil}
 	if next != nil {
+		if next.EgressProxy != nil {
+			p["egressProxy"] = next.EgressProxy
+		}
 		if len(next.Rules) > 0 {
 			p["rules"] = next.Rules
 		}
@@ -197,21 +201,25 @@ func (s *Server) updateNetwork(_ http.ResponseWriter, r *http.Request) (int, any
 	if err := decodeBody(r, &body); err != nil {
 		return 0, nil, err
 	}
-	if err := refuseUnbuilt("", body.EgressProxy); err != nil {
+	proxy, password, err := parseEgressProxy("", body.EgressProxy)
+	if err != nil {
 		return 0, nil, err
 	}
-	next, err := specNetwork("", body.AllowOut, body.DenyOut, body.AllowInternet, body.Rules)
+	next, err := specNetworkProxy("", body.AllowOut, body.DenyOut, body.AllowInternet, body.Rules, proxy)
 	if err != nil {
 		return 0, nil, err
 	}
 	if err := s.platformRefusal("", next); err != nil {
 		return 0, nil, err
 	}
+	if err := s.proxyRefusal(r.Context(), "", proxy); err != nil {
+		return 0, nil, err
+	}
 	sbx, err := s.sandbox(r.Context(), r.PathValue("id"), false)
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := s.updateEgressSecret(r.Context(), sbx, next); err != nil {
+	if err := s.updateEgressSecret(r.Context(), sbx, next, password); err != nil {
 		return 0, nil, err
 	}
 	if err := s.patchSpec(r.Context(), sbx, map[string]any{"network": networkPatch(sbx.Spec.Network, next)}); err != nil {
@@ -288,6 +296,9 @@ func networkOf(sbx *sandlotv1.Sandbox) *networkJSON {
 	out := &networkJSON{AllowPublicTraffic: !privateTraffic(sbx), MaskRequestHost: sbx.Annotations[AnnotationMaskRequestHost]}
 	if n := sbx.Spec.Network; n != nil {
 		out.AllowOut, out.DenyOut, out.Rules = n.AllowOut, n.DenyOut, rulesJSON(n.Rules)
+		if p := n.EgressProxy; p != nil {
+			out.EgressProxy = &egressProxyInfo{Address: p.Address, Username: p.Username}
+		}
 	}
 	return out
 }

@@ -29,11 +29,11 @@ func TestNetworkPatch(t *testing.T) {
 	}{
 		{"cleared", rules, nil, `null`},
 		{"cleared, ingress kept", &sandlotv1.SandboxNetwork{Ingress: true, AllowOut: []string{"a.example"}}, nil,
-			`{"allowInternetAccess":null,"allowOut":null,"denyOut":null,"rules":null}`},
+			`{"allowInternetAccess":null,"allowOut":null,"denyOut":null,"egressProxy":null,"rules":null}`},
 		{"replaced", &sandlotv1.SandboxNetwork{DenyOut: []string{"10.0.0.0/8"}}, rules,
-			`{"allowInternetAccess":false,"allowOut":["example.com"],"denyOut":["0.0.0.0/0"],"rules":null}`},
+			`{"allowInternetAccess":false,"allowOut":["example.com"],"denyOut":["0.0.0.0/0"],"egressProxy":null,"rules":null}`},
 		{"partly omitted", rules, &sandlotv1.SandboxNetwork{AllowOut: []string{"b.example"}},
-			`{"allowInternetAccess":null,"allowOut":["b.example"],"denyOut":null,"rules":null}`},
+			`{"allowInternetAccess":null,"allowOut":["b.example"],"denyOut":null,"egressProxy":null,"rules":null}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -74,8 +74,17 @@ func TestValidateNetwork(t *testing.T) {
 		{"CRLF in a header", with(func(n *newSandbox) {
 			n.Network = &networkConfig{Rules: []byte(`{"a.example":[{"transform":{"headers":{"X":"1\r\nEvil: 1"}}}]}`)}
 		}), `holds CR, LF or NUL`},
-		{"egress proxy", with(func(n *newSandbox) { n.Network = &networkConfig{EgressProxy: []byte(`{"address":"socks5://p:1080"}`)} }),
-			`field "network.egressProxy": an egress proxy is not supported by sandlot`},
+		{"egress proxy with a scheme", with(func(n *newSandbox) { n.Network = &networkConfig{EgressProxy: []byte(`{"address":"socks5://p:1080"}`)} }),
+			`field "network.egressProxy.address": "socks5://p:1080" is not host:port`},
+		{"egress proxy", with(func(n *newSandbox) {
+			n.Network = &networkConfig{EgressProxy: []byte(`{"address":"proxy.example.com:1080","username":"u","password":"p"}`)}
+		}), ""},
+		{"egress proxy password without a user", with(func(n *newSandbox) {
+			n.Network = &networkConfig{EgressProxy: []byte(`{"address":"proxy.example.com:1080","password":"p"}`)}
+		}), `a password needs a username`},
+		{"egress proxy field unknown", with(func(n *newSandbox) {
+			n.Network = &networkConfig{EgressProxy: []byte(`{"address":"proxy.example.com:1080","type":"http"}`)}
+		}), `unknown field "type"`},
 		{"mask request host", with(func(n *newSandbox) { n.Network = &networkConfig{MaskRequestHost: new("${PORT}-x.example")} }), ""},
 		{"mask request host with a port", with(func(n *newSandbox) { n.Network = &networkConfig{MaskRequestHost: new("localhost:${PORT}")} }), ""},
 		{"mask request host with a path", with(func(n *newSandbox) { n.Network = &networkConfig{MaskRequestHost: new("a.example/x")} }),
@@ -186,8 +195,8 @@ func TestNetworkRefused(t *testing.T) {
 			`secret "nope" (${e2b.secrets.nope}) not found`},
 		{"create: Host header", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"rules":{"x.example":[{"transform":{"headers":{"Host":"b"}}}]}}}`,
 			`header "Host" is the proxy's own`},
-		{"create: egressProxy", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"egressProxy":{"address":"p:1080"}}}`,
-			`field "network.egressProxy": an egress proxy is not supported by sandlot`},
+		{"create: egressProxy that does not resolve", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"egressProxy":{"address":"nowhere.invalid:1080"}}}`,
+			`field "network.egressProxy.address": nowhere.invalid does not resolve`},
 		{"create: maskRequestHost", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"maskRequestHost":"x y"}}`,
 			`field "network.maskRequestHost"`},
 		{"create: allowOut not a list", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"allowOut":"example.com"}}`,
@@ -195,8 +204,10 @@ func TestNetworkRefused(t *testing.T) {
 		{"update: bad denyOut", "PUT", put, `{"denyOut":["10.0.0.1/8"]}`, `field "denyOut": "10.0.0.1/8" has host bits set`},
 		{"update: empty rule", "PUT", put, `{"rules":{"x.example":[]}}`, `field rules["x.example"]: one rule per domain, with transform.headers`},
 		{"update: secret rules on a sandbox made without", "PUT", put, `{"rules":{"x.example":[{"transform":{"headers":{"A":"${e2b.secrets.s}"}}}]}}`,
-			`need a sandbox created with them`},
-		{"update: egressProxy", "PUT", put, `{"egressProxy":{"address":"p:1080"}}`, `field "egressProxy"`},
+			`secrets need a sandbox created with a secret rule or a proxy password`},
+		{"update: egressProxy that does not resolve", "PUT", put, `{"egressProxy":{"address":"nowhere.invalid:1080"}}`, `field "egressProxy.address": nowhere.invalid does not resolve`},
+		{"update: egressProxy password on a sandbox made without", "PUT", put, `{"egressProxy":{"address":"192.0.2.1:1080","username":"u","password":"p"}}`,
+			`need a sandbox created with a secret rule or a proxy password`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -60,7 +60,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) (code int
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := s.prepareEgressSecret(r.Context(), sbx.Namespace, sbx.Spec.Network); err != nil {
+	if err := s.proxyRefusal(r.Context(), "network.", sbx.Spec.Network.Proxy()); err != nil {
+		return 0, nil, err
+	}
+	if err := s.prepareEgressSecret(r.Context(), sbx.Namespace, sbx.Spec.Network, req.proxyPassword); err != nil {
 		return 0, nil, err
 	}
 	stage = createStart

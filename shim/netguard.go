@@ -95,6 +95,7 @@ type guard struct {
 	proxy      *egress.Proxy
 	secretsDir string
 	state      atomic.Pointer[egressState]
+	names      learnedNames
 }
 
 // startGuard opens the filter Attach made, serves the resolver in the
@@ -187,6 +188,9 @@ func (g *guard) Apply(n *sandlotv1.SandboxNetwork, ingress []netip.Prefix) error
 	p.AllowOut = rules.AllowCIDRs
 	p.DenyOut = rules.DenyCIDRs
 	p.Ingress = p.Ingress || rules.Ingress
+	// With an egress proxy all TCP goes to the tunnel (which needs the
+	// proxy; without one the rules' tunnel is refused below).
+	p.Tunnel = rules.Proxy != nil && g.proxy != nil
 	if g.fwd != nil {
 		// With egress closed, names allowOut does not match are not
 		// even asked upstream: a query is a message out (a DNS tunnel).
@@ -217,7 +221,7 @@ func (g *guard) serveDNS(netns string, upstreams []string) error {
 	if err != nil {
 		return fmt.Errorf("listen for the VM's DNS on %s: %w", addr, err)
 	}
-	fwd, err := dnsfwd.New(dnsfwd.Config{Upstreams: upstreams, Learner: learner{g.filter}})
+	fwd, err := dnsfwd.New(dnsfwd.Config{Upstreams: upstreams, Learner: learner{g.filter, &g.names}})
 	if err != nil {
 		pc.Close()
 		l.Close()
@@ -240,10 +244,15 @@ func (g *guard) Close() error {
 	return errors.Join(errs...)
 }
 
-// learner opens what the resolver answered for an allowed name.
-type learner struct{ f *podnet.Filter }
+// learner opens what the resolver answered for an allowed name, and
+// remembers the name (the egress tunnel asks its proxy for it by name).
+type learner struct {
+	f     *podnet.Filter
+	names *learnedNames
+}
 
-func (l learner) Learn(addrs []netip.Addr, ttl time.Duration) {
+func (l learner) Learn(name string, addrs []netip.Addr, ttl time.Duration) {
+	l.names.add(name, addrs, ttl)
 	if err := l.f.Learn(addrs, ttl); err != nil {
 		logf(context.Background(), "learn %v for %v: %v", addrs, ttl, err)
 	}

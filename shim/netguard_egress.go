@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
@@ -65,27 +66,64 @@ func (g *guard) serveEgress(netns, name string, spec guardSpec) error {
 		return err
 	}
 	p, err := egress.New(egress.Config{Name: name, RootCAs: roots, Resolve: g.fwd.LookupA, Permit: g.permit,
-		Logf: func(f string, a ...any) { logf(context.Background(), f, a...) }})
+		Logf:         func(f string, a ...any) { logf(context.Background(), f, a...) },
+		OriginalDst:  originalDst,
+		Learned:      g.names.lookup,
+		ResolveProxy: g.fwd.LookupAnyA,
+		PermitProxy:  g.permitProxy})
 	if err != nil {
 		return err
 	}
-	var httpL, tlsL net.Listener
-	err = podnet.Run(netns, func() (err error) {
-		if httpL, err = net.Listen("tcp4", net.JoinHostPort(resolverAddr.String(), "80")); err != nil {
-			return err
-		}
-		if tlsL, err = net.Listen("tcp4", net.JoinHostPort(resolverAddr.String(), "443")); err != nil {
-			httpL.Close()
-		}
-		return err
-	})
+	ls, err := listenEgress(netns)
 	if err != nil {
-		return fmt.Errorf("listen for the VM's egress proxy on %s: %w", resolverAddr, err)
+		return err
 	}
-	p.Serve(httpL, tlsL)
+	p.Serve(ls[0], ls[1])
+	p.ServeTunnel(ls[2])
 	g.proxy, g.secretsDir = p, spec.EgressSecrets
 	g.closers = append([]func() error{p.Close}, g.closers...)
 	g.fwd.SetIntercept(p.Domains, resolverAddr)
+	return nil
+}
+
+// listenEgress opens the proxy's listeners in the pod's netns on the
+// resolver's address: HTTP, TLS and the tunnel.
+func listenEgress(netns string) ([]net.Listener, error) {
+	var ls []net.Listener
+	err := podnet.Run(netns, func() error {
+		for _, port := range []int{podnet.EgressHTTPPort, podnet.EgressTLSPort, podnet.TunnelPort} {
+			l, err := net.Listen("tcp4", net.JoinHostPort(resolverAddr.String(), strconv.Itoa(port)))
+			if err != nil {
+				return err
+			}
+			ls = append(ls, l)
+		}
+		return nil
+	})
+	if err != nil {
+		for _, l := range ls {
+			l.Close()
+		}
+		return nil, fmt.Errorf("listen for the VM's egress proxy on %s: %w", resolverAddr, err)
+	}
+	return ls, nil
+}
+
+func originalDst(c net.Conn) (netip.AddrPort, error) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return netip.AddrPort{}, errors.New("not a TCP connection")
+	}
+	return podnet.OriginalDst(tc)
+}
+
+// permitProxy refuses an egress proxy address the platform denies
+// (the node itself, the platform's denials not opened): the sandbox's
+// own rules are for its destinations, the proxy is the operator's road.
+func (g *guard) permitProxy(a netip.Addr) error {
+	if !g.base.Permits(a, false) {
+		return fmt.Errorf("egress proxy address %s is one the platform denies", a)
+	}
 	return nil
 }
 
@@ -106,17 +144,42 @@ func (g *guard) permit(host string, a netip.Addr) error {
 // from the kubelet's copy of the Secret.
 func (g *guard) applyEgress(rules sandlotv1.NetworkRules, n *sandlotv1.SandboxNetwork) error {
 	if g.proxy == nil {
-		if len(rules.Egress) > 0 {
-			return errors.New("network.rules: this pod has no resolver, so no egress proxy")
+		if len(rules.Egress) > 0 || rules.Proxy != nil {
+			return errors.New("network.rules and egressProxy: this pod has no resolver, so no egress proxy")
 		}
 		return nil
 	}
 	secrets, err := readEgressSecrets(g.secretsDir, rules.SecretName, n.SecretKeys())
 	if err != nil {
 		_ = g.proxy.SetRules(rules.Egress, nil) // fail closed: the rules' requests are refused
+		g.proxy.SetUpstreamProxy(nil)           // and the tunnel's connections closed
+		return err
+	}
+	if err := g.setUpstreamProxy(rules); err != nil {
 		return err
 	}
 	return g.proxy.SetRules(rules.Egress, secrets)
+}
+
+// setUpstreamProxy gives the proxy the sandbox's SOCKS5 proxy, its
+// password from the Secret's EgressProxyPasswordKey (absent: none). A
+// password that cannot be read leaves no proxy: the tunnel fails closed.
+func (g *guard) setUpstreamProxy(rules sandlotv1.NetworkRules) error {
+	if rules.Proxy == nil {
+		g.proxy.SetUpstreamProxy(nil)
+		return nil
+	}
+	u := &egress.UpstreamProxy{Address: rules.Proxy.Address, Username: rules.Proxy.Username}
+	if g.secretsDir != "" {
+		b, err := os.ReadFile(filepath.Join(g.secretsDir, sandlotv1.EgressProxyPasswordKey))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			g.proxy.SetUpstreamProxy(nil)
+			return fmt.Errorf("read the egress proxy's password: %w", err)
+		}
+		u.Password = string(b)
+	}
+	g.proxy.SetUpstreamProxy(u)
+	return nil
 }
 
 // readEgressSecrets reads keys from the Secret's mount. A missing key is

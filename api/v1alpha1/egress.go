@@ -3,8 +3,10 @@ package v1alpha1
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -22,6 +24,10 @@ const (
 // EgressSecretsPath is where a sandbox container's spec mounts
 // spec.network.secretName: the shim finds the kubelet's copy there.
 const EgressSecretsPath = "/run/sandlot/egress-secrets"
+
+// EgressProxyPasswordKey is the key of spec.network.secretName that holds
+// the egress proxy's password (a dot: no E2B secret name has one).
+const EgressProxyPasswordKey = "egress-proxy.password"
 
 // SecretPlaceholder matches ${e2b.secrets.KEY} in a header value; KEY is
 // a key of spec.network.secretName (a Secret's key alphabet).
@@ -52,6 +58,11 @@ func checkEgress(n *SandboxNetwork) []error {
 		errs = append(errs, checkEgressRule(r, seen)...)
 		if n.SecretName == "" && ruleUsesSecrets(r) {
 			errs = append(errs, fmt.Errorf("network.rules[%s]: a ${e2b.secrets.*} placeholder needs network.secretName", r.Domain))
+		}
+	}
+	if p := n.EgressProxy; p != nil {
+		if err := checkEgressProxy(p); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if b, err := json.Marshal(n.Rules); err == nil && len(b) > MaxEgressRulesBytes {
@@ -173,4 +184,34 @@ func splitHostPortLoose(s string) (string, string, error) {
 		return s, "", fmt.Errorf("no port")
 	}
 	return strings.Trim(s[:i], "[]"), s[i+1:], nil
+}
+
+// checkEgressProxy: a host:port, the host a DNS name or an IPv4 address.
+func checkEgressProxy(p *EgressProxy) error {
+	host, port, err := net.SplitHostPort(p.Address)
+	if err != nil {
+		return fmt.Errorf("network.egressProxy.address: %q is not host:port", p.Address)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("network.egressProxy.address: %q has no valid port", p.Address)
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		if !a.Is4() {
+			return fmt.Errorf("network.egressProxy.address: %q is not IPv4 (sandboxes have IPv4 only)", p.Address)
+		}
+	} else if len(host) > 253 || !ruleDomain.MatchString(strings.ToLower(host)) || strings.HasPrefix(host, "*") {
+		return fmt.Errorf("network.egressProxy.address: the host of %q is neither a DNS name nor an IPv4 address", p.Address)
+	}
+	if len(p.Username) > 255 {
+		return fmt.Errorf("network.egressProxy.username: %d bytes, at most 255", len(p.Username))
+	}
+	return nil
+}
+
+// Proxy is n's egress proxy (nil for none or no network).
+func (n *SandboxNetwork) Proxy() *EgressProxy {
+	if n == nil {
+		return nil
+	}
+	return n.EgressProxy
 }

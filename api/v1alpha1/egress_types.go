@@ -27,3 +27,16 @@ type HeaderTransform struct {
 	// +kubebuilder:validation:MaxLength=2048
 	Value string `json:"value"`
 }
+
+// EgressProxy is a SOCKS5 proxy the sandbox's TCP leaves through.
+type EgressProxy struct {
+	// Address is host:port; the host a DNS name or an IPv4 address.
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=261
+	Address string `json:"address"`
+	// Username authenticates (RFC 1929), with the password held in
+	// spec.network.secretName's key EgressProxyPasswordKey.
+	// +kubebuilder:validation:MaxLength=255
+	// +optional
+	Username string `json:"username,omitempty"`
+}

@@ -36,6 +36,8 @@ type NetworkRules struct {
 	// their placeholders name.
 	Egress     []EgressRule
 	SecretName string
+	// Proxy is the SOCKS5 proxy TCP leaves through (nil: none).
+	Proxy *EgressProxy
 }
 
 // AllTraffic is 0.0.0.0/0: what allowInternetAccess false denies.
@@ -82,7 +84,7 @@ func ParseNetwork(n *SandboxNetwork) (NetworkRules, error) {
 	}
 	r.Ingress = n.Ingress
 	errs = append(errs, checkEgress(n)...)
-	r.Egress, r.SecretName = n.Rules, n.SecretName
+	r.Egress, r.SecretName, r.Proxy = n.Rules, n.SecretName, n.EgressProxy
 	return r, errors.Join(errs...)
 }
 

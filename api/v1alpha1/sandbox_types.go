@@ -188,6 +188,13 @@ type SandboxNetwork struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	SecretName string `json:"secretName,omitempty"`
+
+	// EgressProxy tunnels the sandbox's outbound TCP through a SOCKS5
+	// proxy (E2B's egressProxy), after allowOut and denyOut: the node
+	// opens each connection through it, fail closed. UDP (DNS, QUIC) is
+	// not tunnelled.
+	// +optional
+	EgressProxy *EgressProxy `json:"egressProxy,omitempty"`
 }
 
 // ResumeMode is how a paused sandbox comes back.

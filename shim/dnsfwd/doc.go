@@ -20,11 +20,11 @@ import (
 
 // Learner opens the firewall for addresses the VM resolved.
 type Learner interface {
-	// Learn is called with the IPv4 addresses (A records) of an answer
-	// whose question name is allowed, and how long they stay open. It
-	// runs before the reply is sent to the VM and may be called
-	// concurrently.
-	Learn(addrs []netip.Addr, ttl time.Duration)
+	// Learn is called with the question name (lower case, no trailing
+	// dot) and the IPv4 addresses (A records) of an answer whose name is
+	// allowed, and how long they stay open. It runs before the reply is
+	// sent to the VM and may be called concurrently.
+	Learn(name string, addrs []netip.Addr, ttl time.Duration)
 }
 
 // Matcher reports whether a queried name (as asked, usually with a

@@ -54,11 +54,17 @@ func (f *Forwarder) interceptReply(q *dns.Msg) []byte {
 // egress proxy (which dials the rule's domain itself, never where the
 // VM pointed it).
 func (f *Forwarder) LookupA(ctx context.Context, host string) ([]netip.Addr, error) {
-	q := new(dns.Msg).SetQuestion(dns.Fqdn(host), dns.TypeA)
-	if !f.names.Load().answered(q.Question[0].Name) {
+	if !f.names.Load().answered(dns.Fqdn(host)) {
 		// The VM's own query would not leave either (egress closed).
 		return nil, fmt.Errorf("resolve %s: not a name this sandbox may resolve", host)
 	}
+	return f.LookupAnyA(ctx, host)
+}
+
+// LookupAnyA resolves host through the upstreams whatever the sandbox
+// may resolve: a name of its spec (its egress proxy's), not its guest's.
+func (f *Forwarder) LookupAnyA(ctx context.Context, host string) ([]netip.Addr, error) {
+	q := new(dns.Msg).SetQuestion(dns.Fqdn(host), dns.TypeA)
 	r, _, err := f.resolve(ctx, q, false)
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s: %w", host, err)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/miekg/dns"
@@ -144,7 +145,7 @@ func (f *Forwarder) learn(name string, r *dns.Msg) time.Duration {
 	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	d := f.clamp(ttl)
-	f.learner.Learn(slices.Compact(addrs), d)
+	f.learner.Learn(strings.TrimSuffix(strings.ToLower(name), "."), slices.Compact(addrs), d)
 	return d
 }
 

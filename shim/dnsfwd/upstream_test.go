@@ -124,7 +124,7 @@ type recorder struct {
 	release chan struct{}
 }
 
-func (r *recorder) Learn(addrs []netip.Addr, ttl time.Duration) {
+func (r *recorder) Learn(_ string, addrs []netip.Addr, ttl time.Duration) {
 	c := learned{slices.Clone(addrs), ttl}
 	r.mu.Lock()
 	r.calls = append(r.calls, c)

@@ -42,6 +42,16 @@ type Config struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Logf reports what a request cannot say (nil: nothing).
 	Logf func(format string, args ...any)
+
+	// The tunnel (ServeTunnel) and the upstream proxy: OriginalDst is
+	// where a redirected connection was going; Learned names an address
+	// a domain of the sandbox's allowOut answered; ResolveProxy resolves
+	// the proxy's host and PermitProxy refuses a proxy address the
+	// platform denies (nil: none of them in use).
+	OriginalDst  func(net.Conn) (netip.AddrPort, error)
+	Learned      func(netip.Addr) (string, bool)
+	ResolveProxy func(ctx context.Context, host string) ([]netip.Addr, error)
+	PermitProxy  func(netip.Addr) error
 }
 
 // Limits: connections the VM may hold open through the proxy, and how
@@ -59,6 +69,8 @@ type Proxy struct {
 	rules atomic.Pointer[ruleSet]
 	tr    *http.Transport
 	slots chan struct{}
+	// upstream is the SOCKS5 proxy upstream connections go through.
+	upstream atomic.Pointer[UpstreamProxy]
 
 	mu      sync.Mutex
 	closers []func() error

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -82,18 +81,7 @@ func (p *Proxy) tunnel(c net.Conn, name string) {
 		return
 	}
 	defer up.Close()
-	done := make(chan struct{}, 2)
-	for _, pair := range [][2]net.Conn{{up, c}, {c, up}} {
-		go func() {
-			_, _ = io.Copy(pair[0], pair[1])
-			if cw, ok := pair[0].(interface{ CloseWrite() error }); ok {
-				_ = cw.CloseWrite()
-			}
-			done <- struct{}{}
-		}()
-	}
-	<-done
-	<-done
+	splice(c, up)
 }
 
 // serveRequest refuses what must not be forwarded, then forwards.
@@ -174,6 +162,10 @@ func (p *Proxy) dialUpstream(ctx context.Context, network, addr string) (net.Con
 		if err := p.cfg.Permit(name, a); err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if p.upstream.Load() != nil {
+			// Through the sandbox's SOCKS5 proxy, by name (remote DNS).
+			return p.viaProxy(ctx, addr)
 		}
 		c, err := p.cfg.Dial(ctx, network, net.JoinHostPort(a.String(), port))
 		if err == nil {

@@ -32,6 +32,7 @@ const (
 	setDeny     = "deny"     // the sandbox's denyOut
 	setLearned  = "learned"  // addresses of allowed domains, for their TTL
 	setIngress  = "ingress"  // who may open connections to the VM
+	setTunnel   = "tunnel"   // TCP to these goes to the netns's tunnel (an egress proxy)
 	setFlows    = "flows"
 
 	// Idle timeouts of tracked flows, and the table's bound on them
@@ -49,6 +50,11 @@ const DNSPort = 53
 // listens (TCP, on the resolver's address; MOUNT and NFS on one port).
 // A pod without volumes has no listener there: the netns resets.
 const VolumePort = 2049
+
+// TunnelPort is where the VM's TCP goes with Policy.Tunnel (redirected
+// by the netns's NAT to the resolver's address; the listener reads the
+// original destination).
+const TunnelPort = 15001
 
 // EgressHTTPPort and EgressTLSPort are where the shim's egress proxy
 // listens on the resolver's address: the VM's resolver answers the
@@ -68,6 +74,10 @@ type Policy struct {
 	DenyOut     []netip.Prefix
 	IngressFrom []netip.Prefix // may open connections to the VM
 	Ingress     bool           // anyone may
+	// Tunnel sends all the VM's TCP to the pod netns's TunnelPort (the
+	// shim's SOCKS5 tunnel), which checks this policy itself
+	// (Permits): the sandbox's egressProxy.
+	Tunnel bool
 }
 
 // Filter is an open handle on a pod's table, for live updates.
@@ -93,7 +103,7 @@ func OpenFilter(nsPath string) (*Filter, error) {
 	}
 	f := &Filter{conn: conn, ns: h, sets: map[string]*nftables.Set{}}
 	t := &nftables.Table{Name: tableName, Family: nftables.TableFamilyNetdev}
-	for _, name := range []string{setBlocked, setPlatform, setOpenable, setAllow, setDeny, setLearned, setIngress, setFlows} {
+	for _, name := range []string{setBlocked, setPlatform, setOpenable, setAllow, setDeny, setLearned, setIngress, setTunnel, setFlows} {
 		s, err := conn.GetSetByName(t, name)
 		if err != nil {
 			f.Close()
@@ -120,8 +130,12 @@ func (f *Filter) Update(p Policy) error {
 	if p.Ingress {
 		ingress = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
 	}
+	var tunnel []netip.Prefix
+	if p.Tunnel {
+		tunnel = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
+	}
 	for name, prefixes := range map[string][]netip.Prefix{setBlocked: p.Blocked, setPlatform: p.Platform,
-		setOpenable: p.Openable, setAllow: p.AllowOut, setDeny: p.DenyOut, setIngress: ingress} {
+		setOpenable: p.Openable, setAllow: p.AllowOut, setDeny: p.DenyOut, setIngress: ingress, setTunnel: tunnel} {
 		s := f.sets[name]
 		f.conn.FlushSet(s)
 		if els := intervalElements(prefixes); len(els) > 0 {

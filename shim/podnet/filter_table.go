@@ -44,6 +44,7 @@ func newLayout(conn *nftables.Conn, e ends) (*layout, error) {
 		{Name: setAllow, KeyType: nftables.TypeIPAddr, Interval: true},
 		{Name: setDeny, KeyType: nftables.TypeIPAddr, Interval: true},
 		{Name: setIngress, KeyType: nftables.TypeIPAddr, Interval: true},
+		{Name: setTunnel, KeyType: nftables.TypeIPAddr, Interval: true},
 		// Bounded: a guest resolving endless names of an allowed wildcard
 		// fills only its own table (further answers open nothing).
 		{Name: setLearned, KeyType: nftables.TypeIPAddr, HasTimeout: true, Size: maxLearned},
@@ -136,6 +137,10 @@ func (l *layout) addFromVM(conn *nftables.Conn, e ends) {
 				one(load(expr.PayloadBaseTransportHeader, thDstPort, 2, reg1), eq(reg1, []byte{byte(p >> 8), byte(p)})), toHost()))
 		}
 		l.add(conn, l.fromVM, replyToHost(e.resolver))
+		// With an egress proxy every TCP packet goes to the netns, whose
+		// NAT hands new connections to the tunnel (localfwd.go), which
+		// checks the policy below itself.
+		l.add(conn, l.fromVM, cat(l4proto(unix.IPPROTO_TCP), inSet(ipDst, l.sets[setTunnel]), toHost()))
 	}
 	l.add(conn, l.fromVM,
 		cat(l4proto(unix.IPPROTO_TCP), flowKey(true), one(lookupFlow(flows), updateFlow(flows, tcpFlowIdle)), fwd),
@@ -200,7 +205,7 @@ func (n *podNS) openGate(e ends) error {
 		return nil
 	}
 	l := &layout{t: filterTable(), sets: map[string]*nftables.Set{}}
-	for _, name := range []string{setBlocked, setPlatform, setOpenable, setAllow, setDeny, setLearned, setFlows} {
+	for _, name := range []string{setBlocked, setPlatform, setOpenable, setAllow, setDeny, setLearned, setTunnel, setFlows} {
 		if l.sets[name], err = conn.GetSetByName(l.t, name); err != nil {
 			return n.errorf(err, "find set %s", name)
 		}

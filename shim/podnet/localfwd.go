@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
@@ -22,6 +23,7 @@ const (
 	natTable       = "sandlot_localfwd"
 	chainNATOut    = "output"
 	chainNATSource = "postrouting"
+	chainNATPre    = "prerouting"
 	// tcpFlags is the TCP header's flags byte; SYN without ACK opens a
 	// connection.
 	tcpFlags = 13
@@ -57,6 +59,12 @@ func (n *podNS) installLocalForward(e ends) error {
 		Exprs: cat(ipField(ipDst, loopback, true), l4proto(unix.IPPROTO_TCP), natTo(expr.NATTypeDestNAT, e.ip))})
 	conn.AddRule(&nftables.Rule{Table: t, Chain: post,
 		Exprs: cat(outInterface(e.tap), ipField(ipSrc, loopback, true), natTo(expr.NATTypeSourceNAT, e.resolver))})
+	// The VM's TCP the filter sends here (Policy.Tunnel) goes to the
+	// tunnel: any destination but the resolver's own address.
+	pre := conn.AddChain(&nftables.Chain{Name: chainNATPre, Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
+	conn.AddRule(&nftables.Rule{Table: t, Chain: pre,
+		Exprs: cat(inInterface(e.tap), l4proto(unix.IPPROTO_TCP), ipField(ipDst, e.resolver, false), redirectTo(TunnelPort))})
 	if err := conn.Flush(); err != nil {
 		return n.errorf(err, "install the port-forward NAT (the kernel needs CONFIG_NFT_NAT)")
 	}
@@ -82,4 +90,15 @@ func natTo(t expr.NATType, a netip.Addr) []expr.Any {
 	b := a.As4()
 	return []expr.Any{&expr.Immediate{Register: reg1, Data: b[:]},
 		&expr.NAT{Type: t, Family: unix.NFPROTO_IPV4, RegAddrMin: reg1}}
+}
+
+func inInterface(ifindex int) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyIIF, Register: reg1}, eq(reg1, ifindexData(ifindex))}
+}
+
+// redirectTo sends the packet to this host's address on its interface,
+// port p (conntrack keeps the original destination for the listener).
+func redirectTo(p uint16) []expr.Any {
+	return []expr.Any{&expr.Immediate{Register: reg1, Data: binaryutil.BigEndian.PutUint16(p)},
+		&expr.Redir{RegisterProtoMin: reg1}}
 }

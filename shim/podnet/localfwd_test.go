@@ -179,3 +179,64 @@ func TestVolumePortReachesThePodNetns(t *testing.T) {
 	default:
 	}
 }
+
+// TestTunnelTakesTheVMsTCP: with Policy.Tunnel every connection the VM
+// opens reaches the pod netns's tunnel port, which reads where it was
+// going; without it the same connection does not.
+func TestTunnelTakesTheVMsTCP(t *testing.T) {
+	resolver := netip.MustParseAddr("169.254.53.53")
+	e, tapFile := attached(t, WithResolver(resolver))
+	gns := e.guest(t, tapFile)
+	var ln net.Listener
+	must(t, "listen", Run(e.ns, func() (err error) {
+		ln, err = net.Listen("tcp4", fmt.Sprintf("%s:%d", resolver, TunnelPort))
+		return err
+	}))
+	t.Cleanup(func() { ln.Close() })
+	got := make(chan netip.AddrPort, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dst, err := OriginalDst(c.(*net.TCPConn))
+			if err != nil {
+				t.Errorf("OriginalDst: %v", err)
+			}
+			got <- dst
+			c.Close()
+		}
+	}()
+	f, err := OpenFilter(e.ns)
+	must(t, "OpenFilter", err)
+	t.Cleanup(func() { f.Close() })
+	dial := func() error {
+		return Run(gns, func() error {
+			c, err := net.DialTimeout("tcp4", "198.51.100.77:8443", 2*time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+	}
+	must(t, "tunnel on", f.Update(Policy{Tunnel: true}))
+	must(t, "the VM's connection into the tunnel", dial())
+	select {
+	case dst := <-got:
+		if dst.String() != "198.51.100.77:8443" {
+			t.Fatalf("original destination %s", dst)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the tunnel accepted nothing")
+	}
+	must(t, "tunnel off", f.Update(Policy{}))
+	if err := dial(); err == nil { // out to the pod network, where nothing answers
+		t.Fatal("without the tunnel the VM's connection was accepted")
+	}
+	select { // the dial has ended: a redirect would have been accepted by now
+	case dst := <-got:
+		t.Fatalf("without the tunnel the VM's connection to %s reached it", dst)
+	default:
+	}
+}

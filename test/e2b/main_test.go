@@ -5,6 +5,7 @@
 package e2b
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -40,5 +41,8 @@ func inetEnv() []string {
 	return []string{"SANDLOT_NET_PUBLIC=" + inet.IPPublic, "SANDLOT_NET_PUBLIC_BODY=" + inet.Bodies[inet.IPPublic],
 		"SANDLOT_NET_RANGE=" + inet.IPRange, "SANDLOT_NET_RANGE_BODY=" + inet.Bodies[inet.IPRange],
 		"SANDLOT_NET_DOMAIN=api.allowed.test", "SANDLOT_NET_DOMAIN_BODY=" + inet.Bodies[inet.IPAllowed],
-		"SANDLOT_NET_SECURE=" + inet.SecureName}
+		"SANDLOT_NET_SECURE=" + inet.SecureName,
+		fmt.Sprintf("SANDLOT_NET_SOCKS=%s:%d", inet.IPSocks, inet.SocksPort), "SANDLOT_NET_SOCKS_LOG=" + inet.IPSocks,
+		"SANDLOT_NET_SOCKS_USER=" + inet.SocksUser, "SANDLOT_NET_SOCKS_PASSWORD=" + inet.SocksPassword,
+		fmt.Sprintf("SANDLOT_NET_NO_SOCKS=%s:%d", inet.IPNoSocks, inet.SocksPort)}
 }

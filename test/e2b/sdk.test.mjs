@@ -473,6 +473,8 @@ const net = {
   range: process.env.SANDLOT_NET_RANGE, rangeBody: process.env.SANDLOT_NET_RANGE_BODY,
   domain: process.env.SANDLOT_NET_DOMAIN, domainBody: process.env.SANDLOT_NET_DOMAIN_BODY,
   secure: process.env.SANDLOT_NET_SECURE,
+  socks: process.env.SANDLOT_NET_SOCKS, socksLog: process.env.SANDLOT_NET_SOCKS_LOG, noSocks: process.env.SANDLOT_NET_NO_SOCKS,
+  socksUser: process.env.SANDLOT_NET_SOCKS_USER, socksPassword: process.env.SANDLOT_NET_SOCKS_PASSWORD,
 }
 
 // plausible fails unless a metrics sample's values are possible for one
@@ -700,6 +702,27 @@ test('network rules: a secret header reaches the server over HTTP and HTTPS, cha
   const back = await Sandbox.connect(s.sandboxId)
   assert.equal(await secureFetch(back, 'https'), digest(value), 'after a resume')
   for (const x of [sec, sec2]) await Secret.destroy(x.secretId)
+})
+
+test('egressProxy: TCP leaves through a SOCKS5 proxy, by name for allowOut domains; a proxy that is down fails closed', async () => {
+  assert.ok(net.socks && net.noSocks, 'run with SANDLOT_NET_SOCKS* (the test internet\'s SOCKS5 host)')
+  const proxy = { address: net.socks, username: net.socksUser, password: net.socksPassword }
+  const s = track(await Sandbox.create({ metadata: { run }, network: { allowOut: [net.domain], egressProxy: proxy } }))
+  assert.equal(await fetchIn(s, net.public), net.publicBody, 'an address, through the proxy')
+  assert.equal(await fetchIn(s, net.domain), net.domainBody, 'an allowOut domain, through the proxy')
+  const asked = await (await fetch(`http://${net.socksLog}/`)).json()
+  assert.ok(asked.some((r) => !r.Domain && r.Host === net.public && r.Port === 80), JSON.stringify(asked))
+  assert.ok(asked.some((r) => r.Domain && r.Host === net.domain && r.Port === 80), 'a domain goes by name: ' + JSON.stringify(asked))
+  const info = await api('GET', `/sandboxes/${s.sandboxId}`)
+  assert.deepEqual(info.json.network?.egressProxy, { address: net.socks, username: net.socksUser }, JSON.stringify(info.json.network))
+  assert.ok(!JSON.stringify(info.json).includes(net.socksPassword), 'the info holds no password')
+  // A proxy that is down: nothing leaves, never directly.
+  await s.updateNetwork({ egressProxy: { address: net.noSocks } })
+  assert.equal(await fetchIn(s, net.public), 'REFUSED', 'fails closed')
+  await s.updateNetwork({})
+  assert.equal(await fetchIn(s, net.public), net.publicBody, 'direct again without one')
+  await assert.rejects(Sandbox.create({ metadata: { run }, network: { egressProxy: { address: '169.254.169.254:1080' } } }),
+    (e) => /169\.254\.169\.254 is inside 169\.254\.0\.0\/16/.test(e.message) || assert.fail(e.message))
 })
 
 test('kill, kill again', async () => {

@@ -104,6 +104,9 @@ func Start(t crienv.T) *Internet {
 	if err := x.serveSecure(); err != nil {
 		t.Fatalf("test internet: the secure host: %v", err)
 	}
+	if err := x.serveSocks(); err != nil {
+		t.Fatalf("test internet: the SOCKS5 host: %v", err)
+	}
 	if err := x.selfCheck(); err != nil {
 		t.Fatalf("test internet: from the host: %v", err)
 	}
@@ -124,7 +127,7 @@ func (x *Internet) plumb() error {
 		{"-n", ns, "link", "set", "lo", "up"},
 		{"-n", ns, "addr", "add", InetSide + "/24", "dev", "eth0"},
 	}
-	addrs := []string{IPPublic, IPAllowed, IPWild, IPDNS, IPRange, IPMeta, IPSecure}
+	addrs := []string{IPPublic, IPAllowed, IPWild, IPDNS, IPRange, IPMeta, IPSecure, IPSocks, IPNoSocks}
 	for i := range BenchDomains {
 		_, ip := BenchDomain(i)
 		addrs = append(addrs, ip)

@@ -91,7 +91,8 @@ def plausible(m):
 
 
 NET = {k: os.environ.get("SANDLOT_NET_" + k.upper(), "") for k in
-       ("public", "public_body", "range", "range_body", "domain", "domain_body", "secure")}
+       ("public", "public_body", "range", "range_body", "domain", "domain_body", "secure",
+        "socks", "socks_log", "socks_user", "socks_password", "no_socks")}
 
 FETCH = """import urllib.request
 try:
@@ -99,3 +100,8 @@ try:
 except OSError:
     print("REFUSED")
 """
+
+
+def fetch_in(s, host):
+    """http://host/ fetched inside sandbox s: the body, or REFUSED."""
+    return s.commands.run(f"python3 -c '{FETCH % host}'").stdout.strip()

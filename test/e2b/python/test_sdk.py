@@ -15,7 +15,7 @@ from e2b import (AuthenticationException, CommandExitException, PtySize, RateLim
                  SandboxState, SandboxUnreachableException)
 from e2b_code_interpreter import Sandbox as CodeSandbox
 
-from conftest import API_KEY, API_URL, FETCH, MODE, NET, RUN, api, plausible, send
+from conftest import API_KEY, API_URL, MODE, NET, RUN, api, fetch_in, plausible, send
 
 state = {}  # the main sandbox, replaced when connect hands back a new object
 
@@ -424,10 +424,6 @@ def test_rollback(track):
     status, body = api("POST", f"/sandboxes/{sbx.sandbox_id}/rollback", {"snapshotID": snap.snapshot_id})
     assert status == 200 and body["sandboxID"] == sbx.sandbox_id, body
     assert sbx.files.read("/tmp/rb.txt") == "old"
-
-
-def fetch_in(s, host):
-    return s.commands.run(f"python3 -c '{FETCH % host}'").stdout.strip()
 
 
 def test_network(track):

@@ -3,12 +3,14 @@ Python SDK: what ../sdk.test.mjs's tests do, as a Python program writes it."""
 
 import base64
 import hashlib
+import json
 import os
+import urllib.request
 import uuid
 
 from e2b import Sandbox, Secret, Volume
 
-from conftest import NET, RUN, api
+from conftest import NET, RUN, api, fetch_in
 
 
 def test_volumes(track):
@@ -104,3 +106,18 @@ def test_network_rules_with_secrets(track):
     assert _secure_fetch(s, "http") == "auth=none"
     for m in made:
         Secret.destroy(m.secret_id)
+
+
+def test_egress_proxy(track):
+    """TCP leaves through a SOCKS5 proxy (an allowOut domain by name); a proxy that is down fails closed."""
+    assert NET["socks"] and NET["no_socks"], "run with SANDLOT_NET_SOCKS* (the test internet's SOCKS5 host)"
+    proxy = {"address": NET["socks"], "username": NET["socks_user"], "password": NET["socks_password"]}
+    s = track(Sandbox.create(metadata={"run": RUN}, network={"allow_out": [NET["domain"]], "egress_proxy": proxy}))
+    assert fetch_in(s, NET["domain"]) == NET["domain_body"]
+    with urllib.request.urlopen(f"http://{NET['socks_log']}/", timeout=10) as r:
+        asked = json.load(r)
+    assert any(a["Domain"] and a["Host"] == NET["domain"] for a in asked), asked
+    s.update_network({"egress_proxy": {"address": NET["no_socks"]}})
+    assert fetch_in(s, NET["public"]) == "REFUSED"
+    s.update_network({})
+    assert fetch_in(s, NET["public"]) == NET["public_body"]
