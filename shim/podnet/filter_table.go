@@ -137,13 +137,17 @@ func (l *layout) addFromVM(conn *nftables.Conn, e ends) {
 				one(load(expr.PayloadBaseTransportHeader, thDstPort, 2, reg1), eq(reg1, []byte{byte(p >> 8), byte(p)})), toHost()))
 		}
 		l.add(conn, l.fromVM, replyToHost(e.resolver))
-		// With an egress proxy every TCP packet goes to the netns, whose
-		// NAT hands new connections to the tunnel (localfwd.go), which
-		// checks the policy below itself.
+	}
+	l.add(conn, l.fromVM,
+		cat(l4proto(unix.IPPROTO_TCP), flowKey(true), one(lookupFlow(flows), updateFlow(flows, tcpFlowIdle)), fwd))
+	if e.resolver.IsValid() {
+		// With an egress proxy the VM's other TCP (not a tracked flow:
+		// not a reply to a connection into the VM) goes to the netns,
+		// whose NAT hands it to the tunnel (localfwd.go), which checks
+		// the policy below itself.
 		l.add(conn, l.fromVM, cat(l4proto(unix.IPPROTO_TCP), inSet(ipDst, l.sets[setTunnel]), toHost()))
 	}
 	l.add(conn, l.fromVM,
-		cat(l4proto(unix.IPPROTO_TCP), flowKey(true), one(lookupFlow(flows), updateFlow(flows, tcpFlowIdle)), fwd),
 		cat(l4proto(unix.IPPROTO_UDP), flowKey(true), one(lookupFlow(flows), updateFlow(flows, udpFlowIdle)), fwd),
 		cat(inSet(ipDst, l.sets[setBlocked]), l4proto(unix.IPPROTO_TCP), one(rejectTCP())),
 		cat(inSet(ipDst, l.sets[setBlocked]), one(rejectOther())),

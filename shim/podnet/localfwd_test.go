@@ -220,7 +220,19 @@ func TestTunnelTakesTheVMsTCP(t *testing.T) {
 			return err
 		})
 	}
-	must(t, "tunnel on", f.Update(Policy{Tunnel: true}))
+	host := netip.PrefixFrom(netip.MustParseAddr(e.gw.String()), 32)
+	must(t, "tunnel on", f.Update(Policy{Tunnel: true, IngressFrom: []netip.Prefix{host}}))
+	// A connection into the VM is not the tunnel's: its replies pass.
+	listenIn(t, gns, ":8080")
+	c, err := net.DialTimeout("tcp4", e.prefix+".5:8080", 5*time.Second)
+	must(t, "a connection into the VM with the tunnel on", err)
+	must(t, "deadline", c.SetDeadline(time.Now().Add(5*time.Second)))
+	_, err = c.Write([]byte("ping\n"))
+	must(t, "write", err)
+	if reply, err := bufio.NewReader(c).ReadString('\n'); err != nil || reply != "echo ping\n" {
+		t.Fatalf("the VM answered %q, %v", reply, err)
+	}
+	c.Close()
 	must(t, "the VM's connection into the tunnel", dial())
 	select {
 	case dst := <-got:
