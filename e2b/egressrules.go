@@ -10,7 +10,10 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
@@ -135,12 +138,17 @@ func (s *Server) ownEgressSecret(ctx context.Context, sbx *sandlotv1.Sandbox, dr
 	}
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: sbx.Namespace, Name: n.SecretName}}
 	if drop {
-		_ = s.kube.Delete(ctx, sec)
+		if err := s.kube.Delete(ctx, sec); err != nil && !apierrors.IsNotFound(err) {
+			s.cfg.Log.Warn("delete the rules' secret of a sandbox not created", "secret", sbx.Namespace+"/"+n.SecretName, "error", err)
+		}
 		return
 	}
 	owner := metav1.OwnerReference{APIVersion: sandlotv1.GroupVersion.String(), Kind: "Sandbox", Name: sbx.Name, UID: sbx.UID}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{owner}}})
-	_ = s.kube.Patch(ctx, sec, client.RawPatch("application/merge-patch+json", patch))
+	if err := s.kube.Patch(ctx, sec, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		// The sandbox works; its Secret outlives it (labelled LabelEgressSecret).
+		s.cfg.Log.Warn("own the rules' secret by its sandbox", "secret", sbx.Namespace+"/"+n.SecretName, "error", err)
+	}
 }
 
 // updateEgressSecret rewrites a running sandbox's rules' Secret for the
@@ -169,12 +177,15 @@ func (s *Server) updateEgressSecret(ctx context.Context, sbx *sandlotv1.Sandbox,
 			return aerr
 		}
 	}
-	sec := &corev1.Secret{}
-	if err := s.kube.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: name}, sec); err != nil {
-		return kubeError("read the secret of the network rules", err)
-	}
-	sec.Data = data
-	if err := s.kube.Update(ctx, sec); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sec := &corev1.Secret{}
+		if err := s.kube.direct.Get(ctx, client.ObjectKey{Namespace: sbx.Namespace, Name: name}, sec); err != nil {
+			return err
+		}
+		sec.Data = data
+		return s.kube.Update(ctx, sec)
+	})
+	if err != nil {
 		return kubeError("update the secret of the network rules", err)
 	}
 	return nil

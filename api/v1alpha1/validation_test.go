@@ -68,6 +68,12 @@ func TestRejectsBadManifests(t *testing.T) {
 			"spec.resources.vcpu: Invalid value: 65"},
 		{"sandbox with a zero timeout", `{apiVersion: sandlot.dev/v1alpha1, kind: Sandbox, metadata: {name: t0}, spec: {source: {template: a}, timeoutSeconds: 0}}`,
 			"spec.timeoutSeconds: Invalid value: 0"},
+		{"sandbox with a bare * rule", `{apiVersion: sandlot.dev/v1alpha1, kind: Sandbox, metadata: {name: ruleip}, spec: {source: {template: a}, network: {rules: [{domain: "a.example", headers: [{name: X, value: "v"}]}, {domain: "*", headers: [{name: X, value: "v"}]}]}}}`,
+			"spec.network.rules[1].domain: Invalid value"},
+		{"sandbox with a rule twice", `{apiVersion: sandlot.dev/v1alpha1, kind: Sandbox, metadata: {name: ruletwice}, spec: {source: {template: a}, network: {rules: [{domain: a.example, headers: [{name: X, value: "v"}]}, {domain: a.example, headers: [{name: Z, value: "v"}]}]}}}`,
+			"rules: each domain once"},
+		{"sandbox resumed by sleep", `{apiVersion: sandlot.dev/v1alpha1, kind: Sandbox, metadata: {name: sleepy}, spec: {source: {template: a}, resumeBy: Sleep}}`,
+			"spec.resumeBy: Unsupported value"},
 		{"sandbox with a timeout over 30 days", `{apiVersion: sandlot.dev/v1alpha1, kind: Sandbox, metadata: {name: tbig}, spec: {source: {template: a}, timeoutSeconds: 2592001}}`,
 			"spec.timeoutSeconds: Invalid value: 2592001"},
 		{"sandbox name with a dot", `{apiVersion: sandlot.dev/v1alpha1, kind: Sandbox, metadata: {name: my.sandbox}, spec: {source: {template: a}}}`,
@@ -130,6 +136,10 @@ const goodPaused = `{apiVersion: sandlot.dev/v1alpha1, kind: PausedSandbox, meta
   spec: {sandboxID: abcdefghij0123456789, nodeName: node-a, podName: pod-a, vm: {image: "registry.local/a:1"},
     dependsOn: {kind: Snapshot, name: base, uid: u}}}`
 
+// withSecret is a sandbox whose network rules name a Secret.
+const withSecret = `{apiVersion: sandlot.dev/v1alpha1, kind: Sandbox, metadata: {name: secret},
+  spec: {source: {template: a}, network: {secretName: s}}}`
+
 // TestRejectsChangedSource: a sandbox's source, a snapshot's source and
 // everything of a pause package but its expiry are immutable; the expiry
 // of a snapshot or a package may be set or changed later (want "").
@@ -141,6 +151,9 @@ func TestRejectsChangedSource(t *testing.T) {
 		{"sandbox source", fmt.Sprintf(goodSandbox, "immut"), "source", `{"snapshot": "s"}`, "spec.source: Invalid value: source is immutable"},
 		{"snapshot source", fmt.Sprintf(goodSnapshot, "immut"), "source", `{"sandbox": "other"}`, "spec: Invalid value: spec.source is immutable"},
 		{"snapshot expiry", fmt.Sprintf(goodSnapshot, "expiry"), "expireAfterSeconds", `60`, ""},
+		{"sandbox rules' secret", withSecret, "network", `{"secretName": "other"}`, "network.secretName is immutable"},
+		{"sandbox rules, secret kept", strings.Replace(withSecret, "name: secret", "name: secret2", 1), "network",
+			`{"secretName": "s", "rules": [{"domain": "a.example", "headers": [{"name": "X", "value": "y"}]}]}`, ""},
 		{"package node", fmt.Sprintf(goodPaused, "node"), "nodeName", `other`, "spec is immutable except expireAfterSeconds"},
 		{"package dependsOn", fmt.Sprintf(goodPaused, "deps"), "dependsOn", `{"kind": "Snapshot", "name": "x", "uid": "v"}`, "spec is immutable except expireAfterSeconds"},
 		{"package vm", fmt.Sprintf(goodPaused, "vm"), "vm", `{"image": "registry.local/b:1"}`, "spec is immutable except expireAfterSeconds"},

@@ -685,11 +685,14 @@ test('network rules: a secret header reaches the server over HTTP and HTTPS, cha
   assert.ok(!JSON.stringify(info.json).includes(value), 'the info holds no secret')
 
   // Never in the guest: no process's environment, command line or
-  // memory, no file.
-  await s.files.write('/tmp/scan.py', readFileSync(new URL('./testdata/scan.py', import.meta.url), 'utf8'))
-  const enc = Buffer.from([...value].reverse().join('')).toString('base64')
-  const scan = await s.commands.run(`python3 /tmp/scan.py ${enc} 1800`, { user: 'root', timeoutMs: 300_000 })
-  assert.equal(scan.stdout.trim(), 'CLEAN', scan.stderr)
+  // memory, no file. (The guest does not depend on the proxy mode: the
+  // scan, 20-30 s under TCG, runs in one; the Python suite's in the other.)
+  if (mode === 'sandbox-url') {
+    await s.files.write('/tmp/scan.py', readFileSync(new URL('./testdata/scan.py', import.meta.url), 'utf8'))
+    const enc = Buffer.from([...value].reverse().join('')).toString('base64')
+    const scan = await s.commands.run(`python3 /tmp/scan.py ${enc} 1800`, { user: 'root', timeoutMs: 300_000 })
+    assert.equal(scan.stdout.trim(), 'CLEAN', scan.stderr)
+  }
 
   // Live: the update answers once the node applies it.
   await s.updateNetwork({ rules: rule({ Authorization: Secret.fill(n2) }) })

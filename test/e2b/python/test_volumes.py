@@ -10,7 +10,7 @@ import uuid
 
 from e2b import Sandbox, Secret, Volume
 
-from conftest import NET, RUN, api, fetch_in
+from conftest import MODE, NET, RUN, api, fetch_in
 
 
 def test_volumes(track):
@@ -95,11 +95,13 @@ def test_network_rules_with_secrets(track):
                              network={"rules": rule({"Authorization": f"Bearer {Secret.fill(n1)}"})}))
     assert _secure_fetch(s, "https") == _digest(f"Bearer {value}")
     assert _secure_fetch(s, "http") == _digest(f"Bearer {value}")
-    scan = os.path.join(os.path.dirname(__file__), "..", "testdata", "scan.py")
-    with open(scan) as f:
-        s.files.write("/tmp/scan.py", f.read())
-    enc = base64.b64encode(value[::-1].encode()).decode()
-    assert s.commands.run(f"python3 /tmp/scan.py {enc} 1800", user="root", timeout=300, request_timeout=300).stdout.strip() == "CLEAN"
+    if MODE == "domain":  # the JS suite scans in the other mode; the guest is the same
+        scan = os.path.join(os.path.dirname(__file__), "..", "testdata", "scan.py")
+        with open(scan) as f:
+            s.files.write("/tmp/scan.py", f.read())
+        enc = base64.b64encode(value[::-1].encode()).decode()
+        assert s.commands.run(f"python3 /tmp/scan.py {enc} 1800", user="root", timeout=300,
+                              request_timeout=300).stdout.strip() == "CLEAN"
     s.update_network({"rules": rule({"Authorization": Secret.fill(n2)})})
     assert _secure_fetch(s, "https") == _digest(other)
     s.update_network({})
