@@ -105,3 +105,9 @@ except OSError:
 def fetch_in(s, host):
     """http://host/ fetched inside sandbox s: the body, or REFUSED."""
     return s.commands.run(f"python3 -c '{FETCH % host}'").stdout.strip()
+
+
+# ONE_MODE runs a test in domain mode only: what it tries does not depend
+# on how the SDK reaches the proxy, and the JS suite runs its own in
+# sandbox-URL mode (CI's time is close to its budget).
+ONE_MODE = pytest.mark.skipif(MODE != "domain", reason="run in domain mode (the JS suite runs it in sandbox-URL mode)")

@@ -15,7 +15,7 @@ from e2b import (AuthenticationException, CommandExitException, PtySize, RateLim
                  SandboxState, SandboxUnreachableException)
 from e2b_code_interpreter import Sandbox as CodeSandbox
 
-from conftest import API_KEY, API_URL, MODE, NET, RUN, api, fetch_in, plausible, send
+from conftest import API_KEY, API_URL, MODE, NET, ONE_MODE, RUN, api, fetch_in, plausible, send
 
 state = {}  # the main sandbox, replaced when connect hands back a new object
 
@@ -290,6 +290,7 @@ def test_list(sbx, track):
     assert (listed.sandbox_id, SandboxState.PAUSED) in both and len(both) == 4, both
 
 
+@ONE_MODE
 def test_filesystem_pause(track):
     def boot_id(x):
         return x.commands.run("cat /proc/sys/kernel/random/boot_id").stdout.strip()

@@ -10,7 +10,7 @@ import uuid
 
 from e2b import Sandbox, Secret, Volume
 
-from conftest import MODE, NET, RUN, api, fetch_in
+from conftest import NET, ONE_MODE, RUN, api, fetch_in
 
 
 def test_volumes(track):
@@ -81,6 +81,7 @@ def _digest(v):
     return "auth=" + hashlib.sha256(v.encode()).hexdigest()
 
 
+@ONE_MODE
 def test_network_rules_with_secrets(track):
     """A secret header reaches the server over HTTPS and HTTP, changes live, never enters the guest."""
     assert NET["secure"], "run with SANDLOT_NET_SECURE (the test internet's secure host)"
@@ -95,13 +96,12 @@ def test_network_rules_with_secrets(track):
                              network={"rules": rule({"Authorization": f"Bearer {Secret.fill(n1)}"})}))
     assert _secure_fetch(s, "https") == _digest(f"Bearer {value}")
     assert _secure_fetch(s, "http") == _digest(f"Bearer {value}")
-    if MODE == "domain":  # the JS suite scans in the other mode; the guest is the same
-        scan = os.path.join(os.path.dirname(__file__), "..", "testdata", "scan.py")
-        with open(scan) as f:
-            s.files.write("/tmp/scan.py", f.read())
-        enc = base64.b64encode(value[::-1].encode()).decode()
-        assert s.commands.run(f"python3 /tmp/scan.py {enc} 1800", user="root", timeout=300,
-                              request_timeout=300).stdout.strip() == "CLEAN"
+    scan = os.path.join(os.path.dirname(__file__), "..", "testdata", "scan.py")
+    with open(scan) as f:
+        s.files.write("/tmp/scan.py", f.read())
+    enc = base64.b64encode(value[::-1].encode()).decode()
+    assert s.commands.run(f"python3 /tmp/scan.py {enc} 1800", user="root", timeout=300,
+                          request_timeout=300).stdout.strip() == "CLEAN"
     s.update_network({"rules": rule({"Authorization": Secret.fill(n2)})})
     assert _secure_fetch(s, "https") == _digest(other)
     s.update_network({})
@@ -110,6 +110,7 @@ def test_network_rules_with_secrets(track):
         Secret.destroy(m.secret_id)
 
 
+@ONE_MODE
 def test_egress_proxy(track):
     """TCP leaves through a SOCKS5 proxy (an allowOut domain by name); a proxy that is down fails closed."""
     assert NET["socks"] and NET["no_socks"], "run with SANDLOT_NET_SOCKS* (the test internet's SOCKS5 host)"
