@@ -74,12 +74,7 @@ func setNonEmpty(raw json.RawMessage) bool {
 // specNetwork is spec.network of E2B's egress rules (nil: none), checked
 // as the node's shim will check it; an error names the field (after
 // prefix) and the entry.
-func specNetwork(prefix string, allowOut, denyOut []string, allowInternet *bool, rawRules json.RawMessage) (*sandlotv1.SandboxNetwork, *apiError) {
-	return specNetworkProxy(prefix, allowOut, denyOut, allowInternet, rawRules, nil)
-}
-
-// specNetworkProxy is specNetwork with an egress proxy.
-func specNetworkProxy(prefix string, allowOut, denyOut []string, allowInternet *bool, rawRules json.RawMessage,
+func specNetwork(prefix string, allowOut, denyOut []string, allowInternet *bool, rawRules json.RawMessage,
 	proxy *sandlotv1.EgressProxy) (*sandlotv1.SandboxNetwork, *apiError) {
 	for field, list := range map[string][]string{"allowOut": allowOut, "denyOut": denyOut} {
 		if len(list) > sandlotv1.MaxNetworkEntries {
@@ -152,7 +147,7 @@ func (n *newSandbox) network() (*sandlotv1.SandboxNetwork, bool, *apiError) {
 	if err != nil {
 		return nil, false, err
 	}
-	spec, err := specNetworkProxy("network.", cfg.AllowOut, cfg.DenyOut, n.AllowInternet, cfg.Rules, proxy)
+	spec, err := specNetwork("network.", cfg.AllowOut, cfg.DenyOut, n.AllowInternet, cfg.Rules, proxy)
 	if err != nil {
 		return nil, false, err
 	}
@@ -205,7 +200,7 @@ func (s *Server) updateNetwork(_ http.ResponseWriter, r *http.Request) (int, any
 	if err != nil {
 		return 0, nil, err
 	}
-	next, err := specNetworkProxy("", body.AllowOut, body.DenyOut, body.AllowInternet, body.Rules, proxy)
+	next, err := specNetwork("", body.AllowOut, body.DenyOut, body.AllowInternet, body.Rules, proxy)
 	if err != nil {
 		return 0, nil, err
 	}

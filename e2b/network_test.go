@@ -98,10 +98,10 @@ func TestValidateNetwork(t *testing.T) {
 }
 
 func TestSpecNetworkNamesTheField(t *testing.T) {
-	if n, err := specNetwork("", nil, nil, nil, nil); n != nil || err != nil {
+	if n, err := specNetwork("", nil, nil, nil, nil, nil); n != nil || err != nil {
 		t.Errorf("no rules: %+v, %v; want nil", n, err)
 	}
-	_, err := specNetwork("", []string{"ok.example", "bad host"}, []string{"*.example.com"}, nil, nil)
+	_, err := specNetwork("", []string{"ok.example", "bad host"}, []string{"*.example.com"}, nil, nil, nil)
 	if err == nil || err.Code != http.StatusBadRequest || !strings.Contains(err.Message, `field "allowOut": "bad host"`) ||
 		!strings.Contains(err.Message, `field "denyOut": "*.example.com"`) {
 		t.Errorf("got %v, want a 400 naming both fields and entries", err)

@@ -60,6 +60,7 @@ const (
 	maxConns     = 256
 	helloTimeout = 10 * time.Second
 	dialTimeout  = 10 * time.Second
+	idleTimeout  = 5 * time.Minute
 )
 
 // Proxy serves one VM.

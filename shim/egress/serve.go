@@ -19,8 +19,9 @@ import (
 func (p *Proxy) Serve(httpL, tlsL net.Listener) {
 	h := &httputil.ReverseProxy{Rewrite: p.rewrite, Transport: p.tr, ErrorHandler: p.upstreamError}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.serveRequest(w, r, h) })
-	plain := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second}
-	terminated := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second}
+	// An idle connection holds one of the VM's slots: it goes after a while.
+	plain := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: idleTimeout}
+	terminated := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: idleTimeout}
 	inner := newConnQueue(tlsL.Addr())
 	p.onClose(func() error { return errors.Join(plain.Close(), terminated.Close(), tlsL.Close()) })
 	p.wg.Add(3)
@@ -30,7 +31,7 @@ func (p *Proxy) Serve(httpL, tlsL net.Listener) {
 }
 
 // acceptTLS reads each connection's hello: a rule's domain is
-// terminated (queued for the HTTP server), another name tunnelled.
+// terminated (queued for the HTTP server), another name passed through.
 func (p *Proxy) acceptTLS(l net.Listener, inner *connQueue) {
 	for {
 		c, err := l.Accept()
@@ -66,12 +67,13 @@ func (p *Proxy) routeTLS(c net.Conn, inner *connQueue) bool {
 			GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) { return p.ca.leaf(name) }})
 		return inner.push(tc)
 	}
-	p.tunnel(rc, name)
+	p.passThrough(rc, name)
 	return false
 }
 
-// tunnel passes a TLS connection for a name without a rule through to it.
-func (p *Proxy) tunnel(c net.Conn, name string) {
+// passThrough passes a TLS connection for a name without a rule through
+// to it, untouched.
+func (p *Proxy) passThrough(c net.Conn, name string) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 	up, err := p.dialUpstream(ctx, "tcp", net.JoinHostPort(name, "443"))
