@@ -25,11 +25,7 @@ func Boot(ctx context.Context, a Assets, cfg Config, id identity.Identity) (*VM,
 	if err := checkFiles(map[string]string{"kernel": a.Kernel, "initramfs": a.Initrd, "base disk": cfg.BaseDisk}); err != nil {
 		return nil, err
 	}
-	v := &VM{cfg: cfg, spec: cfg.baseSpec(), QEMU: a.QEMU, state: Created}
-	v.spec.MemoryPath = filepath.Join(cfg.MemoryDir, "sandlot-"+cfg.Name, "ram")
-	v.spec.SharedMemory = true
-	v.spec.Kernel, v.spec.Initrd = a.Kernel, a.Initrd
-	v.spec.Append = bootArgs(a.Modules)
+	v := newBooting(a, cfg)
 	if err := v.move(Booting); err != nil {
 		return nil, err
 	}
@@ -38,6 +34,17 @@ func Boot(ctx context.Context, a Assets, cfg Config, id identity.Identity) (*VM,
 		return nil, fmt.Errorf("boot %s: %w", cfg.Name, err)
 	}
 	return v, v.move(Running)
+}
+
+// newBooting is a VM to be booted with a's kernel and initramfs, its RAM
+// a shared file of its own (so it can be snapshotted).
+func newBooting(a Assets, cfg Config) *VM {
+	v := &VM{cfg: cfg, spec: cfg.baseSpec(), QEMU: a.QEMU, state: Created}
+	v.spec.MemoryPath = filepath.Join(cfg.MemoryDir, "sandlot-"+cfg.Name, "ram")
+	v.spec.SharedMemory = true
+	v.spec.Kernel, v.spec.Initrd = a.Kernel, a.Initrd
+	v.spec.Append = bootArgs(a.Modules)
+	return v
 }
 
 func (v *VM) boot(ctx context.Context, id identity.Identity) error {

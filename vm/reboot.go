@@ -3,7 +3,6 @@ package vm
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 
 	"github.com/sandlot-dev/sandlot/api/snapshot"
 	"github.com/sandlot-dev/sandlot/guest/identity"
@@ -34,12 +33,8 @@ func Reboot(ctx context.Context, a Assets, cfg Config, dir string, id identity.I
 	if err := checkFiles(map[string]string{"kernel": a.Kernel, "initramfs": a.Initrd}); err != nil {
 		return nil, err
 	}
-	v := &VM{cfg: cfg, spec: cfg.baseSpec(), QEMU: a.QEMU, state: Created}
+	v := newBooting(a, cfg)
 	v.spec.BaseDisk = m.BaseDisk.Abs(dir)
-	v.spec.MemoryPath = filepath.Join(cfg.MemoryDir, "sandlot-"+cfg.Name, "ram")
-	v.spec.SharedMemory = true
-	v.spec.Kernel, v.spec.Initrd = a.Kernel, a.Initrd
-	v.spec.Append = bootArgs(a.Modules)
 	if err := v.move(Booting); err != nil {
 		return nil, err
 	}

@@ -33,6 +33,13 @@ func (p *Proxy) Serve(httpL, tlsL net.Listener) {
 // acceptTLS reads each connection's hello: a rule's domain is
 // terminated (queued for the HTTP server), another name passed through.
 func (p *Proxy) acceptTLS(l net.Listener, inner *connQueue) {
+	p.acceptWithSlots(l, func(c net.Conn) bool { return p.routeTLS(c, inner) })
+}
+
+// acceptWithSlots accepts until l closes, giving each connection one of
+// the VM's slots (none left: it is closed) and serve, which says whether
+// the connection kept its slot (freed when it closes) or is done.
+func (p *Proxy) acceptWithSlots(l net.Listener, serve func(net.Conn) (kept bool)) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -40,15 +47,14 @@ func (p *Proxy) acceptTLS(l net.Listener, inner *connQueue) {
 		}
 		select {
 		case p.slots <- struct{}{}:
+			go func() {
+				if !serve(c) {
+					<-p.slots
+				}
+			}()
 		default:
 			c.Close() // the VM holds maxConns already
-			continue
 		}
-		go func() {
-			if !p.routeTLS(c, inner) {
-				<-p.slots
-			}
-		}()
 	}
 }
 

@@ -37,21 +37,7 @@ func (p *Proxy) ServeTunnel(l net.Listener) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			select {
-			case p.slots <- struct{}{}:
-				go func() {
-					defer func() { <-p.slots }()
-					p.tunnelConn(c)
-				}()
-			default:
-				c.Close()
-			}
-		}
+		p.acceptWithSlots(l, func(c net.Conn) bool { p.tunnelConn(c); return false })
 	}()
 }
 
