@@ -97,6 +97,9 @@ func (s *service) vmSpec(ctx context.Context, r *taskAPI.CreateTaskRequest, spec
 		}
 		adopt, err := s.restoreSource(loc, vs.ImageDigest, cfg)
 		vs.Restore, vs.Reboot = loc, req.Restore.Boot
+		if vs.Reboot {
+			adopt = 0 // a fresh boot: the entrypoint starts again, nothing to adopt
+		}
 		return vs, adopt, err
 	}
 	if vs.Slot {

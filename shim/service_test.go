@@ -288,6 +288,28 @@ func TestRestoreCreate(t *testing.T) {
 	}
 }
 
+// TestRebootCreate: a boot on a pause package's disk (sandlot.dev/boot:
+// disk) starts the entrypoint again instead of adopting the package's
+// process, which the new boot does not have.
+func TestRebootCreate(t *testing.T) {
+	h := newHarness(t)
+	h.mustCreate(testPod, pauseSpec())
+	as := appSpec()
+	restoreFrom(ofImage)(h, as)
+	as.Annotations[sandlotv1.AnnotationBoot] = sandlotv1.BootDisk
+	h.mustCreate(testApp, as)
+	m := h.vms.last()
+	if !m.rebooted || m.restoredFrom == "" {
+		t.Fatalf("VM rebooted %v on %q", m.rebooted, m.restoredFrom)
+	}
+	if _, err := h.s.Start(h.ctx, &taskAPI.StartRequest{ID: testApp}); err != nil {
+		t.Fatal(err)
+	}
+	if started, _ := m.guest.snapshot(); len(started) != 1 || m.label(labelInitPID) == "42" {
+		t.Fatalf("started %+v, init pid label %q: the entrypoint must start again", started, m.label(labelInitPID))
+	}
+}
+
 // TestPauseResumeStats: Pause and Resume act on the app container's VM,
 // which State reports as PAUSED; the pause container has neither.
 func TestPauseResumeStats(t *testing.T) {
