@@ -150,40 +150,25 @@ func (n *SandboxNetwork) SecretKeys() []string {
 	return keys
 }
 
-// RuleFor is the rule of a host (as a request names it: any case, an
-// optional port or trailing dot), or nil: an exact domain first, then
-// the longest "*." suffix, as E2B matches them (never merged).
+// RuleFor is the rule of host (lower case, no port or trailing dot), or
+// nil: an exact domain first, then the longest "*." suffix, as E2B
+// matches them (never merged).
 func (r NetworkRules) RuleFor(host string) *EgressRule {
-	if h, _, err := splitHostPortLoose(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	by := map[string]*EgressRule{}
+	best := -1
 	for i := range r.Egress {
-		by[r.Egress[i].Domain] = &r.Egress[i]
-	}
-	if e, ok := by[host]; ok {
-		return e
-	}
-	for rest := host; ; {
-		_, after, ok := strings.Cut(rest, ".")
-		if !ok {
-			return nil
+		d := r.Egress[i].Domain
+		if d == host {
+			return &r.Egress[i]
 		}
-		if e, ok := by["*."+after]; ok {
-			return e
+		if sub, ok := strings.CutPrefix(d, "*."); ok && strings.HasSuffix(host, "."+sub) &&
+			(best < 0 || len(d) > len(r.Egress[best].Domain)) {
+			best = i
 		}
-		rest = after
 	}
-}
-
-// splitHostPortLoose splits "host:port"; a host without a port is an error.
-func splitHostPortLoose(s string) (string, string, error) {
-	i := strings.LastIndexByte(s, ':')
-	if i < 0 || strings.Contains(s[i+1:], "]") {
-		return s, "", fmt.Errorf("no port")
+	if best < 0 {
+		return nil
 	}
-	return strings.Trim(s[:i], "[]"), s[i+1:], nil
+	return &r.Egress[best]
 }
 
 // checkEgressProxy: a host:port, the host a DNS name or an IPv4 address.
