@@ -129,7 +129,7 @@ done < <(go list -e -test -deps ./nodeagent/store/... |
 	sort -u)
 
 # controllers: layered packages, each of a reviewable size.
-CONTROLLERS_ORDER="controllers/index controllers/writes controllers/placement controllers/podspec
+CONTROLLERS_ORDER="controllers/index controllers/queue controllers/writes controllers/placement controllers/podspec
 controllers/metrics controllers/data controllers/template controllers/sandbox controllers/drain controllers"
 rank() { # rank <pkg>: its place in CONTROLLERS_ORDER, or -1
 	local i=0 p

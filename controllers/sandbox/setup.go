@@ -21,6 +21,7 @@ import (
 	"github.com/sandlot-dev/sandlot/controllers/index"
 	"github.com/sandlot-dev/sandlot/controllers/placement"
 	"github.com/sandlot-dev/sandlot/controllers/podspec"
+	"github.com/sandlot-dev/sandlot/controllers/queue"
 	"github.com/sandlot-dev/sandlot/controllers/template"
 )
 
@@ -41,9 +42,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &sandlotv1.Sandbox{}, handler.OnlyControllerOwner())
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		Watches(&sandlotv1.Sandbox{}, ahead(&handler.EnqueueRequestForObject{}, sandboxPlaced)).
-		Watches(&corev1.Pod{}, ahead(owned(), always)).
-		Watches(&sandlotv1.PausedSandbox{}, ahead(owned(), always)).
+		Watches(&sandlotv1.Sandbox{}, queue.Ahead(&handler.EnqueueRequestForObject{}, sandboxPlaced)).
+		Watches(&corev1.Pod{}, queue.Ahead(owned(), always)).
+		Watches(&sandlotv1.PausedSandbox{}, queue.Ahead(owned(), always)).
 		Watches(&corev1.Secret{}, owned(), builder.WithPredicates(podspec.TokenSecretEvents())).
 		Watches(&sandlotv1.Template{}, handler.EnqueueRequestsFromMapFunc(r.sandboxesUsing(index.SandboxByTemplate)),
 			builder.WithPredicates(templateChangedForSandboxes())).
