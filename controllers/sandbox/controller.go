@@ -197,11 +197,8 @@ func (r *Reconciler) lifecycle(ctx context.Context, sbx *sandlotv1.Sandbox, src 
 	}
 	res, live, err := r.run(ctx, sbx, src, pod)
 	observeNetwork(sbx, live)
-	if d.Resuming && (sbx.Status.Phase == sandlotv1.SandboxStarting || sbx.Status.Phase == sandlotv1.SandboxPending) {
-		// Until the package's pod runs — waiting for a node or for the
-		// paused pod to go included — the sandbox is Resuming (and does
-		// not expire).
-		sbx.Status.Phase = sandlotv1.SandboxResuming
+	if d.Resuming && resumePending(sbx.Status.Phase, live) {
+		markResuming(sbx, live)
 	}
 	if d.Reason != "" && !sbx.Status.Phase.Terminal() {
 		sbx.Status.Reason, sbx.Status.Message = d.Reason, d.Message

@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 	"github.com/sandlot-dev/sandlot/controllers/data"
+	"github.com/sandlot-dev/sandlot/controllers/writes"
 )
 
 // pauseWorld is what the pause/resume decision looks at.
@@ -61,6 +63,31 @@ func newPodName(sbx *sandlotv1.Sandbox) string {
 	}
 	sum := sha256.Sum256([]byte(from))
 	return sbx.Name[:min(len(sbx.Name), 240)] + "-" + hex.EncodeToString(sum[:3])
+}
+
+// resumePending: the package's pod does not run it yet — it waits for a
+// node or for the paused pod to go, or it is a claimed warm pool pod that
+// runs (Running, as any claim) before the agent restored the package
+// into it. Until then the sandbox is Resuming (and does not expire).
+func resumePending(phase sandlotv1.SandboxPhase, pod *corev1.Pod) bool {
+	switch phase {
+	case sandlotv1.SandboxStarting, sandlotv1.SandboxPending:
+		return true
+	case sandlotv1.SandboxRunning:
+		return pod != nil && sandlotv1.ClaimPending(pod.Annotations)
+	}
+	return false
+}
+
+// markResuming shows a resume that resumePending found unfinished: not
+// Ready either, a claimed pod's readiness being its warm VM's.
+func markResuming(sbx *sandlotv1.Sandbox, pod *corev1.Pod) {
+	st := &sbx.Status
+	if st.Phase == sandlotv1.SandboxRunning {
+		writes.SetCondition(&st.Conditions, sbx.Generation, sandlotv1.ConditionReady, metav1.ConditionFalse,
+			sandlotv1.ReasonResuming, "the node agent is restoring the paused sandbox into claimed pool pod "+pod.Name)
+	}
+	st.Phase = sandlotv1.SandboxResuming
 }
 
 func waitIn(phase sandlotv1.SandboxPhase, reason, msg string) pauseDecision {

@@ -144,3 +144,29 @@ func TestNewPodName(t *testing.T) {
 		t.Errorf("a moved sandbox's pod is %q, want a stable name of its own", got)
 	}
 }
+
+// TestResumePending: a resume is over once the package's pod runs it; a
+// claimed warm pool pod runs before the agent restored the package into
+// it (the drain suite saw a move report Running a second early).
+func TestResumePending(t *testing.T) {
+	claimed := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{sandlotv1.AnnotationClaim: "c-1"}}}
+	activated := claimed.DeepCopy()
+	activated.Annotations[sandlotv1.AnnotationClaimActivated] = "c-1"
+	plain := &corev1.Pod{}
+	for _, tc := range []struct {
+		phase sandlotv1.SandboxPhase
+		pod   *corev1.Pod
+		want  bool
+	}{
+		{sandlotv1.SandboxPending, nil, true},
+		{sandlotv1.SandboxStarting, plain, true},
+		{sandlotv1.SandboxRunning, claimed, true},
+		{sandlotv1.SandboxRunning, activated, false},
+		{sandlotv1.SandboxRunning, plain, false},
+		{sandlotv1.SandboxFailed, claimed, false},
+	} {
+		if got := resumePending(tc.phase, tc.pod); got != tc.want {
+			t.Errorf("%s, pod %v: %v, want %v", tc.phase, tc.pod.GetAnnotations(), got, tc.want)
+		}
+	}
+}

@@ -131,24 +131,40 @@ func held(t *testing.T, k client.Client, to string) {
 	cordon(t, to, false)
 }
 
-// downtime is one sandbox's time away from Running.
+// downtime is one sandbox's time away from Running, and the phases and
+// nodes it was seen in (what a failure shows).
 type downtime struct {
 	left, back time.Time
 	from, to   string
+	seen       []string
+}
+
+// watched is what watchDowntime saw: per sandbox, when it left Running
+// and when it ran again; and how its polls went (a move missed between
+// two polls says how far apart they were).
+type watched struct {
+	byName        map[string]*downtime
+	polls, failed int
+	maxGap        time.Duration
+	lastErr       error
 }
 
 // watchDowntime polls the sandboxes every 100 ms until stopped, and once
-// after, and returns, per sandbox, when it left Running and when it ran
-// again.
-func watchDowntime(k client.Client) (stop func() map[string]*downtime) {
-	seen := map[string]*downtime{}
+// after.
+func watchDowntime(k client.Client) (stop func() *watched) {
+	w := &watched{byName: map[string]*downtime{}}
 	done, finished := make(chan struct{}), make(chan struct{})
+	last := time.Now()
 	poll := func() {
 		list := &sandlotv1.SandboxList{}
-		if err := k.List(context.Background(), list, client.InNamespace("default")); err == nil {
-			for _, s := range list.Items {
-				observe(seen, &s, time.Now())
-			}
+		if err := k.List(context.Background(), list, client.InNamespace("default")); err != nil {
+			w.failed, w.lastErr = w.failed+1, err
+			return
+		}
+		now := time.Now()
+		w.polls, w.maxGap, last = w.polls+1, max(w.maxGap, now.Sub(last)), now
+		for _, s := range list.Items {
+			observe(w.byName, &s, now)
 		}
 	}
 	go func() {
@@ -163,19 +179,23 @@ func watchDowntime(k client.Client) (stop func() map[string]*downtime) {
 			}
 		}
 	}()
-	return func() map[string]*downtime {
+	return func() *watched {
 		close(done)
 		<-finished
-		return seen
+		return w
 	}
 }
 
 func observe(seen map[string]*downtime, s *sandlotv1.Sandbox, now time.Time) {
 	d := seen[s.Name]
 	running := s.Status.Phase == sandlotv1.SandboxRunning
+	state := fmt.Sprintf("%s %s on %q", now.Format("15:04:05.000"), s.Status.Phase, s.Status.NodeName)
+	if d != nil && (len(d.seen) == 0 || d.seen[len(d.seen)-1][13:] != state[13:]) {
+		d.seen = append(d.seen, state)
+	}
 	switch {
 	case d == nil && running:
-		seen[s.Name] = &downtime{from: s.Status.NodeName}
+		seen[s.Name] = &downtime{from: s.Status.NodeName, seen: []string{state}}
 	case d != nil && !running && d.left.IsZero():
 		d.left = now
 	case d != nil && running && !d.left.IsZero() && d.back.IsZero() && s.Status.NodeName != d.from:
@@ -185,17 +205,25 @@ func observe(seen map[string]*downtime, s *sandlotv1.Sandbox, now time.Time) {
 
 // report logs each moved sandbox's downtime and fails on one that did
 // not move.
-func report(t *testing.T, seen map[string]*downtime) {
+func report(t *testing.T, w *watched) {
 	var lines []string
 	for _, name := range moving {
-		d := seen[name]
+		d := w.byName[name]
 		if d == nil || d.back.IsZero() {
-			t.Errorf("%s: no move seen (%+v)", name, d)
+			t.Errorf("%s: no move seen: %s", name, history(d))
 			continue
 		}
-		lines = append(lines, fmt.Sprintf("%-8s %s -> %s  down %v", name, d.from, d.to, d.back.Sub(d.left).Round(10*time.Millisecond)))
+		lines = append(lines, fmt.Sprintf("%-8s %s -> %s  down %v (%s)", name, d.from, d.to, d.back.Sub(d.left).Round(10*time.Millisecond), history(d)))
 	}
-	t.Logf("per-sandbox downtime (not Running -> Running on the other node; 100 ms polls, TCG):\n%s", strings.Join(lines, "\n"))
+	t.Logf("per-sandbox downtime (not Running -> Running on the other node; %d polls 100 ms apart, at most %v; %d failed %v; TCG):\n%s",
+		w.polls, w.maxGap.Round(time.Millisecond), w.failed, w.lastErr, strings.Join(lines, "\n"))
+}
+
+func history(d *downtime) string {
+	if d == nil {
+		return "never seen Running"
+	}
+	return "seen " + strings.Join(d.seen, ", ")
 }
 
 func waitPool(t *testing.T, k client.Client, node string) {
