@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
 // headerEcho is an upstream that answers with the headers it got.
@@ -83,19 +85,39 @@ func TestForwardedHeaders(t *testing.T) {
 		t.Errorf("Connect-Protocol-Version %q, want other headers passed", v)
 	}
 
-	tests := []struct{ name, sent, want string }{
-		{"envd's user, no password", basic("user:"), basic("user:")},
-		{"a password is dropped", basic("root:hunter2"), basic("root:")},
-		{"no user", basic(":hunter2"), ""},
-		{"not base64", "Basic !!!", ""},
-		{"bearer", "Bearer e2b_secret", ""},
+}
+
+// TestAuthorizationForwarded: envd's port gets Authorization only as
+// envd reads it (a user, no password); a sandbox's own port gets its
+// service's (an MCP gateway's bearer token, a web app's login) as sent;
+// neither gets one carrying an API key or an access token.
+func TestAuthorizationForwarded(t *testing.T) {
+	const own = 50005
+	tests := []struct {
+		name, sent    string
+		envd, service string
+	}{
+		{"envd's user, no password", basic("user:"), basic("user:"), basic("user:")},
+		{"a password", basic("root:hunter2"), basic("root:"), basic("root:hunter2")},
+		{"no user", basic(":hunter2"), "", basic(":hunter2")},
+		{"not base64", "Basic !!!", "", "Basic !!!"},
+		{"a service's bearer token", "Bearer 6f1c-token", "", "Bearer 6f1c-token"},
+		{"an API key", "Bearer e2b_secret", "", ""},
+		{"an access token", "Bearer sk_e2b_secret", "", ""},
+		{"an API key as a password", basic("user:e2b_secret"), basic("user:"), basic("user:")},
 	}
 	for _, tc := range tests {
-		t.Run("Authorization "+tc.name, func(t *testing.T) {
-			if v := forwarded(t, "Authorization", tc.sent).Get("Authorization"); v != tc.want {
-				t.Errorf("sent %q, the sandbox got %q, want %q", tc.sent, v, tc.want)
+		for _, port := range []int{sandlotv1.EnvdPort, sandlotv1.CodeInterpreterPort, own} {
+			h := http.Header{"Authorization": {tc.sent}}
+			stripCredentials(h, port)
+			want := tc.service
+			if port != own {
+				want = tc.envd
 			}
-		})
+			if got := h.Get("Authorization"); got != want {
+				t.Errorf("%s to port %d: sent %q, the sandbox got %q, want %q", tc.name, port, tc.sent, got, want)
+			}
+		}
 	}
 }
 

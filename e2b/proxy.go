@@ -130,7 +130,8 @@ func newProxy(s *Server) *proxy {
 			if host, ok := pr.In.Context().Value(maskKey{}).(string); ok {
 				pr.Out.Host = host // maskhost.go
 			}
-			stripCredentials(pr.Out.Header)
+			port, _ := strconv.Atoi(pr.Out.URL.Port())
+			stripCredentials(pr.Out.Header, port)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, errorf(http.StatusBadGateway, "sandbox unreachable: %v", err))
