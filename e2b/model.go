@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/sandlot-dev/sandlot/api/mcp"
 	sandlotv1 "github.com/sandlot-dev/sandlot/api/v1alpha1"
 )
 
@@ -252,7 +253,11 @@ func (n *newSandbox) validate() *apiError {
 		return err
 	}
 	if len(n.Mcp) > 0 && string(n.Mcp) != "null" {
-		return errorf(http.StatusBadRequest, "field \"mcp\": MCP gateways are not supported by sandlot")
+		// The SDK starts the gateway (mcp-gateway in the template) once the
+		// sandbox runs; what it cannot run is refused before that.
+		if _, err := mcp.Parse(n.Mcp); err != nil {
+			return errorf(http.StatusBadRequest, "field \"mcp\": %v", err)
+		}
 	}
 	_, _, err := n.network()
 	return err

@@ -27,8 +27,9 @@ const (
 	AnnotationAutoResume = "e2b.sandlot.dev/auto-resume"
 )
 
-// defaultTemplateIDs are what the SDKs send when the caller names none.
-var defaultTemplateIDs = map[string]bool{"base": true, "code-interpreter-v1": true, "code-interpreter": true}
+// defaultTemplateIDs are what the SDKs send when the caller names none
+// (mcp-gateway: with the mcp option; sandlot's images ship the gateway).
+var defaultTemplateIDs = map[string]bool{"base": true, "code-interpreter-v1": true, "code-interpreter": true, "mcp-gateway": true}
 
 var sandboxIDPattern = regexp.MustCompile(`^[a-z0-9]{20}$`)
 

@@ -266,7 +266,9 @@ func TestValidate(t *testing.T) {
 		{"volume mounts on one path", with(func(n *newSandbox) {
 			n.VolumeMounts = []sandlotv1.VolumeMount{{Name: "a", Path: "/m"}, {Name: "b", Path: "/m"}}
 		}), `path "/m" twice`},
-		{"mcp", with(func(n *newSandbox) { n.Mcp = []byte(`{"x":1}`) }), `"mcp"`},
+		{"mcp catalog server", with(func(n *newSandbox) { n.Mcp = []byte(`{"duckduckgo":{}}`) }), `"mcp": MCP server "duckduckgo": a server of Docker's MCP catalog`},
+		{"mcp not an object", with(func(n *newSandbox) { n.Mcp = []byte(`[1]`) }), `"mcp": the MCP configuration must be a JSON object`},
+		{"mcp github server", with(func(n *newSandbox) { n.Mcp = []byte(`{"github/acme/tools":{"runCmd":"npx tools"}}`) }), ""},
 		{"no internet", with(func(n *newSandbox) { n.AllowInternet = new(false) }), ""},
 	}
 	checkValidate(t, tests)

@@ -574,6 +574,8 @@ debian_tree() {
 	# As on E2B: the sandbox user may sudo without a password.
 	echo 'user ALL=(ALL:ALL) NOPASSWD: ALL' >"$t/etc/sudoers.d/user"
 	chmod 0440 "$t/etc/sudoers.d/user"
+	# E2B's mcp-gateway template: the gateway Sandbox.create({ mcp }) runs.
+	install -m 0755 "$MCP_GATEWAY" "$t/usr/local/bin/mcp-gateway"
 	# Host-specific files debootstrap copied from this machine; the guest's
 	# identity (hostname, network) comes from the host at run time.
 	echo sandbox >"$t/etc/hostname"
@@ -588,11 +590,32 @@ debian_tree() {
 
 debian_image_recipe() {
 	local dir="$ASSETS/rootfs/debian-$DEBIAN_SUITE"
-	echo "recipe $DEBIAN_IMAGE_RECIPE $(debootstrap_recipe) epoch $(cat "$dir/debootstrap.epoch")"
+	echo "recipe $DEBIAN_IMAGE_RECIPE $(debootstrap_recipe) epoch $(cat "$dir/debootstrap.epoch") mcp-gateway $(mcp_gateway_sha)"
+}
+
+# build_mcp_gateway: cmd/mcp-gateway, built once per run (reproducibly:
+# its sha256 keys the images, see mcp_gateway_sha); the Debian tree
+# installs it. Call it as a command (errexit), before any recipe.
+MCP_GATEWAY=""
+build_mcp_gateway() {
+	[[ -n "$MCP_GATEWAY" ]] && return
+	need go
+	local version
+	version="$(awk '/^appVersion:/ { gsub(/"/, "", $2); print $2 }' "$REPO/charts/sandlot/Chart.yaml")"
+	(cd "$REPO" && CGO_ENABLED=0 go build -trimpath -buildvcs=false \
+		-ldflags="-s -w -X github.com/sandlot-dev/sandlot/internal/version.Version=$version" \
+		-o "$WORK/mcp-gateway" ./cmd/mcp-gateway)
+	MCP_GATEWAY="$WORK/mcp-gateway"
+}
+
+mcp_gateway_sha() {
+	[[ -n "$MCP_GATEWAY" ]] || die "build_mcp_gateway first"
+	sha256 "$MCP_GATEWAY"
 }
 
 build_debian() {
 	need mkfs.ext4 debugfs dumpe2fs e2fsck tar zstd
+	build_mcp_gateway
 	local dir="$ASSETS/rootfs/debian-$DEBIAN_SUITE"
 	if [[ ! -f "$dir/debootstrap.tar.zst" || ! -f "$dir/debootstrap.epoch" || "$(cat "$dir/debootstrap.recipe" 2>/dev/null)" != "$(debootstrap_recipe)" ]]; then
 		need_root "debootstrap"
@@ -754,6 +777,7 @@ interp_oci_recipe() {
 # made by the nodes from the image, as for any template).
 build_interpreter() {
 	need tar zstd
+	build_mcp_gateway
 	[[ -f "$ASSETS/rootfs/debian-$DEBIAN_SUITE/debootstrap.tar.zst" ]] || build_debian
 	local dir="$ASSETS/rootfs/code-interpreter-$DEBIAN_SUITE" recipe
 	recipe="$(interp_oci_recipe)"
@@ -810,6 +834,7 @@ write_env() {
 # check: rebuild what can be rebuilt into WORK and compare with the cache.
 check() {
 	local fail=0 k="$ASSETS/kernel/current" got want
+	build_mcp_gateway
 	if [[ -f "$k/vmlinux" ]]; then
 		if valid_vmlinux "$k/vmlinux" && has_pvh_note "$k/vmlinux"; then
 			log "check: vmlinux is an ELF with a PVH entry note"

@@ -5,8 +5,10 @@
 package e2b
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sandlot-dev/sandlot/internal/cluster"
@@ -44,5 +46,18 @@ func inetEnv() []string {
 		"SANDLOT_NET_SECURE=" + inet.SecureName,
 		fmt.Sprintf("SANDLOT_NET_SOCKS=%s:%d", inet.IPSocks, inet.SocksPort), "SANDLOT_NET_SOCKS_LOG=" + inet.IPSocks,
 		"SANDLOT_NET_SOCKS_USER=" + inet.SocksUser, "SANDLOT_NET_SOCKS_PASSWORD=" + inet.SocksPassword,
-		fmt.Sprintf("SANDLOT_NET_NO_SOCKS=%s:%d", inet.IPNoSocks, inet.SocksPort)}
+		fmt.Sprintf("SANDLOT_NET_NO_SOCKS=%s:%d", inet.IPNoSocks, inet.SocksPort),
+		"SANDLOT_NET_GIT_REPO=" + inet.GitRepo, "SANDLOT_NET_GIT_ENV=" + gitEnv()}
+}
+
+// gitEnv is inet.GitRedirect as a JSON object: a sandbox's envs that make
+// git in it fetch github.com from the test internet's git host.
+func gitEnv() string {
+	m := map[string]string{}
+	for _, kv := range inet.GitRedirect() {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
 }

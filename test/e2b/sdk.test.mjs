@@ -11,6 +11,8 @@ import { Sandbox as CodeSandbox } from '@e2b/code-interpreter'
 import { Sandbox, Volume, Secret, CommandExitError, AuthenticationError } from 'e2b'
 import { createHash, randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
+import { Client as McpClient } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 
 const apiUrl = process.env.E2B_API_URL
 const apiKey = process.env.E2B_API_KEY
@@ -480,6 +482,7 @@ const net = {
   secure: process.env.SANDLOT_NET_SECURE,
   socks: process.env.SANDLOT_NET_SOCKS, socksLog: process.env.SANDLOT_NET_SOCKS_LOG, noSocks: process.env.SANDLOT_NET_NO_SOCKS,
   socksUser: process.env.SANDLOT_NET_SOCKS_USER, socksPassword: process.env.SANDLOT_NET_SOCKS_PASSWORD,
+  gitRepo: process.env.SANDLOT_NET_GIT_REPO, gitEnv: JSON.parse(process.env.SANDLOT_NET_GIT_ENV || '{}'),
 }
 
 // plausible fails unless a metrics sample's values are possible for one
@@ -728,6 +731,46 @@ test('egressProxy: TCP leaves through a SOCKS5 proxy, by name for allowOut domai
   assert.equal(await fetchIn(s, net.public), net.publicBody, 'direct again without one')
   await assert.rejects(Sandbox.create({ metadata: { run }, network: { egressProxy: { address: '169.254.169.254:1080' } } }),
     (e) => /169\.254\.169\.254 is inside 169\.254\.0\.0\/16/.test(e.message) || assert.fail(e.message))
+})
+
+// domainMode: getMcpUrl() is https://50005-<id>.<domain>/mcp, which
+// only domain mode reaches as it is (the Python suite runs its MCP test
+// there too).
+const domainMode = { skip: mode !== 'domain' && 'getMcpUrl() needs domain mode' }
+
+test('mcp: the template\'s gateway runs a GitHub server; the official MCP client lists and calls its tools with the SDK\'s URL and token', domainMode, async () => {
+  assert.ok(net.gitRepo, 'run with SANDLOT_NET_GIT_REPO (the test internet\'s git host)')
+  const server = { runCmd: 'python3 server.py', installCmd: 'echo from-install > installed.txt', envs: { ACME_KEY: 'acme-1' } }
+  const t0 = Date.now()
+  const s = track(await Sandbox.create({ metadata: { run, role: 'mcp' }, envs: net.gitEnv, mcp: { [`github/${net.gitRepo}`]: server } }))
+  console.log(`# create with an MCP gateway (clone, install, server started, tools listed): ${Date.now() - t0} ms`)
+  const url = s.getMcpUrl()
+  const token = await s.getMcpToken()
+  assert.ok(url.endsWith('/mcp') && token, url)
+  const client = new McpClient({ name: 'sandlot-test', version: '1.0.0' })
+  await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }))
+  const text = async (name, args = {}) => (await client.callTool({ name, arguments: args })).content[0].text
+  try {
+    assert.deepEqual((await client.listTools()).tools.map((t) => t.name).sort(), ['env', 'installed', 'reverse'])
+    assert.equal(await text('reverse', { text: 'sandlot' }), 'toldnas')
+    assert.equal(await text('env', { name: 'ACME_KEY' }), 'acme-1', 'the server\'s envs')
+    assert.equal(await text('installed'), 'from-install', 'installCmd ran in the clone')
+  } finally {
+    await client.close()
+  }
+  const bare = await fetch(url, { method: 'POST', body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}',
+    headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' } })
+  assert.equal(bare.status, 401, 'no token')
+  assert.equal(await (await Sandbox.connect(s.sandboxId)).getMcpToken(), token, 'another client reads the token from the sandbox')
+  // A gateway that cannot start: E2B's message, and the sandbox is killed.
+  const failing = { ...server, installCmd: 'echo no compiler here >&2; exit 3' }
+  await assert.rejects(Sandbox.create({ metadata: { run, role: 'mcp-fails' }, envs: net.gitEnv, mcp: { [`github/${net.gitRepo}`]: failing } }),
+    (e) => /Failed to start MCP gateway: .*no compiler here/s.test(e.message) || assert.fail(e.message))
+  const left = await Sandbox.list({ query: { metadata: { run, role: 'mcp-fails' } } }).nextItems()
+  assert.deepEqual(left, [], 'the sandbox whose gateway failed is killed')
+  // A catalog server (a Docker image on E2B) is refused before a sandbox exists.
+  await assert.rejects(Sandbox.create({ metadata: { run }, mcp: { duckduckgo: {} } }),
+    (e) => /"duckduckgo": a server of Docker's MCP catalog/.test(e.message) || assert.fail(e.message))
 })
 
 test('kill, kill again', async () => {

@@ -107,6 +107,9 @@ func Start(t crienv.T) *Internet {
 	if err := x.serveSocks(); err != nil {
 		t.Fatalf("test internet: the SOCKS5 host: %v", err)
 	}
+	if err := x.serveGit(); err != nil {
+		t.Fatalf("test internet: the git host: %v", err)
+	}
 	if err := x.selfCheck(); err != nil {
 		t.Fatalf("test internet: from the host: %v", err)
 	}
@@ -127,7 +130,7 @@ func (x *Internet) plumb() error {
 		{"-n", ns, "link", "set", "lo", "up"},
 		{"-n", ns, "addr", "add", InetSide + "/24", "dev", "eth0"},
 	}
-	addrs := []string{IPPublic, IPAllowed, IPWild, IPDNS, IPRange, IPMeta, IPSecure, IPSocks, IPNoSocks}
+	addrs := []string{IPPublic, IPAllowed, IPWild, IPDNS, IPRange, IPMeta, IPSecure, IPSocks, IPNoSocks, IPGit}
 	for i := range BenchDomains {
 		_, ip := BenchDomain(i)
 		addrs = append(addrs, ip)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -260,6 +261,9 @@ func (x *Internet) selfCheck() error {
 	}
 	if a, ok := firstA(r); !ok || a != IPPublic {
 		return fmt.Errorf("DNS at %s: public.test is %v", IPDNS, r.Answer)
+	}
+	if out, err := exec.CommandContext(ctx, "git", "ls-remote", GitBase+GitRepo).CombinedOutput(); err != nil {
+		return fmt.Errorf("git ls-remote %s%s: %v: %s", GitBase, GitRepo, err, out)
 	}
 	return nil
 }
