@@ -46,6 +46,10 @@ func Start(ctx context.Context, raw []byte, token, self, addr string, p Paths, o
 	if err != nil {
 		return err
 	}
+	// A running gateway keeps its token file: a second start stops here.
+	if err := portFree(addr); err != nil {
+		return err
+	}
 	if token == "" {
 		b := make([]byte, 32)
 		_, _ = rand.Read(b)
@@ -166,9 +170,9 @@ func daemon(ctx context.Context, addr string, p Paths, ready io.WriteCloser) err
 		return err
 	}
 	// The port first: a second gateway says so before starting servers.
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen(addr)
 	if err != nil {
-		return fmt.Errorf("listen on %s (is a gateway running already?): %w", addr, err)
+		return err
 	}
 	defer ln.Close()
 	var backends []*Backend
@@ -188,6 +192,22 @@ func daemon(ctx context.Context, addr string, p Paths, ready io.WriteCloser) err
 		ready.Close()
 	}
 	return Serve(ctx, ln, Handler(srv, strings.TrimSpace(string(token))), backends)
+}
+
+func listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (is a gateway running already?): %w", addr, err)
+	}
+	return ln, nil
+}
+
+func portFree(addr string) error {
+	ln, err := listen(addr)
+	if err == nil {
+		ln.Close()
+	}
+	return err
 }
 
 // writePrivate writes a root-only file in a root-only directory.

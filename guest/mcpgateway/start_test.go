@@ -53,6 +53,9 @@ func TestStartClonesInstallsAndServes(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "is a gateway running already?") {
 		t.Errorf("second start: %v", err)
 	}
+	if b, _ := os.ReadFile(p.TokenFile); string(b) != "tok-1" {
+		t.Errorf("after a second start the token file says %q, the running gateway's is tok-1", b)
+	}
 }
 
 // TestStartSaysWhy: each way a start fails names the server and the
