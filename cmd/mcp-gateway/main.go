@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 
 	apimcp "github.com/sandlot-dev/sandlot/api/mcp"
@@ -32,7 +31,7 @@ func run(ctx context.Context, args []string) error {
 	if len(args) > 0 {
 		switch args[0] {
 		case "serve":
-			return serve(ctx, args[1:])
+			return mcpgateway.ServeCommand(ctx, args[1:])
 		case "pull":
 			return fmt.Errorf("pull: the servers of Docker's MCP catalog are container images, and sandlot's " +
 				"sandboxes run no container engine: configure \"github/<owner>/<repo>\" servers at Sandbox.create")
@@ -56,29 +55,4 @@ func run(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("mcp-gateway: serving on %s%s\n", *addr, apimcp.Path)
 	return nil
-}
-
-func serve(ctx context.Context, args []string) error {
-	p := mcpgateway.DefaultPaths
-	fs := flag.NewFlagSet("mcp-gateway serve", flag.ContinueOnError)
-	addr := fs.String("addr", fmt.Sprintf(":%d", apimcp.Port), "the address to serve on")
-	fs.StringVar(&p.ConfigFile, "config-file", p.ConfigFile, "the configuration")
-	fs.StringVar(&p.TokenFile, "token-file", p.TokenFile, "the access token")
-	fs.StringVar(&p.Servers, "servers", p.Servers, "the servers' clones")
-	readyFD := fs.String("ready-fd", "", "a descriptor to say ready (or why not) on")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	var ready *os.File
-	if *readyFD != "" {
-		fd, err := strconv.Atoi(*readyFD)
-		if err != nil {
-			return fmt.Errorf("--ready-fd: %w", err)
-		}
-		ready = os.NewFile(uintptr(fd), "ready")
-	}
-	if ready == nil {
-		return mcpgateway.Daemon(ctx, *addr, p, nil)
-	}
-	return mcpgateway.Daemon(ctx, *addr, p, ready)
 }

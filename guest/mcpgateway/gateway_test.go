@@ -33,7 +33,10 @@ func TestMain(m *testing.M) {
 		backend()
 		return
 	case len(os.Args) > 1 && os.Args[1] == "serve":
-		serveForTest(os.Args[2:])
+		if err := ServeCommand(context.Background(), os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 		return
 	}
 	os.Exit(m.Run())
@@ -62,33 +65,11 @@ func backend() {
 	}
 }
 
-// serveForTest is cmd/mcp-gateway's serve, flags as Start passes them.
-func serveForTest(args []string) {
-	p := Paths{}
-	var addr string
-	for i := 0; i+1 < len(args); i += 2 {
-		switch v := args[i+1]; args[i] {
-		case "--addr":
-			addr = v
-		case "--config-file":
-			p.ConfigFile = v
-		case "--token-file":
-			p.TokenFile = v
-		case "--servers":
-			p.Servers = v
-		}
-	}
-	if err := Daemon(context.Background(), addr, p, os.NewFile(3, "ready")); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-}
-
 // backendServer is a server of tools run by this test binary.
 func backendServer(key, tools string) apimcp.Server {
 	self, _ := os.Executable()
 	return apimcp.Server{Key: key, RunCmd: "exec " + strconv.Quote(self),
-		Envs: map[string]string{roleEnv: "backend", toolsEnv: tools, "SECRET_OF_" + strings.ToUpper(tools): "value-" + tools}}
+		Envs: map[string]string{roleEnv: "backend", toolsEnv: tools, "SECRET_OF_" + strings.ToUpper(strings.ReplaceAll(tools, ",", "_")): "value-" + tools}}
 }
 
 // client connects to a gateway at url with token (none: "").

@@ -108,8 +108,7 @@ func spawn(ctx context.Context, self, addr string, p Paths) error {
 		return err
 	}
 	defer r.Close()
-	cmd := exec.Command(self, "serve", "--addr", addr, "--config-file", p.ConfigFile,
-		"--token-file", p.TokenFile, "--servers", p.Servers, "--ready-fd", "3")
+	cmd := exec.Command(self, serveArgs(addr, p, 3)...)
 	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = logf, logf, []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = cmd.Start()
@@ -143,55 +142,6 @@ func spawn(ctx context.Context, self, addr string, p Paths) error {
 		_ = cmd.Process.Kill()
 		return ctx.Err()
 	}
-}
-
-// Daemon is `mcp-gateway serve`: it starts the configured servers,
-// listens on addr, says "ready" on ready (or why not) and serves.
-func Daemon(ctx context.Context, addr string, p Paths, ready io.WriteCloser) error {
-	err := daemon(ctx, addr, p, ready)
-	if err != nil && ready != nil {
-		fmt.Fprintf(ready, "%s\n", strings.ReplaceAll(err.Error(), "\n", " "))
-		ready.Close()
-	}
-	return err
-}
-
-func daemon(ctx context.Context, addr string, p Paths, ready io.WriteCloser) error {
-	raw, err := os.ReadFile(p.ConfigFile)
-	if err != nil {
-		return err
-	}
-	token, err := os.ReadFile(p.TokenFile)
-	if err != nil {
-		return err
-	}
-	servers, err := apimcp.Parse(raw)
-	if err != nil {
-		return err
-	}
-	// The port first: a second gateway says so before starting servers.
-	ln, err := listen(addr)
-	if err != nil {
-		return err
-	}
-	defer ln.Close()
-	var backends []*Backend
-	for _, s := range servers {
-		b, err := Connect(ctx, s, filepath.Join(p.Servers, s.Owner, s.Repo), os.Stderr)
-		if err != nil {
-			return err
-		}
-		backends = append(backends, b)
-	}
-	srv, err := NewServer(backends)
-	if err != nil {
-		return err
-	}
-	if ready != nil {
-		fmt.Fprintln(ready, "ready")
-		ready.Close()
-	}
-	return Serve(ctx, ln, Handler(srv, strings.TrimSpace(string(token))), backends)
 }
 
 func listen(addr string) (net.Listener, error) {
