@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -109,6 +110,9 @@ func spawn(ctx context.Context, self, addr string, p Paths) error {
 	}
 	defer r.Close()
 	cmd := exec.Command(self, serveArgs(addr, p, 3)...)
+	// The token reaches the daemon in its root-only file, never in the
+	// environment its servers (anyone's code) inherit.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, apimcp.TokenEnv+"=") })
 	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = logf, logf, []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = cmd.Start()

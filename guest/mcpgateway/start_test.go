@@ -22,14 +22,15 @@ func config(t *testing.T, s apimcp.Server) []byte {
 
 // TestStartClonesInstallsAndServes: as the SDK runs it: the repository
 // cloned, installCmd run in it, the daemon serving once Start returns,
-// the token readable by root only.
+// the token readable by root only and in no server's environment.
 func TestStartClonesInstallsAndServes(t *testing.T) {
 	repo(t)
 	p, addr := testPaths(t), freeAddr(t)
 	stopDaemon(t, p)
-	s := backendServer("github/acme/tools", "echo")
+	s := backendServer("github/acme/tools", "echo,env")
 	s.InstallCmd = "pwd > installed-here"
 	self, _ := os.Executable()
+	t.Setenv(apimcp.TokenEnv, "tok-1") // as the SDK runs it
 	if err := Start(context.Background(), config(t, s), "tok-1", self, addr, p, io.Discard); err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +48,9 @@ func TestStartClonesInstallsAndServes(t *testing.T) {
 	defer session.Close()
 	if got := call(t, session, "echo", "through the daemon"); got != "through the daemon" {
 		t.Errorf("echo: %q", got)
+	}
+	if got := call(t, session, "env", apimcp.TokenEnv); got != "" {
+		t.Errorf("a server (anyone's code) inherited the gateway's token: %q", got)
 	}
 	// A second start while it runs says why it cannot.
 	err = Start(context.Background(), config(t, s), "tok-2", self, addr, p, io.Discard)
