@@ -33,7 +33,8 @@ func stripCredentials(h http.Header, port int) {
 	}
 	auth := h.Get("Authorization")
 	switch user := basicUser(auth); {
-	case port != sandlotv1.EnvdPort && port != sandlotv1.CodeInterpreterPort && !carriesCredential(auth):
+	case !agentPort(port) && !carriesCredential(auth):
+		// the sandbox's service's own: it passes as sent
 	case user != "":
 		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
 	default:
@@ -44,6 +45,12 @@ func stripCredentials(h http.Header, port int) {
 			delete(h, k)
 		}
 	}
+}
+
+// agentPort: the guest agent's ports (envd, the code interpreter), which
+// need the sandbox's token; the sandbox's own services answer the others.
+func agentPort(port int) bool {
+	return port == sandlotv1.EnvdPort || port == sandlotv1.CodeInterpreterPort
 }
 
 // carriesCredential: an Authorization value holding something of the

@@ -211,7 +211,7 @@ func (s *Server) checkAccess(r *http.Request, sbx *sandlotv1.Sandbox, port int) 
 	if err := s.checkTraffic(r, sbx, port); err != nil {
 		return err
 	}
-	if port != sandlotv1.EnvdPort && port != sandlotv1.CodeInterpreterPort {
+	if !agentPort(port) {
 		return nil
 	}
 	if r.URL.Path == "/files" && r.URL.Query().Get("signature") != "" && r.Header.Get("X-Access-Token") == "" {
@@ -253,7 +253,7 @@ func contextAccess(r *http.Request, port int, envdToken string) {
 // rate). A sandbox without a token resumes on its own ports only for a
 // request with a valid API key of its team.
 func (s *Server) mayResume(r *http.Request, sbx *sandlotv1.Sandbox, port int) bool {
-	if port != sandlotv1.EnvdPort && port != sandlotv1.CodeInterpreterPort {
+	if !agentPort(port) {
 		return true // checkAccess let it in: public, or the traffic token
 	}
 	want := s.token(r.Context(), sbx)
