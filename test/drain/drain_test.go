@@ -136,7 +136,8 @@ func held(t *testing.T, k client.Client, to string) {
 type downtime struct {
 	left, back time.Time
 	from, to   string
-	seen       []string
+	seen       []string // "<time> <phase> on <node>", one per change
+	last       string   // the phase and node seen last
 }
 
 // watched is what watchDowntime saw: per sandbox, when it left Running
@@ -189,13 +190,14 @@ func watchDowntime(k client.Client) (stop func() *watched) {
 func observe(seen map[string]*downtime, s *sandlotv1.Sandbox, now time.Time) {
 	d := seen[s.Name]
 	running := s.Status.Phase == sandlotv1.SandboxRunning
-	state := fmt.Sprintf("%s %s on %q", now.Format("15:04:05.000"), s.Status.Phase, s.Status.NodeName)
-	if d != nil && (len(d.seen) == 0 || d.seen[len(d.seen)-1][13:] != state[13:]) {
-		d.seen = append(d.seen, state)
+	state := fmt.Sprintf("%s on %q", s.Status.Phase, s.Status.NodeName)
+	at := now.Format("15:04:05.000 ") + state
+	if d != nil && d.last != state {
+		d.seen, d.last = append(d.seen, at), state
 	}
 	switch {
 	case d == nil && running:
-		seen[s.Name] = &downtime{from: s.Status.NodeName, seen: []string{state}}
+		seen[s.Name] = &downtime{from: s.Status.NodeName, seen: []string{at}, last: state}
 	case d != nil && !running && d.left.IsZero():
 		d.left = now
 	case d != nil && running && !d.left.IsZero() && d.back.IsZero() && s.Status.NodeName != d.from:
